@@ -1,0 +1,80 @@
+# cython: language_level=3
+"""Typed errors raised by the native kernels (re-exported by `engine.errors`).
+
+They live here, below the rest of `engine`, so the compiled modules can raise them without
+importing upward. Each is also a fitting builtin (ValueError, OSError), and each carries the
+structured context a reader needs to find the damage: file, byte position and offset.
+"""
+
+__all__ = [
+    "KafkaEngineError", "CorruptRecordError", "InvalidRecordError",
+    "RecordSizeLimitError", "UnsupportedCompressionTypeError",
+    "CorruptIndexError", "InvalidOffsetError", "CorruptSnapshotError", "CorruptCheckpointError",
+]
+
+
+class KafkaEngineError(Exception):
+    """Base of every error the engine raises on purpose.
+
+    `file`, `position` (byte position in the buffer or file) and `offset` (Kafka offset) are
+    None when unknown. The message names whatever is known.
+    """
+
+    def __init__(self, message, *, file=None, position=None, offset=None):
+        self.reason = message
+        self.file = file
+        self.position = position
+        self.offset = offset
+        super().__init__(message)
+
+    def with_file(self, file):
+        """Returns self after recording the file it concerns (used by the Python layer)."""
+        if self.file is None:
+            self.file = str(file)
+        return self
+
+    def __str__(self):
+        where = []
+        if self.file is not None:
+            where.append(f"file {self.file}")
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{self.reason} ({', '.join(where)})" if where else self.reason
+
+
+class CorruptRecordError(KafkaEngineError, ValueError):
+    """A record batch or message is damaged: bad CRC, impossible size, truncated fields
+    (Kafka's CorruptRecordException)."""
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A batch whose CRC is fine but whose content breaks the format's rules: negative
+    record count, record sizes that disagree, trailing bytes (Kafka's InvalidRecordException)."""
+
+
+class RecordSizeLimitError(CorruptRecordError):
+    """Decompressed data would exceed the configured limit (a decompression bomb, or a
+    limit set too low for legitimate data)."""
+
+
+class UnsupportedCompressionTypeError(CorruptRecordError):
+    """A codec id outside 0-4, or a codec a given magic may not use (zstd below magic 2)."""
+
+
+class CorruptIndexError(KafkaEngineError, ValueError):
+    """An offset, time or transaction index fails its sanity checks (CorruptIndexException)."""
+
+
+class InvalidOffsetError(KafkaEngineError, ValueError):
+    """An index append that would break ordering (Kafka's InvalidOffsetException)."""
+
+
+class CorruptSnapshotError(KafkaEngineError, ValueError):
+    """A producer-state snapshot with an unknown version, bad layout or CRC mismatch."""
+
+
+class CorruptCheckpointError(KafkaEngineError, OSError):
+    """A checkpoint text file whose version, count or lines are malformed (Kafka raises
+    IOException here, hence OSError)."""

@@ -1,0 +1,418 @@
+# RecordBatch, v2 record decode and legacy (magic 0/1) messages (included by records.pyx).
+
+
+cdef class RecordBatch:
+    """One entry of a log: a v2 batch, or one v0/v1 message (a compressed legacy wrapper
+    holding an inner message set is one entry). Field names are Kafka's.
+
+    `records()` decodes (and decompresses) on demand; nothing is cached, so a batch object
+    is cheap to create from a scan row. Not thread-safe to mutate; safe to read from threads.
+    """
+    cdef readonly BufferView buffer
+    cdef eng_batch_header h
+    cdef bint crc_checked
+    cdef readonly Py_ssize_t max_decompressed_bytes
+    cdef object _legacy_base_offset
+
+    @property
+    def position(self): return self.h.position
+    @property
+    def size_in_bytes(self): return self.h.size
+    @property
+    def magic(self): return self.h.magic
+    @property
+    def last_offset(self): return self.h.last_offset
+    @property
+    def next_offset(self): return self.h.last_offset + 1
+    @property
+    def partition_leader_epoch(self): return self.h.partition_leader_epoch
+    @property
+    def crc(self): return self.h.crc
+    @property
+    def attributes(self): return self.h.attributes
+    @property
+    def compression_type(self):
+        if 0 <= self.h.compression <= 4:
+            return _COMPRESSION_TYPES[self.h.compression]
+        raise UnsupportedCompressionTypeError(
+            f"Unknown compression type id {self.h.compression}",
+            position=self.h.position, offset=self.h.base_offset)
+    @property
+    def timestamp_type(self): return _TIMESTAMP_TYPES[self.h.timestamp_type + 1]
+    @property
+    def is_transactional(self): return bool(self.h.is_transactional)
+    @property
+    def is_control(self): return bool(self.h.is_control)
+    @property
+    def has_delete_horizon(self): return bool(self.h.has_delete_horizon)
+    @property
+    def delete_horizon_ms(self):
+        return self.h.base_timestamp if self.h.has_delete_horizon else None
+    @property
+    def base_timestamp(self): return self.h.base_timestamp
+    @property
+    def max_timestamp(self): return self.h.max_timestamp
+    @property
+    def producer_id(self): return self.h.producer_id
+    @property
+    def producer_epoch(self): return self.h.producer_epoch
+    @property
+    def base_sequence(self): return self.h.base_sequence
+    @property
+    def last_sequence(self):
+        if self.h.base_sequence < 0:
+            return -1
+        return eng_increment_sequence(self.h.base_sequence,
+                                      <int32_t>(self.h.last_offset - self.h.base_offset))
+    @property
+    def record_count(self):
+        """Records in the batch; for a compressed legacy wrapper, known only by decoding."""
+        if self.h.record_count < 0 and self.h.magic < 2:
+            return len(self.records())
+        return self.h.record_count
+
+    @property
+    def base_offset(self):
+        """Offset of the first record. For a compressed legacy wrapper this is the first
+        inner message's offset, which Kafka (like us) learns by decompressing."""
+        if self.h.magic < 2 and self.h.compression != 0:
+            if self._legacy_base_offset is None:
+                recs = self.records()
+                self._legacy_base_offset = recs[0].offset if recs else self.h.base_offset
+            return self._legacy_base_offset
+        return self.h.base_offset
+
+    def header(self):
+        """The scan row of this batch (a BATCH_HEADER_DTYPE scalar)."""
+        arr = np.empty(1, dtype=BATCH_HEADER_DTYPE)
+        memcpy(cnp.PyArray_DATA(arr), &self.h, sizeof(eng_batch_header))
+        return arr[0]
+
+    def is_valid(self):
+        """True when the stored CRC matches (CRC-32C for v2, CRC-32 for v0/v1)."""
+        cdef const uint8_t *e
+        if not self.crc_checked:
+            e = self.buffer.ptr + self.h.position
+            with nogil:
+                if self.h.magic == 2:
+                    self.h.crc_valid = eng_crc32c(0, e + 21, self.h.size - 21) == self.h.crc
+                else:
+                    self.h.crc_valid = eng_crc32(0, e + 16, self.h.size - 16) == self.h.crc
+            self.crc_checked = True
+        return bool(self.h.crc_valid)
+
+    def ensure_valid(self):
+        """Raises CorruptRecordError naming position and offset when the CRC is wrong."""
+        if not self.is_valid():
+            e = self.buffer.ptr + self.h.position
+            if self.h.magic == 2:
+                computed = eng_crc32c(0, e + 21, self.h.size - 21)
+            else:
+                computed = eng_crc32(0, e + 16, self.h.size - 16)
+            raise CorruptRecordError(
+                f"Record batch is corrupt (stored crc = {self.h.crc}, computed crc = "
+                f"{computed})", position=self.h.position, offset=self.h.base_offset)
+
+    def raw(self):
+        """The entry's bytes, as a memoryview of the underlying buffer (no copy)."""
+        return memoryview(self.buffer.obj).cast("B")[self.h.position:
+                                                       self.h.position + self.h.size]
+
+    def records_section(self):
+        """The records section after decompression: a v2 batch's records (one stream), or a
+        legacy wrapper's inner message set. For uncompressed data, a memoryview (no copy)."""
+        cdef Py_ssize_t start
+        if self.h.magic == 2:
+            start = self.h.position + ENG_RECORD_BATCH_OVERHEAD
+            raw = memoryview(self.buffer.obj).cast("B")[start:self.h.position + self.h.size]
+            if self.h.compression == 0:
+                return raw
+            return decompress(self.h.compression, raw, self.max_decompressed_bytes, 2,
+                              self.h.position, self.h.base_offset)
+        return _legacy_inner_set(self)
+
+    def records(self):
+        """Decodes every record (a list of Record). Raises CorruptRecordError /
+        InvalidRecordError naming the batch position and offset on malformed content."""
+        if self.h.magic == 2:
+            return _v2_records(self)
+        return _legacy_records(self)
+
+    def __iter__(self):
+        return iter(self.records())
+
+    def __repr__(self):
+        return (f"RecordBatch(magic={self.h.magic}, offsets={self.h.base_offset}.."
+                f"{self.h.last_offset}, position={self.h.position}, size={self.h.size}, "
+                f"compression={codec_name(self.h.compression) if 0 <= self.h.compression <= 4 else self.h.compression}, "
+                f"records={self.h.record_count})")
+
+
+cdef RecordBatch _make_batch(BufferView v, const eng_batch_header *h, bint crc_checked,
+                             Py_ssize_t limit):
+    cdef RecordBatch b = RecordBatch.__new__(RecordBatch)
+    b.buffer = v
+    b.h = h[0]
+    b.crc_checked = crc_checked
+    b.max_decompressed_bytes = limit
+    return b
+
+
+def batches(object data, bint verify_crc=False,
+            Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """Scans `data` and returns (list of RecordBatch, valid_bytes). With `verify_crc` the
+    CRCs are computed during the scan (still nogil); `is_valid()` is then free."""
+    cdef BufferView v = _view(data)
+    headers, valid = scan(v, verify_crc)
+    return batches_from_headers(v, headers, verify_crc, max_decompressed_bytes), valid
+
+
+def batches_from_headers(object data, cnp.ndarray headers, bint crc_checked=False,
+                         Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """RecordBatch objects for the rows of a scan of `data` (rows may be a subset)."""
+    cdef BufferView v = _view(data)
+    _check_headers(headers, v)
+    cdef const eng_batch_header *rows = <const eng_batch_header *>cnp.PyArray_DATA(headers)
+    cdef Py_ssize_t i, n = headers.shape[0]
+    return [_make_batch(v, &rows[i], crc_checked, max_decompressed_bytes) for i in range(n)]
+
+
+cdef int _check_headers(cnp.ndarray headers, BufferView v) except -1:
+    """Rows come from Python: prove they describe whole entries inside the buffer."""
+    if headers.dtype != BATCH_HEADER_DTYPE or not headers.flags.c_contiguous:
+        raise TypeError("headers must be a C-contiguous BATCH_HEADER_DTYPE array from scan()")
+    if headers.ndim != 1:
+        raise TypeError("headers must be one-dimensional")
+    cdef const eng_batch_header *rows = <const eng_batch_header *>cnp.PyArray_DATA(headers)
+    cdef Py_ssize_t i
+    for i in range(headers.shape[0]):
+        if (rows[i].position < 0 or rows[i].size < ENG_LOG_OVERHEAD + 14
+                or rows[i].position + rows[i].size > v.nbytes
+                or (rows[i].magic == 2 and rows[i].size < ENG_RECORD_BATCH_OVERHEAD)
+                or rows[i].magic < 0 or rows[i].magic > 2
+                or kb_load_i32(v.ptr + rows[i].position + 8) + ENG_LOG_OVERHEAD != rows[i].size):
+            raise ValueError(f"headers row {i} does not describe an entry of this buffer")
+    return 0
+
+
+cdef inline int64_t _record_timestamp(const eng_batch_header *h, int64_t delta) noexcept nogil:
+    if h.timestamp_type == 1:
+        return h.max_timestamp
+    return h.base_timestamp + delta
+
+
+cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
+    """Points `sec` at the batch's records; returns the object that owns the bytes."""
+    cdef const eng_batch_header *h = &b.h
+    cdef BufferView hv
+    if h.compression == 0:
+        sec[0] = b.buffer.ptr + h.position + ENG_RECORD_BATCH_OVERHEAD
+        sec_len[0] = h.size - ENG_RECORD_BATCH_OVERHEAD
+        return b.buffer
+    if h.compression > 4:
+        raise UnsupportedCompressionTypeError(
+            f"Unknown compression type id {h.compression}", position=h.position,
+            offset=h.base_offset)
+    raw = memoryview(b.buffer.obj).cast("B")[h.position + ENG_RECORD_BATCH_OVERHEAD:
+                                                h.position + h.size]
+    hv = BufferView(decompress(h.compression, raw, b.max_decompressed_bytes, 2,
+                               h.position, h.base_offset))
+    sec[0] = hv.ptr
+    sec_len[0] = hv.nbytes
+    return hv
+
+
+cdef int _parse_views(RecordBatch b, const uint8_t *sec, size_t sec_len,
+                      eng_record_view *views) except -1:
+    cdef eng_error err
+    cdef int rc
+    cdef int64_t base_pos = b.h.position + ENG_RECORD_BATCH_OVERHEAD
+    with nogil:
+        rc = eng_parse_records(sec, sec_len, b.h.record_count, views, base_pos,
+                               b.h.base_offset, &err)
+    if rc != ENG_OK:
+        if b.h.compression != 0:
+            # positions inside a decompressed stream mean nothing in the file: name the batch
+            msg = err.message.decode("utf-8", "replace")
+            raise InvalidRecordError(
+                f"{msg} (byte {err.position - base_pos} of the decompressed records)",
+                position=b.h.position, offset=b.h.base_offset)
+        _raise_error(&err)
+    return 0
+
+
+cdef eng_record_view *_alloc_views(RecordBatch b, size_t sec_len) except NULL:
+    cdef int32_t count = b.h.record_count
+    if count < 0 or <size_t>count > sec_len // 7:
+        raise InvalidRecordError(
+            f"Record count {count} is impossible for a records section of {sec_len} bytes",
+            position=b.h.position, offset=b.h.base_offset)
+    cdef eng_record_view *views = <eng_record_view *>malloc(
+        (count if count > 0 else 1) * sizeof(eng_record_view))
+    if views == NULL:
+        raise MemoryError()
+    return views
+
+
+cdef tuple _headers_tuple(const uint8_t *sec, const eng_record_view *r):
+    cdef eng_header_view hv[16]
+    cdef eng_header_view *hs = hv
+    cdef int32_t i
+    if r.headers_count == 0:
+        return _NO_HEADERS
+    if r.headers_count > 16:
+        hs = <eng_header_view *>malloc(r.headers_count * sizeof(eng_header_view))
+        if hs == NULL:
+            raise MemoryError()
+    try:
+        eng_parse_headers(sec, r, hs)
+        return tuple([
+            (PyUnicode_DecodeUTF8(<const char *>sec + hs[i].key_off, hs[i].key_len,
+                                  "surrogateescape"),
+             _bytes_or_none(sec, hs[i].value_off, hs[i].value_len))
+            for i in range(r.headers_count)])
+    finally:
+        if hs != hv:
+            free(hs)
+
+
+cdef list _v2_records(RecordBatch b):
+    cdef const uint8_t *sec
+    cdef size_t sec_len
+    cdef const eng_batch_header *h = &b.h
+    owner = _v2_section(b, &sec, &sec_len)
+    cdef eng_record_view *views = _alloc_views(b, sec_len)
+    cdef list out
+    cdef const eng_record_view *r
+    cdef int32_t i, seq
+    cdef int8_t ts_type = h.timestamp_type
+    try:
+        _parse_views(b, sec, sec_len, views)
+        out = [None] * h.record_count
+        for i in range(h.record_count):
+            r = &views[i]
+            seq = -1 if h.base_sequence < 0 else eng_increment_sequence(h.base_sequence,
+                                                                        r.offset_delta)
+            out[i] = _new_record(
+                h.base_offset + r.offset_delta, _record_timestamp(h, r.timestamp_delta),
+                ts_type, _bytes_or_none(sec, r.key_off, r.key_len),
+                _bytes_or_none(sec, r.value_off, r.value_len),
+                _headers_tuple(sec, r) if r.headers_count else _NO_HEADERS,
+                seq, h.is_control)
+        return out
+    finally:
+        free(views)
+
+
+# ---- legacy v0/v1 ---------------------------------------------------------------------
+
+cdef int _legacy_fields(const uint8_t *e, int32_t size, int64_t position, int64_t offset,
+                        int32_t *key_off, int32_t *key_len, int32_t *value_off,
+                        int32_t *value_len) except -1:
+    """Key/value of one legacy message `e` (with its 12-byte offset+size framing)."""
+    cdef int32_t pos = 18 + (8 if e[16] == 1 else 0)
+    cdef int32_t n
+    if size < pos + 4:
+        raise CorruptRecordError("Legacy message too short for its key length",
+                                 position=position, offset=offset)
+    n = kb_load_i32(e + pos)
+    pos += 4
+    if n < -1 or (n > 0 and n > size - pos):
+        raise CorruptRecordError(f"Invalid legacy key length {n}", position=position,
+                                 offset=offset)
+    key_off[0] = pos
+    key_len[0] = n
+    if n > 0:
+        pos += n
+    if size - pos < 4:
+        raise CorruptRecordError("Legacy message too short for its value length",
+                                 position=position, offset=offset)
+    n = kb_load_i32(e + pos)
+    pos += 4
+    if n < -1 or (n > 0 and n > size - pos):
+        raise CorruptRecordError(f"Invalid legacy value length {n}", position=position,
+                                 offset=offset)
+    value_off[0] = pos
+    value_len[0] = n
+    if n > 0:
+        pos += n
+    if pos != size:
+        raise InvalidRecordError(
+            f"Legacy message has {size - pos} bytes after its value", position=position,
+            offset=offset)
+    return 0
+
+
+cdef object _legacy_inner_set(RecordBatch b):
+    cdef const eng_batch_header *h = &b.h
+    cdef const uint8_t *e = b.buffer.ptr + h.position
+    cdef int32_t ko, kl, vo, vl
+    _legacy_fields(e, h.size, h.position, h.base_offset, &ko, &kl, &vo, &vl)
+    if h.compression == 0:
+        return None
+    if vl < 0:
+        raise InvalidRecordError("Compressed legacy wrapper has a null value",
+                                 position=h.position, offset=h.base_offset)
+    raw = memoryview(b.buffer.obj).cast("B")[h.position + vo:h.position + vo + vl]
+    return decompress(h.compression, raw, b.max_decompressed_bytes, h.magic, h.position,
+                      h.base_offset)
+
+
+cdef list _legacy_records(RecordBatch b):
+    cdef const eng_batch_header *h = &b.h
+    cdef const uint8_t *e = b.buffer.ptr + h.position
+    cdef int32_t ko, kl, vo, vl
+    if h.compression == 0:
+        _legacy_fields(e, h.size, h.position, h.base_offset, &ko, &kl, &vo, &vl)
+        return [_new_record(h.base_offset, h.base_timestamp, h.timestamp_type,
+                            _bytes_or_none(e, ko, kl), _bytes_or_none(e, vo, vl),
+                            _NO_HEADERS, -1, False)]
+    inner = _legacy_inner_set(b)
+    cdef BufferView iv = BufferView(inner)
+    cdef size_t count = 0, valid = 0
+    cdef eng_error err
+    if eng_scan_count(iv.ptr, iv.nbytes, &count, &valid, &err) != ENG_OK:
+        raise CorruptRecordError(
+            f"Inner message set of a compressed wrapper: {err.message.decode('utf-8', 'replace')}",
+            position=h.position, offset=h.base_offset)
+    if valid != <size_t>iv.nbytes:
+        raise CorruptRecordError(
+            f"Inner message set of a compressed wrapper ends in a partial message "
+            f"({iv.nbytes - valid} bytes)", position=h.position, offset=h.base_offset)
+    inner_rows = np.empty(count, dtype=BATCH_HEADER_DTYPE)
+    cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(inner_rows)
+    eng_scan_fill(iv.ptr, count, 1, rows)
+    cdef int64_t base = 0, ts
+    cdef int8_t ts_type
+    cdef size_t i
+    cdef const eng_batch_header *r
+    cdef list out = []
+    if count == 0:
+        return out
+    if h.magic >= 1 and h.base_offset != 0:
+        # v1 inner offsets are relative; the wrapper carries the last one's absolute offset
+        base = h.base_offset - rows[count - 1].base_offset
+    for i in range(count):
+        r = &rows[i]
+        if r.magic == 2 or r.magic > h.magic:
+            raise InvalidRecordError(f"Inner message of magic {r.magic} in a magic "
+                                     f"{h.magic} wrapper", position=h.position,
+                                     offset=h.base_offset)
+        if r.compression != 0:
+            raise InvalidRecordError("Compressed wrapper holds a compressed inner message",
+                                     position=h.position, offset=h.base_offset)
+        if not r.crc_valid:
+            raise CorruptRecordError(
+                f"Inner message {i} of a compressed wrapper has a bad CRC",
+                position=h.position, offset=h.base_offset)
+        _legacy_fields(iv.ptr + r.position, r.size, h.position, h.base_offset,
+                       &ko, &kl, &vo, &vl)
+        if h.magic == 1 and h.timestamp_type == 1:
+            ts, ts_type = h.max_timestamp, 1
+        else:
+            ts, ts_type = r.base_timestamp, r.timestamp_type
+        out.append(_new_record(base + r.base_offset, ts, ts_type,
+                               _bytes_or_none(iv.ptr + r.position, ko, kl),
+                               _bytes_or_none(iv.ptr + r.position, vo, vl),
+                               _NO_HEADERS, -1, False))
+    return out

@@ -1,0 +1,339 @@
+# Columnar decode: a range of batches straight into Arrow-layout column buffers
+# (included by records.pyx).
+#
+# Layout of the result (all numpy arrays; the memory is allocated here and owned by them):
+#   offset int64[n], timestamp int64[n], timestamp_type int8[n], batch_index int32[n]
+#   key / value:   <name>_offsets int32[n+1], <name>_data uint8[...], <name>_validity uint8
+#                  (Arrow's LSB-first bitmap, 1 = not null), <name>_null_count
+#   headers:       header_offsets int32[n+1] (a list per record), header_key_offsets int32,
+#                  header_key_data uint8 (UTF-8), header_value_offsets int32,
+#                  header_value_data uint8, header_value_validity uint8 bitmap
+# which is exactly what pyarrow's Array.from_buffers takes for binary, string and list
+# arrays, so wrapping them copies nothing.
+
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from libc.stdlib cimport realloc
+from libc.string cimport memset
+
+cdef size_t _INT32_LIMIT = 0x7FFFFFFF
+
+
+cdef struct GrowBuf:
+    uint8_t *data
+    size_t len
+    size_t cap
+
+
+cdef int gb_reserve(GrowBuf *g, size_t extra) noexcept nogil:
+    cdef size_t want = g.len + extra, cap
+    cdef uint8_t *p
+    if want <= g.cap:
+        return 0
+    cap = g.cap * 2 if g.cap else 4096
+    while cap < want:
+        cap *= 2
+    p = <uint8_t *>realloc(g.data, cap)
+    if p == NULL:
+        return -1
+    g.data = p
+    g.cap = cap
+    return 0
+
+
+cdef struct ColumnSet:
+    GrowBuf offset, timestamp, ts_type, batch_index
+    GrowBuf key_off, key_data, key_valid
+    GrowBuf val_off, val_data, val_valid
+    GrowBuf hdr_off, hk_off, hk_data, hv_off, hv_data, hv_valid
+    int64_t n, nh, key_nulls, val_nulls, hv_nulls
+
+
+cdef inline void _put_i64(GrowBuf *g, int64_t v) noexcept nogil:
+    memcpy(g.data + g.len, &v, 8)
+    g.len += 8
+
+
+cdef inline void _put_i32(GrowBuf *g, int32_t v) noexcept nogil:
+    memcpy(g.data + g.len, &v, 4)
+    g.len += 4
+
+
+cdef inline int _reserve_bits(GrowBuf *g, int64_t bits) noexcept nogil:
+    cdef size_t need = <size_t>((bits + 7) >> 3)
+    if need > g.len:
+        if gb_reserve(g, need - g.len) != 0:
+            return -1
+        memset(g.data + g.len, 0, need - g.len)
+        g.len = need
+    return 0
+
+
+cdef inline void _set_bit(GrowBuf *g, int64_t i) noexcept nogil:
+    g.data[i >> 3] |= <uint8_t>(1 << (i & 7))
+
+
+cdef int _columns_init(ColumnSet *c) noexcept nogil:
+    memset(c, 0, sizeof(ColumnSet))
+    if (gb_reserve(&c.key_off, 4) or gb_reserve(&c.val_off, 4) or gb_reserve(&c.hdr_off, 4)
+            or gb_reserve(&c.hk_off, 4) or gb_reserve(&c.hv_off, 4)):
+        return -1
+    _put_i32(&c.key_off, 0)
+    _put_i32(&c.val_off, 0)
+    _put_i32(&c.hdr_off, 0)
+    _put_i32(&c.hk_off, 0)
+    _put_i32(&c.hv_off, 0)
+    return 0
+
+
+cdef void _columns_free(ColumnSet *c) noexcept nogil:
+    free(c.offset.data); free(c.timestamp.data); free(c.ts_type.data)
+    free(c.batch_index.data); free(c.key_off.data); free(c.key_data.data)
+    free(c.key_valid.data); free(c.val_off.data); free(c.val_data.data)
+    free(c.val_valid.data); free(c.hdr_off.data); free(c.hk_off.data)
+    free(c.hk_data.data); free(c.hv_off.data); free(c.hv_data.data); free(c.hv_valid.data)
+    memset(c, 0, sizeof(ColumnSet))
+
+
+cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
+                               int64_t *nulls, const uint8_t *src, int32_t length) noexcept nogil:
+    """Appends one nullable binary value; -1 out of memory, -2 past Arrow's int32 offsets."""
+    if length < 0:
+        nulls[0] += 1
+    else:
+        if data.len + <size_t>length > _INT32_LIMIT:
+            return -2
+        memcpy(data.data + data.len, src, length)
+        data.len += length
+        _set_bit(valid, index)
+    _put_i32(offs, <int32_t>data.len)
+    return 0
+
+
+cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *views,
+                    const eng_batch_header *h, int32_t batch_index, int64_t min_offset,
+                    int64_t max_offset, eng_header_view *hbuf) noexcept nogil:
+    """Appends the records of one parsed v2 batch whose offsets lie in
+    [min_offset, max_offset). Returns 0, -1 (out of memory) or -2 (int32 offsets overflow)."""
+    cdef int32_t i, j, count = h.record_count
+    cdef size_t kbytes = 0, vbytes = 0, hbytes = 0, nh = 0
+    cdef const eng_record_view *r
+    cdef int64_t off
+    cdef int rc
+    for i in range(count):
+        r = &views[i]
+        kbytes += r.key_len if r.key_len > 0 else 0
+        vbytes += r.value_len if r.value_len > 0 else 0
+        hbytes += r.headers_bytes
+        nh += r.headers_count
+    if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
+            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)
+            or gb_reserve(&c.key_off, 4 * count) or gb_reserve(&c.val_off, 4 * count)
+            or gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.key_data, kbytes)
+            or gb_reserve(&c.val_data, vbytes) or gb_reserve(&c.hk_off, 4 * nh)
+            or gb_reserve(&c.hv_off, 4 * nh) or gb_reserve(&c.hk_data, hbytes)
+            or gb_reserve(&c.hv_data, hbytes)
+            or _reserve_bits(&c.key_valid, c.n + count) or _reserve_bits(&c.val_valid, c.n + count)
+            or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
+        return -1
+    for i in range(count):
+        r = &views[i]
+        off = h.base_offset + r.offset_delta
+        if off < min_offset or (max_offset >= 0 and off >= max_offset):
+            continue
+        _put_i64(&c.offset, off)
+        _put_i64(&c.timestamp, _record_timestamp(h, r.timestamp_delta))
+        c.ts_type.data[c.ts_type.len] = <uint8_t>h.timestamp_type
+        c.ts_type.len += 1
+        _put_i32(&c.batch_index, batch_index)
+        rc = _append_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
+                            sec + r.key_off, r.key_len)
+        if rc == 0:
+            rc = _append_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
+                                sec + r.value_off, r.value_len)
+        if rc != 0:
+            return rc
+        if r.headers_count:
+            eng_parse_headers(sec, r, hbuf)
+            for j in range(r.headers_count):
+                if c.hk_data.len + <size_t>hbuf[j].key_len > _INT32_LIMIT:
+                    return -2
+                memcpy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off, hbuf[j].key_len)
+                c.hk_data.len += hbuf[j].key_len
+                _put_i32(&c.hk_off, <int32_t>c.hk_data.len)
+                rc = _append_binary(&c.hv_off, &c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls,
+                                    sec + hbuf[j].value_off, hbuf[j].value_len)
+                if rc != 0:
+                    return rc
+                c.nh += 1
+        _put_i32(&c.hdr_off, <int32_t>c.nh)
+        c.n += 1
+    return 0
+
+
+cdef int _append_record(ColumnSet *c, Record rec, int32_t batch_index) except -1:
+    """Appends one decoded Record (the legacy path, with the GIL)."""
+    cdef int rc = 0
+    if (gb_reserve(&c.offset, 8) or gb_reserve(&c.timestamp, 8) or gb_reserve(&c.ts_type, 1)
+            or gb_reserve(&c.batch_index, 4) or gb_reserve(&c.key_off, 4)
+            or gb_reserve(&c.val_off, 4) or gb_reserve(&c.hdr_off, 4)
+            or _reserve_bits(&c.key_valid, c.n + 1) or _reserve_bits(&c.val_valid, c.n + 1)):
+        raise MemoryError()
+    _put_i64(&c.offset, rec.offset)
+    _put_i64(&c.timestamp, rec.timestamp)
+    c.ts_type.data[c.ts_type.len] = <uint8_t>rec._timestamp_type
+    c.ts_type.len += 1
+    _put_i32(&c.batch_index, batch_index)
+    rc = _append_py_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key)
+    if rc == 0:
+        rc = _append_py_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
+                               rec.value)
+    if rc == -2:
+        raise RecordSizeLimitError("Decoded keys or values exceed 2 GiB: decode a smaller range")
+    _put_i32(&c.hdr_off, <int32_t>c.nh)
+    c.n += 1
+    return 0
+
+
+cdef int _append_py_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
+                           int64_t *nulls, object value) except -1:
+    cdef const uint8_t[::1] mv
+    if value is None:
+        return _append_binary(offs, data, valid, index, nulls, NULL, -1)
+    mv = value
+    if gb_reserve(data, mv.shape[0]) != 0:
+        raise MemoryError()
+    return _append_binary(offs, data, valid, index, nulls,
+                          &mv[0] if mv.shape[0] else NULL, <int32_t>mv.shape[0])
+
+
+cdef void _free_capsule(object capsule) noexcept:
+    free(PyCapsule_GetPointer(capsule, NULL))
+
+
+cdef object _take_array(GrowBuf *g, object dtype, Py_ssize_t count):
+    """Hands a buffer to a numpy array that frees it when collected."""
+    cdef cnp.npy_intp dims[1]
+    cdef uint8_t *p = g.data
+    if p == NULL:
+        return np.zeros(count, dtype=dtype)
+    if g.len < g.cap:
+        p = <uint8_t *>realloc(g.data, g.len if g.len else 1)
+        if p == NULL:
+            p = g.data
+    g.data = NULL
+    capsule = PyCapsule_New(p, NULL, _free_capsule)
+    dims[0] = count
+    arr = cnp.PyArray_SimpleNewFromData(1, dims, cnp.dtype(dtype).num, p)
+    cnp.set_array_base(arr, capsule)
+    return arr
+
+
+def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
+                   Py_ssize_t stop=-1, int64_t min_offset=-1, int64_t max_offset=-1,
+                   bint include_control=True, bint verify_crc=True,
+                   Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """Decodes the records of scan rows [start, stop) of `data` into column buffers (see the
+    layout above). `headers` is a scan of `data` (scanned here when None); records outside
+    [min_offset, max_offset) are left out (-1: unbounded); control batches are left out
+    unless `include_control`. With `verify_crc`, a batch with a bad CRC raises
+    CorruptRecordError. Parsing and copying run without the GIL; one decompression per
+    compressed batch runs in its codec library. Returns a dict of numpy arrays."""
+    cdef BufferView v = _view(data)
+    if headers is None:
+        headers, _ = scan(v, verify_crc)
+    else:
+        _check_headers(headers, v)
+    cdef Py_ssize_t n = headers.shape[0], i
+    if stop < 0 or stop > n:
+        stop = n
+    if start < 0 or start > stop:
+        raise ValueError(f"start {start} outside [0, {stop}]")
+    cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
+    cdef ColumnSet c
+    cdef RecordBatch b
+    cdef const uint8_t *sec
+    cdef size_t sec_len
+    cdef eng_record_view *views = NULL
+    cdef size_t views_cap = 0
+    cdef eng_header_view *hbuf = NULL
+    cdef size_t hbuf_cap = 0, max_h
+    cdef int rc
+    cdef int32_t j
+    cdef eng_batch_header *h
+    if _columns_init(&c) != 0:
+        raise MemoryError()
+    try:
+        for i in range(start, stop):
+            h = &rows[i]
+            if h.is_control and not include_control:
+                continue
+            if max_offset >= 0 and h.base_offset >= max_offset and h.magic == 2:
+                continue
+            if h.last_offset < min_offset:
+                continue
+            b = _make_batch(v, h, False, max_decompressed_bytes)
+            if verify_crc:
+                b.ensure_valid()
+            if h.magic < 2:
+                for rec in _legacy_records(b):
+                    if rec.offset >= min_offset and (max_offset < 0 or rec.offset < max_offset):
+                        _append_record(&c, rec, <int32_t>i)
+                continue
+            owner = _v2_section(b, &sec, &sec_len)
+            if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
+                free(_alloc_views(b, sec_len))  # raises the typed error
+            if <size_t>h.record_count > views_cap:
+                free(views)
+                views_cap = max(<size_t>h.record_count, 2 * views_cap)
+                views = <eng_record_view *>malloc(views_cap * sizeof(eng_record_view))
+                if views == NULL:
+                    views_cap = 0
+                    raise MemoryError()
+            _parse_views(b, sec, sec_len, views)
+            max_h = 0
+            for j in range(h.record_count):
+                max_h = max(max_h, <size_t>views[j].headers_count)
+            if max_h > hbuf_cap:
+                free(hbuf)
+                hbuf_cap = max(max_h, 2 * hbuf_cap)
+                hbuf = <eng_header_view *>malloc(hbuf_cap * sizeof(eng_header_view))
+                if hbuf == NULL:
+                    hbuf_cap = 0
+                    raise MemoryError()
+            with nogil:
+                rc = _append_v2(&c, sec, views, h, <int32_t>i, min_offset, max_offset, hbuf)
+            if rc == -1:
+                raise MemoryError()
+            if rc == -2:
+                raise RecordSizeLimitError(
+                    "Decoded keys, values or headers exceed 2 GiB (Arrow int32 offsets): "
+                    "decode a smaller range", position=h.position, offset=h.base_offset)
+        nrec, nhdr = c.n, c.nh
+        out = {
+            "num_records": nrec,
+            "num_headers": nhdr,
+            "offset": _take_array(&c.offset, np.int64, nrec),
+            "timestamp": _take_array(&c.timestamp, np.int64, nrec),
+            "timestamp_type": _take_array(&c.ts_type, np.int8, nrec),
+            "batch_index": _take_array(&c.batch_index, np.int32, nrec),
+            "key_offsets": _take_array(&c.key_off, np.int32, nrec + 1),
+            "key_data": _take_array(&c.key_data, np.uint8, c.key_data.len),
+            "key_validity": _take_array(&c.key_valid, np.uint8, (nrec + 7) // 8),
+            "key_null_count": c.key_nulls,
+            "value_offsets": _take_array(&c.val_off, np.int32, nrec + 1),
+            "value_data": _take_array(&c.val_data, np.uint8, c.val_data.len),
+            "value_validity": _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8),
+            "value_null_count": c.val_nulls,
+            "header_offsets": _take_array(&c.hdr_off, np.int32, nrec + 1),
+            "header_key_offsets": _take_array(&c.hk_off, np.int32, nhdr + 1),
+            "header_key_data": _take_array(&c.hk_data, np.uint8, c.hk_data.len),
+            "header_value_offsets": _take_array(&c.hv_off, np.int32, nhdr + 1),
+            "header_value_data": _take_array(&c.hv_data, np.uint8, c.hv_data.len),
+            "header_value_validity": _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8),
+            "header_value_null_count": c.hv_nulls,
+        }
+        return out
+    finally:
+        free(views)
+        free(hbuf)
+        _columns_free(&c)

@@ -1,0 +1,147 @@
+"""Views of a sequence of record batches: in memory (MemoryRecords) or a file (FileRecords).
+
+Both are thin over `engine._native.records`: one nogil scan finds every entry, and batches,
+records or columns are decoded from it on demand. An entry cut short at the end of the
+buffer (a fetch response trimmed at max bytes, a torn log tail) is not an error: it is left
+out and reported by `partial_bytes`, as Kafka's readers do.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Iterator
+
+import numpy as np
+
+from engine._native import records as _records
+from engine.errors import CorruptRecordError, KafkaEngineError
+from engine.records.columnar import RecordColumns
+
+__all__ = ["MemoryRecords", "FileRecords", "BATCH_HEADER_DTYPE",
+           "DEFAULT_MAX_DECOMPRESSED_BYTES"]
+
+BATCH_HEADER_DTYPE = _records.BATCH_HEADER_DTYPE
+DEFAULT_MAX_DECOMPRESSED_BYTES = _records.DEFAULT_MAX_DECOMPRESSED_BYTES
+
+
+class MemoryRecords:
+    """Record batches in any buffer (bytes, bytearray, memoryview, mmap, numpy).
+
+    `file` only names the source in error messages. Scans are cached; the object is safe to
+    read from several threads once `scan()` has run.
+    """
+
+    def __init__(self, buffer, *, file: str | os.PathLike | None = None,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES):
+        self._view = _records.BufferView(buffer)
+        self.file = None if file is None else os.fspath(file)
+        self.max_decompressed_bytes = max_decompressed_bytes
+        self._headers: np.ndarray | None = None
+        self._crc_checked = False
+        self._valid_bytes = 0
+
+    @property
+    def buffer(self):
+        return self._view.obj
+
+    def size_in_bytes(self) -> int:
+        return len(self._view)
+
+    def _named(self, exc: KafkaEngineError) -> KafkaEngineError:
+        return exc.with_file(self.file) if self.file is not None else exc
+
+    def scan(self, verify_crc: bool = False) -> np.ndarray:
+        """The BATCH_HEADER_DTYPE row of every whole entry (cached)."""
+        if self._headers is None or (verify_crc and not self._crc_checked):
+            try:
+                self._headers, self._valid_bytes = _records.scan(self._view, verify_crc)
+            except KafkaEngineError as exc:
+                raise self._named(exc) from None
+            self._crc_checked = verify_crc
+        return self._headers
+
+    @property
+    def valid_bytes(self) -> int:
+        """End of the last whole entry."""
+        self.scan()
+        return self._valid_bytes
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of a partial trailing entry (0 when the buffer ends on a boundary)."""
+        return len(self._view) - self.valid_bytes
+
+    def batches(self) -> Iterator[_records.RecordBatch]:
+        headers = self.scan()
+        yield from _records.batches_from_headers(self._view, headers, self._crc_checked,
+                                                 self.max_decompressed_bytes)
+
+    def records(self) -> Iterator[_records.Record]:
+        """Every record of every batch in order (legacy wrappers expanded)."""
+        for batch in self.batches():
+            try:
+                yield from batch.records()
+            except KafkaEngineError as exc:
+                raise self._named(exc) from None
+
+    def validate(self) -> None:
+        """Raises CorruptRecordError for the first entry whose CRC is wrong."""
+        headers = self.scan(verify_crc=True)
+        bad = np.flatnonzero(~headers["crc_valid"])
+        if len(bad):
+            batch = _records.batches_from_headers(self._view, headers[bad[:1]], True)[0]
+            try:
+                batch.ensure_valid()
+            except CorruptRecordError as exc:
+                raise self._named(exc) from None
+
+    def decode_columns(self, start: int = 0, stop: int | None = None, *,
+                       min_offset: int = -1, max_offset: int = -1,
+                       include_control: bool = True, verify_crc: bool = True) -> RecordColumns:
+        """Records of batches [start, stop) as column buffers (see RecordColumns)."""
+        headers = self.scan(verify_crc)
+        try:
+            cols = _records.decode_columns(
+                self._view, headers, start, -1 if stop is None else stop, min_offset,
+                max_offset, include_control, verify_crc, self.max_decompressed_bytes)
+        except KafkaEngineError as exc:
+            raise self._named(exc) from None
+        return RecordColumns(cols, headers)
+
+    def __iter__(self):
+        return self.batches()
+
+    def __repr__(self):
+        return f"MemoryRecords({len(self._view)} bytes{', ' + self.file if self.file else ''})"
+
+
+class FileRecords(MemoryRecords):
+    """A log segment (or any file of batches) memory-mapped read-only.
+
+    `end` limits the view to the first `end` bytes (a segment's known size). Close it (or use
+    `with`) to unmap; batches and records obtained from it must not outlive it.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, end: int | None = None,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES):
+        self.path = os.fspath(path)
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            length = size if end is None else min(end, size)
+            self._mmap = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ) if length else None
+        buf = memoryview(self._mmap) if self._mmap is not None else b""
+        super().__init__(buf, file=self.path, max_decompressed_bytes=max_decompressed_bytes)
+
+    def close(self) -> None:
+        if self._mmap is not None:
+            self._view = _records.BufferView(b"")
+            self._headers = None
+            self._mmap.close()
+            self._mmap = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -127,16 +127,22 @@ cdef class RecordBatch:
             raw = memoryview(self.buffer.obj).cast("B")[start:self.h.position + self.h.size]
             if self.h.compression == 0:
                 return raw
+            if self.h.record_count == 0:
+                return b""
             return decompress(self.h.compression, raw, self.max_decompressed_bytes, 2,
                               self.h.position, self.h.base_offset)
         return _legacy_inner_set(self)
 
-    def records(self):
+    def records(self, section=None):
         """Decodes every record (a list of Record). Raises CorruptRecordError /
-        InvalidRecordError naming the batch position and offset on malformed content."""
+        InvalidRecordError naming the batch position and offset on malformed content.
+
+        `section` may be this batch's `records_section()` computed earlier (say, on another
+        thread), so decompression and record creation can overlap.
+        """
         if self.h.magic == 2:
-            return _v2_records(self)
-        return _legacy_records(self)
+            return _v2_records(self, section)
+        return _legacy_records(self, section)
 
     def __iter__(self):
         return iter(self.records())
@@ -205,6 +211,12 @@ cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
     """Points `sec` at the batch's records; returns the object that owns the bytes."""
     cdef const eng_batch_header *h = &b.h
     cdef BufferView hv
+    if h.record_count == 0:
+        # Kafka iterates a batch of count 0 as empty without reading (or decompressing) its
+        # records section: compaction leaves such batches
+        sec[0] = b.buffer.ptr + h.position
+        sec_len[0] = 0
+        return b.buffer
     if h.compression == 0:
         sec[0] = b.buffer.ptr + h.position + ENG_RECORD_BATCH_OVERHEAD
         sec_len[0] = h.size - ENG_RECORD_BATCH_OVERHEAD
@@ -276,11 +288,17 @@ cdef tuple _headers_tuple(const uint8_t *sec, const eng_record_view *r):
             free(hs)
 
 
-cdef list _v2_records(RecordBatch b):
+cdef list _v2_records(RecordBatch b, object section=None):
     cdef const uint8_t *sec
     cdef size_t sec_len
     cdef const eng_batch_header *h = &b.h
-    owner = _v2_section(b, &sec, &sec_len)
+    cdef BufferView sv
+    if section is None or h.compression == 0 or h.record_count == 0:
+        owner = _v2_section(b, &sec, &sec_len)
+    else:
+        sv = owner = BufferView(section)
+        sec = sv.ptr
+        sec_len = sv.nbytes
     cdef eng_record_view *views = _alloc_views(b, sec_len)
     cdef list out
     cdef const eng_record_view *r
@@ -358,7 +376,7 @@ cdef object _legacy_inner_set(RecordBatch b):
                       h.base_offset)
 
 
-cdef list _legacy_records(RecordBatch b):
+cdef list _legacy_records(RecordBatch b, object inner=None):
     cdef const eng_batch_header *h = &b.h
     cdef const uint8_t *e = b.buffer.ptr + h.position
     cdef int32_t ko, kl, vo, vl
@@ -367,7 +385,8 @@ cdef list _legacy_records(RecordBatch b):
         return [_new_record(h.base_offset, h.base_timestamp, h.timestamp_type,
                             _bytes_or_none(e, ko, kl), _bytes_or_none(e, vo, vl),
                             _NO_HEADERS, -1, False)]
-    inner = _legacy_inner_set(b)
+    if inner is None:
+        inner = _legacy_inner_set(b)
     cdef BufferView iv = BufferView(inner)
     cdef size_t count = 0, valid = 0
     cdef eng_error err

@@ -66,6 +66,10 @@ def build_v2_batch(list records, int64_t base_offset=0, int compression=0, int l
         free(sizes)
     if timestamp_type == 1:
         max_ts = log_append_time
+    if n == 0:
+        # no records: no records section and codec none, as Kafka writes an empty batch
+        # (DefaultRecordBatch's empty header); peers choke on a compressed empty stream
+        compression = 0
     if compression != 0:
         section = compress(compression, section, level)
     attributes = (compression | (timestamp_type << 3) | (is_transactional << 4)

@@ -111,23 +111,36 @@ cpdef object decompress(int codec, object data, Py_ssize_t limit=DEFAULT_MAX_DEC
 
 cdef object _gunzip(object data, Py_ssize_t limit, int64_t position, int64_t offset):
     cdef list parts = []
-    cdef Py_ssize_t total = 0
-    rest = data
+    cdef Py_ssize_t total = 0, pos = 0, n, step
+    view = memoryview(data).cast("B")
+    n = view.nbytes
+    step = n  # the first member gets all the input at once (the common, single-member case)
     while True:
         d = _inflate.decompressobj(31)
-        out = d.decompress(rest, limit - total + 1)
-        total += len(out)
-        if total > limit:
-            _limit_error(limit, position, offset)
-        parts.append(out)
-        if not d.eof:
+        while True:
+            chunk = view[pos:pos + step]
+            out = d.decompress(chunk, limit - total + 1)
+            total += len(out)
+            if total > limit:
+                _limit_error(limit, position, offset)
+            if out:
+                parts.append(out)
             if d.unconsumed_tail:
                 _limit_error(limit, position, offset)
-            _codec_error("Truncated gzip stream in record batch", position, offset)
-        rest = d.unused_data
-        if not rest:
+            pos += len(chunk) - len(d.unused_data)
+            if d.eof:
+                break
+            if pos >= n:
+                _codec_error("Truncated gzip stream in record batch", position, offset)
+            step *= 2
+        if pos >= n:
             break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        # further members: input in growing pieces, since a finished member copies what it
+        # was given beyond its end (unused_data): linear however many members there are
+        step = 512
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
 
 
 cdef Py_ssize_t _snappy_raw_length(const uint8_t *p, Py_ssize_t n, int64_t position,
@@ -219,8 +232,18 @@ cdef object _unlz4(object data, Py_ssize_t limit, int magic, int64_t position, i
             _codec_error("Truncated LZ4 block", position, offset)
         if stored:
             block = bytes(mv[pos:pos + size])
-        else:
+        elif block_max <= limit - total:
             block = _lz4_block.decompress(mv[pos:pos + size], uncompressed_size=block_max)
+        else:
+            # never let one block allocate past the limit: cap its output at what is left
+            try:
+                block = _lz4_block.decompress(mv[pos:pos + size],
+                                              uncompressed_size=max(limit - total, 1))
+            except _lz4_block.LZ4BlockError:
+                raise RecordSizeLimitError(
+                    f"LZ4 block would exceed the limit of {limit} decompressed bytes "
+                    "(max_decompressed_bytes), or is corrupt", position=position,
+                    offset=offset) from None
         total += len(block)
         if total > limit:
             _limit_error(limit, position, offset)
@@ -238,16 +261,94 @@ cdef object _unlz4(object data, Py_ssize_t limit, int magic, int64_t position, i
     return b"".join(parts)
 
 
+cdef uint32_t ZSTD_MAGIC = 0xFD2FB528
+cdef Py_ssize_t ZSTD_BLOCK_MAX = 128 * 1024
+
+
+cdef Py_ssize_t _zstd_bound(const uint8_t *p, Py_ssize_t n, int64_t position,
+                            int64_t offset) except -1:
+    """Walks the frames' block headers (RFC 8878): proves the stream is whole and returns an
+    upper bound of its decompressed size, without decompressing anything."""
+    cdef Py_ssize_t pos = 0, bound = 0, size, fcs_size, window
+    cdef uint32_t magic, header
+    cdef uint8_t fhd, wd
+    cdef int last, btype
+    if n == 0:
+        _codec_error("Empty zstd stream", position, offset)
+    while pos < n:
+        if n - pos < 4:
+            _codec_error("Truncated zstd frame magic", position, offset)
+        magic = _le32(p + pos)
+        pos += 4
+        if (magic & 0xFFFFFFF0) == 0x184D2A50:  # skippable frame
+            if n - pos < 4 or _le32(p + pos) > <uint32_t>(n - pos - 4):
+                _codec_error("Truncated zstd skippable frame", position, offset)
+            pos += 4 + _le32(p + pos)
+            continue
+        if magic != ZSTD_MAGIC:
+            _codec_error(f"Not a zstd frame (magic 0x{magic:08x})", position, offset)
+        if pos >= n:
+            _codec_error("Truncated zstd frame header", position, offset)
+        fhd = p[pos]
+        pos += 1
+        if fhd & 0x08:
+            _codec_error("zstd frame header has its reserved bit set", position, offset)
+        fcs_size = (0, 2, 4, 8)[fhd >> 6]
+        if fcs_size == 0 and (fhd & 0x20):
+            fcs_size = 1
+        window = ZSTD_BLOCK_MAX
+        if not (fhd & 0x20):
+            if pos >= n:
+                _codec_error("Truncated zstd frame header", position, offset)
+            wd = p[pos]
+            pos += 1
+            window = (1 << (10 + (wd >> 3))) + ((1 << (10 + (wd >> 3))) >> 3) * (wd & 7)
+        pos += (0, 1, 2, 4)[fhd & 0x03] + fcs_size
+        while True:
+            if n - pos < 3:
+                _codec_error("Truncated zstd block header", position, offset)
+            header = p[pos] | (<uint32_t>p[pos + 1] << 8) | (<uint32_t>p[pos + 2] << 16)
+            pos += 3
+            last = header & 1
+            btype = (header >> 1) & 3
+            size = header >> 3
+            if btype == 3:
+                _codec_error("Reserved zstd block type", position, offset)
+            if btype == 1:  # RLE: one byte, repeated `size` times
+                bound += size
+                size = 1
+            elif btype == 0:
+                bound += size
+            else:
+                bound += min(window, ZSTD_BLOCK_MAX)
+            if size > n - pos:
+                _codec_error("Truncated zstd block", position, offset)
+            pos += size
+            if last:
+                break
+        if fhd & 0x04:
+            if n - pos < 4:
+                _codec_error("Truncated zstd content checksum", position, offset)
+            pos += 4
+    return bound
+
+
 cdef object _unzstd(object data, Py_ssize_t limit, int64_t position, int64_t offset):
+    cdef const uint8_t[::1] mv = memoryview(data).cast("B")
+    cdef Py_ssize_t n = mv.shape[0]
+    cdef Py_ssize_t bound = _zstd_bound(&mv[0] if n else NULL, n, position, offset)
     cdef long long declared = _zstd.frame_content_size(data)
-    cdef Py_ssize_t n = len(data)
-    if declared >= 0:
-        if declared > limit:
-            _limit_error(limit, position, offset)
+    if declared > limit:
+        _limit_error(limit, position, offset)
+    if declared >= 0 or bound <= limit:
         try:
-            return _zstd.ZstdDecompressor().decompress(data, allow_extra_data=False)
-        except _zstd.ZstdError:
-            pass  # concatenated frames (or damage): the bounded streaming path decides
+            # one frame (zstd-jni's streams are one frame): sized by the header or the bound
+            return _zstd.ZstdDecompressor().decompress(
+                data, max_output_size=0 if declared >= 0 else bound, allow_extra_data=False)
+        except _zstd.ZstdError as exc:
+            if "unused data" not in str(exc):
+                raise
+    # several frames, or a bound above the limit: stream, counting every byte
     reader = _zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True)
     cdef list parts = []
     cdef Py_ssize_t total = 0, want = max(4 * n, 65536)

@@ -12,7 +12,6 @@
 # arrays, so wrapping them copies nothing.
 
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.stdlib cimport realloc
 from libc.string cimport memset
 
 cdef size_t _INT32_LIMIT = 0x7FFFFFFF
@@ -24,6 +23,12 @@ cdef struct GrowBuf:
     size_t cap
 
 
+cdef extern from "bigbuf.h" nogil:
+    void *eng_big_alloc(size_t *cap)
+    void *eng_big_realloc(void *p, size_t old_cap, size_t *cap)
+    void eng_big_free(void *p, size_t cap)
+
+
 cdef int gb_reserve(GrowBuf *g, size_t extra) noexcept nogil:
     cdef size_t want = g.len + extra, cap
     cdef uint8_t *p
@@ -32,7 +37,7 @@ cdef int gb_reserve(GrowBuf *g, size_t extra) noexcept nogil:
     cap = g.cap * 2 if g.cap else 4096
     while cap < want:
         cap *= 2
-    p = <uint8_t *>realloc(g.data, cap)
+    p = <uint8_t *>eng_big_realloc(g.data, g.cap, &cap)
     if p == NULL:
         return -1
     g.data = p
@@ -85,13 +90,18 @@ cdef int _columns_init(ColumnSet *c) noexcept nogil:
     return 0
 
 
+cdef inline void _gb_free(GrowBuf *g) noexcept nogil:
+    eng_big_free(g.data, g.cap)
+    g.data = NULL
+    g.cap = g.len = 0
+
+
 cdef void _columns_free(ColumnSet *c) noexcept nogil:
-    free(c.offset.data); free(c.timestamp.data); free(c.ts_type.data)
-    free(c.batch_index.data); free(c.key_off.data); free(c.key_data.data)
-    free(c.key_valid.data); free(c.val_off.data); free(c.val_data.data)
-    free(c.val_valid.data); free(c.hdr_off.data); free(c.hk_off.data)
-    free(c.hk_data.data); free(c.hv_off.data); free(c.hv_data.data); free(c.hv_valid.data)
-    memset(c, 0, sizeof(ColumnSet))
+    _gb_free(&c.offset); _gb_free(&c.timestamp); _gb_free(&c.ts_type)
+    _gb_free(&c.batch_index); _gb_free(&c.key_off); _gb_free(&c.key_data)
+    _gb_free(&c.key_valid); _gb_free(&c.val_off); _gb_free(&c.val_data)
+    _gb_free(&c.val_valid); _gb_free(&c.hdr_off); _gb_free(&c.hk_off)
+    _gb_free(&c.hk_data); _gb_free(&c.hv_off); _gb_free(&c.hv_data); _gb_free(&c.hv_valid)
 
 
 cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
@@ -206,26 +216,56 @@ cdef int _append_py_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t
                           &mv[0] if mv.shape[0] else NULL, <int32_t>mv.shape[0])
 
 
+cdef struct _Owned:
+    void *data
+    size_t cap
+
+
 cdef void _free_capsule(object capsule) noexcept:
-    free(PyCapsule_GetPointer(capsule, NULL))
+    cdef _Owned *owned = <_Owned *>PyCapsule_GetPointer(capsule, NULL)
+    eng_big_free(owned.data, owned.cap)
+    free(owned)
 
 
 cdef object _take_array(GrowBuf *g, object dtype, Py_ssize_t count):
     """Hands a buffer to a numpy array that frees it when collected."""
     cdef cnp.npy_intp dims[1]
-    cdef uint8_t *p = g.data
-    if p == NULL:
+    cdef _Owned *owned
+    if g.data == NULL:
         return np.zeros(count, dtype=dtype)
-    if g.len < g.cap:
-        p = <uint8_t *>realloc(g.data, g.len if g.len else 1)
-        if p == NULL:
-            p = g.data
+    owned = <_Owned *>malloc(sizeof(_Owned))
+    if owned == NULL:
+        raise MemoryError()
+    owned.data = g.data
+    owned.cap = g.cap
     g.data = NULL
-    capsule = PyCapsule_New(p, NULL, _free_capsule)
+    g.cap = 0
+    capsule = PyCapsule_New(owned, NULL, _free_capsule)
     dims[0] = count
-    arr = cnp.PyArray_SimpleNewFromData(1, dims, cnp.dtype(dtype).num, p)
+    arr = cnp.PyArray_SimpleNewFromData(1, dims, cnp.dtype(dtype).num, owned.data)
     cnp.set_array_base(arr, capsule)
     return arr
+
+
+cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t start,
+                        Py_ssize_t stop) noexcept nogil:
+    """Sizes the buffers once for the range, so growth (and its page faults) is rare."""
+    cdef size_t records = 0, raw = 0
+    cdef Py_ssize_t i
+    cdef size_t section
+    for i in range(start, stop):
+        # counts are untrusted until parsed: reserve only what the bytes could hold
+        if rows[i].magic == 2 and rows[i].compression == 0 and rows[i].record_count > 0:
+            section = <size_t>(rows[i].size - ENG_RECORD_BATCH_OVERHEAD)
+            if <size_t>rows[i].record_count <= section // 7:
+                records += <size_t>rows[i].record_count
+                raw += section
+    if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
+            or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
+            or gb_reserve(&c.key_off, 4 * records) or gb_reserve(&c.val_off, 4 * records)
+            or gb_reserve(&c.hdr_off, 4 * records) or gb_reserve(&c.val_data, raw)):
+        return -1
+    return 0
 
 
 def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
@@ -240,7 +280,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     compressed batch runs in its codec library. Returns a dict of numpy arrays."""
     cdef BufferView v = _view(data)
     if headers is None:
-        headers, _ = scan(v, verify_crc)
+        headers, _ = scan(v, False)  # CRCs are checked per batch below, while hot in cache
     else:
         _check_headers(headers, v)
     cdef Py_ssize_t n = headers.shape[0], i
@@ -248,6 +288,8 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
         stop = n
     if start < 0 or start > stop:
         raise ValueError(f"start {start} outside [0, {stop}]")
+    if min_offset < 0:  # unbounded: records with negative offsets are not left out either
+        min_offset = -0x7FFFFFFFFFFFFFFF - 1
     cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
     cdef ColumnSet c
     cdef RecordBatch b
@@ -263,6 +305,8 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     if _columns_init(&c) != 0:
         raise MemoryError()
     try:
+        if _reserve_range(&c, rows, start, stop) != 0:
+            raise MemoryError()
         for i in range(start, stop):
             h = &rows[i]
             if h.is_control and not include_control:

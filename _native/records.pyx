@@ -1,4 +1,4 @@
-# distutils: sources = [_native/src/batch.c, _native/src/crc32c.c]
+# distutils: sources = [_native/src/batch.c, _native/src/bigbuf.c, _native/src/crc32c.c]
 # cython: language_level=3
 """Kafka record batches: scan, decode (records and columns), legacy messages, codecs, builder.
 

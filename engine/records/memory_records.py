@@ -16,6 +16,7 @@ import numpy as np
 
 from engine._native import records as _records
 from engine.errors import CorruptRecordError, KafkaEngineError
+from engine.records import _prefetch
 from engine.records.columnar import RecordColumns
 
 __all__ = ["MemoryRecords", "FileRecords", "BATCH_HEADER_DTYPE",
@@ -77,13 +78,33 @@ class MemoryRecords:
         yield from _records.batches_from_headers(self._view, headers, self._crc_checked,
                                                  self.max_decompressed_bytes)
 
-    def records(self) -> Iterator[_records.Record]:
-        """Every record of every batch in order (legacy wrappers expanded)."""
-        for batch in self.batches():
-            try:
-                yield from batch.records()
-            except KafkaEngineError as exc:
-                raise self._named(exc) from None
+    def records(self, verify_crc: bool = True,
+                decompress_ahead: int | None = None) -> Iterator[_records.Record]:
+        """Every record of every batch in order (legacy wrappers expanded). Each batch's CRC
+        is checked first unless `verify_crc` is False (Kafka consumers' check.crcs).
+
+        Compressed batches are decompressed up to `decompress_ahead` groups ahead on a shared
+        thread pool (the codecs release the GIL), overlapping with record creation here;
+        None picks it from the CPU count, 0 decompresses inline.
+        """
+        batches = list(self.batches())
+        if decompress_ahead is None:
+            decompress_ahead = 2 * _prefetch.workers() if _prefetch.worth_it(batches) else 0
+        sections = (_prefetch.sections_ahead(batches, decompress_ahead, verify_crc)
+                    if decompress_ahead > 0 else None)
+        try:
+            for batch in batches:
+                if sections is None:
+                    if verify_crc:
+                        batch.ensure_valid()
+                    yield from batch.records()
+                else:
+                    yield from batch.records(next(sections))
+        except KafkaEngineError as exc:
+            raise self._named(exc) from None
+        finally:
+            if sections is not None:
+                sections.close()
 
     def validate(self) -> None:
         """Raises CorruptRecordError for the first entry whose CRC is wrong."""
@@ -99,8 +120,9 @@ class MemoryRecords:
     def decode_columns(self, start: int = 0, stop: int | None = None, *,
                        min_offset: int = -1, max_offset: int = -1,
                        include_control: bool = True, verify_crc: bool = True) -> RecordColumns:
-        """Records of batches [start, stop) as column buffers (see RecordColumns)."""
-        headers = self.scan(verify_crc)
+        """Records of batches [start, stop) as column buffers (see RecordColumns). CRCs are
+        checked batch by batch just before decoding, while the bytes are in cache."""
+        headers = self.scan()
         try:
             cols = _records.decode_columns(
                 self._view, headers, start, -1 if stop is None else stop, min_offset,

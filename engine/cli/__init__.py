@@ -1,0 +1,58 @@
+"""Command line: `python -m engine <command>`.
+
+Commands:
+  dump-log FILE...   print (and with --verify, check) segments, indexes, snapshots and
+                     checkpoint files, in the spirit of kafka-dump-log.sh
+  demo               the main job until tiering exists: generate a realistic segment in
+                     several codecs, validate and decode it, print what was found and how fast
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dump = sub.add_parser("dump-log", help="print or verify Kafka log files")
+    dump.add_argument("files", nargs="+", metavar="FILE",
+                      help=".log .index .timeindex .txnindex .snapshot leader-epoch-checkpoint "
+                           "partition.metadata or an offset checkpoint file")
+    dump.add_argument("--print-data-log", action="store_true",
+                      help="print every record, not only batch headers")
+    dump.add_argument("--verify", action="store_true",
+                      help="check every CRC, record and index entry; exit 1 naming the first "
+                           "problem")
+    dump.add_argument("--json", action="store_true",
+                      help="one JSON object per record (segments) or per entry (other files)")
+    dump.add_argument("--max-decompressed-bytes", type=int, default=256 * 1024 * 1024,
+                      help="bound on one batch's decompressed size (default 256 MiB)")
+
+    demo = sub.add_parser("demo", help="generate, validate and decode a realistic segment")
+    demo.add_argument("--records", type=int, default=200_000,
+                      help="records per codec (default 200000)")
+    demo.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd")
+    demo.add_argument("--dir", default=None,
+                      help="where to write the partition directory (default: a temp dir)")
+    demo.add_argument("--seed", type=int, default=1)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "dump-log":
+            from engine.cli.dump_log import run
+            return run(args)
+        if args.command == "demo":
+            from engine.cli.demo import run
+            return run(args)
+    except BrokenPipeError:  # `| head` closed the pipe: not an error
+        sys.stderr.close()
+        return 0
+    raise AssertionError(args.command)

@@ -1,0 +1,201 @@
+"""dump-log for index, snapshot and checkpoint files, each checked against its segment.
+
+Verification follows kafka-dump-log.sh's: an offset-index entry must point at the start of a
+batch whose last offset is the entry's offset; a time-index entry (T, O) must name the batch
+where the segment's running max timestamp first reached T; a transaction-index entry must end
+at an abort marker of the segment.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from engine.cli.dump_log import DumpContext, base_offset_of
+from engine.errors import KafkaEngineError
+from engine.log import (
+    LeaderEpochCheckpointFile,
+    OffsetCheckpointFile,
+    OffsetIndex,
+    PartitionMetadataFile,
+    TimeIndex,
+    TransactionIndex,
+    read_snapshot,
+)
+from engine.records import MemoryRecords, parse_control_record
+
+__all__ = ["AUX_DUMPERS"]
+
+
+def _segment_scan(index_path: str, suffix: str, ctx: DumpContext):
+    """The scan of the .log beside an index and its bytes, or (None, None)."""
+    log_path = index_path[: -len(suffix)] + ".log"
+    if not os.path.exists(log_path):
+        if ctx.verify:
+            ctx.problem(index_path, f"cannot verify: segment {os.path.basename(log_path)} "
+                                    "is missing")
+        return None, None
+    with open(log_path, "rb") as f:
+        data = f.read()
+    return MemoryRecords(data, file=log_path).scan(), data
+
+
+def dump_offset_index(path: str, ctx: DumpContext) -> None:
+    base = base_offset_of(path)
+    index = OffsetIndex(path, base, writable=False)
+    try:
+        if ctx.verify:
+            index.sanity_check()
+        entries = index.entries_array()
+    finally:
+        index.close()
+    for e in entries:
+        ctx.line(f"offset: {e['offset']} position: {e['position']}")
+    if not ctx.verify:
+        return
+    headers, _ = _segment_scan(path, ".index", ctx)
+    if headers is None:
+        return
+    positions = headers["position"]
+    last = -1
+    for i, e in enumerate(entries):
+        offset, pos = int(e["offset"]), int(e["position"])
+        if offset <= last:
+            ctx.problem(path, f"entry {i}: offset {offset} does not increase (previous {last})")
+            return
+        last = offset
+        slot = int(np.searchsorted(positions, pos))
+        if slot >= len(positions) or positions[slot] != pos:
+            ctx.problem(path, f"entry {i}: position {pos} (offset {offset}) is not the start "
+                              "of a batch in the segment")
+            return
+        if int(headers["last_offset"][slot]) != offset:
+            ctx.problem(path, f"entry {i}: index offset {offset} but the batch at position "
+                              f"{pos} ends at offset {int(headers['last_offset'][slot])}")
+            return
+
+
+def dump_time_index(path: str, ctx: DumpContext) -> None:
+    base = base_offset_of(path)
+    index = TimeIndex(path, base, writable=False)
+    try:
+        if ctx.verify:
+            index.sanity_check()
+        entries = index.entries_array()
+    finally:
+        index.close()
+    for e in entries:
+        ctx.line(f"timestamp: {e['timestamp']} offset: {e['offset']}")
+    if not ctx.verify:
+        return
+    headers, _ = _segment_scan(path, ".timeindex", ctx)
+    if headers is None:
+        return
+    running_max = np.maximum.accumulate(headers["max_timestamp"]) if len(headers) else headers["max_timestamp"]
+    last_ts = None
+    for i, e in enumerate(entries):
+        ts, offset = int(e["timestamp"]), int(e["offset"])
+        if last_ts is not None and ts <= last_ts:
+            ctx.problem(path, f"entry {i}: timestamp {ts} does not increase (previous {last_ts})")
+            return
+        last_ts = ts
+        # the batch holding the offset (Kafka stores the batch's last offset; older brokers
+        # stored the record's own offset, which lies inside the same batch)
+        slot = int(np.searchsorted(headers["last_offset"], offset))
+        if slot >= len(headers) or int(headers["base_offset"][slot]) > offset:
+            ctx.problem(path, f"entry {i}: offset {offset} is in no batch of the segment")
+            return
+        before = int(running_max[slot - 1]) if slot else -1
+        if not (before < ts <= int(running_max[slot])):
+            ctx.problem(path, f"entry {i}: timestamp {ts} at offset {offset}, but the "
+                              f"segment's max timestamp reaches {int(running_max[slot])} "
+                              f"there (and was {before} before that batch)")
+            return
+
+
+def dump_txn_index(path: str, ctx: DumpContext) -> None:
+    base = base_offset_of(path)
+    index = TransactionIndex(base, path)
+    try:
+        if ctx.verify:
+            index.sanity_check()
+        entries = index.all_aborted_txns()
+    finally:
+        index.close()
+    for t in entries:
+        ctx.line(f"version: {t.version} producerId: {t.producer_id} firstOffset: "
+                 f"{t.first_offset} lastOffset: {t.last_offset} lastStableOffset: "
+                 f"{t.last_stable_offset}")
+    if not ctx.verify or not entries:
+        return
+    headers, data = _segment_scan(path, ".txnindex", ctx)
+    if headers is None:
+        return
+    batches = {int(h["last_offset"]): h for h in headers[headers["is_control"]]}
+    mr = MemoryRecords(data)
+    for i, t in enumerate(entries):
+        h = batches.get(t.last_offset)
+        if h is None:
+            ctx.problem(path, f"entry {i}: no control batch ends at offset {t.last_offset}")
+            return
+        batch = next(b for b in mr.batches() if b.position == int(h["position"]))
+        (marker,) = batch.records()[:1] or [None]
+        control = parse_control_record(marker.key, marker.value) if marker else None
+        if control is None or control.type.name != "ABORT" or batch.producer_id != t.producer_id:
+            ctx.problem(path, f"entry {i}: the control batch at offset {t.last_offset} is "
+                              f"not an ABORT of producer {t.producer_id}")
+            return
+
+
+def dump_snapshot(path: str, ctx: DumpContext) -> None:
+    for e in read_snapshot(path):  # CRC and layout are checked on every read
+        ctx.line(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
+                 f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                 f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp} "
+                 f"coordinatorEpoch: {e.coordinator_epoch} "
+                 f"currentTxnFirstOffset: {e.current_txn_first_offset}")
+
+
+def dump_leader_epoch_checkpoint(path: str, ctx: DumpContext) -> None:
+    entries = LeaderEpochCheckpointFile(path, create=False).read()
+    last = None
+    for epoch, start in entries:
+        ctx.line(f"epoch: {epoch} startOffset: {start}")
+        if ctx.verify and last is not None and (epoch <= last[0] or start < last[1]):
+            ctx.problem(path, f"epoch {epoch} at {start} does not follow epoch {last[0]} "
+                              f"at {last[1]}")
+        last = (epoch, start)
+
+
+def dump_partition_metadata(path: str, ctx: DumpContext) -> None:
+    meta = PartitionMetadataFile(path).read()
+    ctx.line(f"version: {meta.version} topic_id: {meta.topic_id}")
+
+
+def dump_offset_checkpoint(path: str, ctx: DumpContext) -> None:
+    for tp, offset in sorted(OffsetCheckpointFile(path, create=False).read().items()):
+        ctx.line(f"{tp[0]} {tp[1]} {offset}")
+
+
+def _checked(fn):
+    """Errors of the file's own format become verify problems naming the file."""
+    def run(path: str, ctx: DumpContext) -> None:
+        try:
+            fn(path, ctx)
+        except KafkaEngineError as exc:
+            ctx.problem(path, str(exc.with_file(path)))
+            if not ctx.verify:
+                raise
+    return run
+
+
+AUX_DUMPERS = [
+    (".index", _checked(dump_offset_index)),
+    (".timeindex", _checked(dump_time_index)),
+    (".txnindex", _checked(dump_txn_index)),
+    (".snapshot", _checked(dump_snapshot)),
+    ("leader-epoch-checkpoint", _checked(dump_leader_epoch_checkpoint)),
+    ("partition.metadata", _checked(dump_partition_metadata)),
+    ("offset-checkpoint", _checked(dump_offset_checkpoint)),
+]

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the engine from source (its native core compiles here).
+#   scripts/setup.sh        the engine and its runtime dependencies
+#   scripts/setup.sh test   plus the test extras (pytest, hypothesis, peers, atheris, pyarrow)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+extras=""
+if [ "${1:-}" = "test" ]; then
+    extras="[test]"
+fi
+# editable, so the compiled modules land beside the sources the tests import
+.venv/bin/python -m pip install -q -e ".${extras}"

@@ -1,0 +1,198 @@
+"""engine.records: scan rows, batch fields, record decode, columns, buffers and threads."""
+
+import mmap
+import threading
+
+import numpy as np
+import pytest
+
+from engine.errors import CorruptRecordError, InvalidRecordError, RecordSizeLimitError
+from engine.records import (
+    BATCH_HEADER_DTYPE,
+    CompressionType,
+    ControlRecordType,
+    FileRecords,
+    MemoryRecords,
+    RecordBatchBuilder,
+    TimestampType,
+    build_end_txn_marker,
+    parse_control_record,
+    scan_batches,
+)
+from engine.records.sample import sample_batches
+
+CODECS = list(CompressionType)
+
+
+def _batch(codec=CompressionType.NONE, base_offset=0, n=3, **kw):
+    b = RecordBatchBuilder(base_offset=base_offset, compression_type=codec, **kw)
+    for i in range(n):
+        b.append(b"value-%d" % i, key=None if i == 1 else b"k%d" % i,
+                 headers=[("h", b"x%d" % i), ("null", None)], timestamp=1000 + 10 * i)
+    return b.build()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_scan_row_holds_every_header_field(codec):
+    data = _batch(codec, base_offset=42, producer_id=7, producer_epoch=3, base_sequence=11,
+                  is_transactional=True, partition_leader_epoch=5)
+    scan = scan_batches(data)
+    assert scan.headers.dtype == BATCH_HEADER_DTYPE
+    row = scan.headers[0]
+    assert (row["position"], row["size"], row["magic"]) == (0, len(data), 2)
+    assert (row["base_offset"], row["last_offset"]) == (42, 44)
+    assert row["partition_leader_epoch"] == 5
+    assert row["compression"] == codec
+    assert row["timestamp_type"] == 0
+    assert row["is_transactional"] and not row["is_control"]
+    assert (row["base_timestamp"], row["max_timestamp"]) == (1000, 1020)
+    assert (row["producer_id"], row["producer_epoch"], row["base_sequence"]) == (7, 3, 11)
+    assert row["record_count"] == 3 and row["crc_valid"]
+    assert scan.valid_bytes == len(data) and scan.partial_bytes == 0
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_records_carry_kafka_fields(codec):
+    data = _batch(codec, base_offset=100, producer_id=1, producer_epoch=0,
+                  base_sequence=2147483646)
+    recs = list(MemoryRecords(data).records())
+    assert [r.offset for r in recs] == [100, 101, 102]
+    assert [r.timestamp for r in recs] == [1000, 1010, 1020]
+    assert [r.key for r in recs] == [b"k0", None, b"k2"]
+    assert recs[0].headers == (("h", b"x0"), ("null", None))
+    # sequences wrap past Integer.MAX_VALUE to 0, as Kafka's producer does
+    assert [r.sequence for r in recs] == [2147483646, 2147483647, 0]
+    assert all(r.timestamp_type is TimestampType.CREATE_TIME for r in recs)
+
+
+def test_log_append_time_overrides_record_timestamps():
+    data = _batch(timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=5555)
+    batch = next(MemoryRecords(data).batches())
+    assert batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+    assert batch.max_timestamp == 5555
+    assert {r.timestamp for r in batch.records()} == {5555}
+
+
+def test_partial_trailing_batch_is_reported_not_raised():
+    data = _batch() + _batch(base_offset=3)
+    for cut in range(1, 80):
+        mr = MemoryRecords(data[:-cut])
+        assert len(mr.scan()) == 1
+        assert mr.partial_bytes == len(data) - cut - mr.valid_bytes
+        assert [r.offset for r in mr.records()] == [0, 1, 2]
+
+
+def test_validate_names_position_and_offset_of_bad_crc():
+    good = _batch()
+    bad = bytearray(_batch(base_offset=3))
+    bad[-1] ^= 0x01
+    mr = MemoryRecords(good + bytes(bad), file="seg.log")
+    with pytest.raises(CorruptRecordError) as info:
+        mr.validate()
+    assert info.value.position == len(good)
+    assert info.value.offset == 3
+    assert info.value.file == "seg.log"
+    assert "seg.log" in str(info.value) and str(len(good)) in str(info.value)
+
+
+def test_control_batch_markers_parse():
+    data = build_end_txn_marker(False, base_offset=9, producer_id=4, producer_epoch=1,
+                                coordinator_epoch=17, timestamp=1)
+    batch = next(MemoryRecords(data).batches())
+    assert batch.is_control and batch.is_transactional and batch.base_sequence == -1
+    (rec,) = batch.records()
+    assert rec.is_control
+    control = parse_control_record(rec.key, rec.value)
+    assert control.type is ControlRecordType.ABORT and control.coordinator_epoch == 17
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_columns_equal_records(codec):
+    data = b"".join(sample_batches(450, codec, batch_size=100, seed=3)) + _batch(codec, 450)
+    mr = MemoryRecords(data)
+    rows = mr.decode_columns().to_pylist()
+    recs = list(mr.records())
+    assert len(rows) == len(recs) == 453
+    for row, r in zip(rows, recs):
+        assert (row["offset"], row["timestamp"], row["key"], row["value"]) == (
+            r.offset, r.timestamp, r.key, r.value)
+        assert [tuple(h) for h in row["headers"]] == list(r.headers)
+
+
+def test_columns_trim_to_offset_bounds_and_skip_control():
+    data = (_batch(base_offset=0) + build_end_txn_marker(True, base_offset=3, producer_id=1,
+                                                         producer_epoch=0, timestamp=5)
+            + _batch(base_offset=4))
+    cols = MemoryRecords(data).decode_columns(min_offset=1, max_offset=6, include_control=False)
+    assert cols.offset.tolist() == [1, 2, 4, 5]
+    assert cols.batch_index.tolist() == [0, 0, 2, 2]
+
+
+def test_arrow_wrap_is_zero_copy():
+    import pyarrow as pa  # a test extra
+    cols = MemoryRecords(_batch()).decode_columns()
+    values = cols.values()
+    assert values.to_pylist() == [b"value-0", b"value-1", b"value-2"]
+    assert values.buffers()[2].address == cols["value_data"].ctypes.data
+    assert isinstance(cols.to_arrow(), pa.RecordBatch)
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "numpy", "mmap"])
+def test_any_buffer_decodes(kind, tmp_path):
+    data = _batch(CompressionType.LZ4) + _batch(base_offset=3)
+    if kind == "mmap":
+        path = tmp_path / "00000000000000000000.log"
+        path.write_bytes(data)
+        with FileRecords(path) as fr:
+            assert [r.offset for r in fr.records()] == list(range(6))
+        return
+    buf = {"bytes": data, "bytearray": bytearray(data), "memoryview": memoryview(data),
+           "numpy": np.frombuffer(data, dtype=np.uint8)}[kind]
+    assert [r.offset for r in MemoryRecords(buf).records()] == list(range(6))
+
+
+def test_empty_file_records(tmp_path):
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    with FileRecords(path) as fr:
+        assert list(fr.batches()) == [] and fr.partial_bytes == 0
+
+
+def test_decompressed_size_is_bounded():
+    builder = RecordBatchBuilder(compression_type=CompressionType.ZSTD)
+    builder.append(b"\0" * (4 << 20), timestamp=1)
+    mr = MemoryRecords(builder.build(), max_decompressed_bytes=1 << 20)
+    with pytest.raises(RecordSizeLimitError) as info:
+        list(mr.records())
+    assert info.value.position == 0
+
+
+def test_records_count_beyond_section_is_invalid_before_allocating():
+    data = bytearray(_batch(n=1))
+    data[57:61] = (2**31 - 1).to_bytes(4, "big")
+    from engine.checksums import crc32c
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordError) as info:
+        list(MemoryRecords(bytes(data)).records())
+    assert info.value.position == 0 and info.value.offset == 0
+
+
+def test_scan_and_columns_run_in_threads():
+    data = b"".join(sample_batches(2000, CompressionType.NONE, seed=5))
+    expect = MemoryRecords(data).decode_columns().offset.tolist()
+    results, errors = [], []
+
+    def work():
+        try:
+            mr = MemoryRecords(data)
+            mr.validate()
+            results.append(mr.decode_columns().offset.tolist())
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [expect] * 4

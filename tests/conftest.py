@@ -15,6 +15,6 @@ def VECTORS():
     """The read-only conformance vectors, `<repo>/../shared/vectors` (see tests/vectors.py)."""
     import vectors
 
-    if not vectors.VECTORS.is_dir():
-        pytest.skip(f"conformance vectors not found at {vectors.VECTORS}")
+    if not vectors.VECTORS.is_dir():  # a missing checkout must fail loudly, never skip
+        pytest.fail(f"conformance vectors not found at {vectors.VECTORS}")
     return vectors.VECTORS

@@ -196,3 +196,35 @@ def test_scan_and_columns_run_in_threads():
     for t in threads:
         t.join()
     assert not errors and results == [expect] * 4
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD])
+def test_column_chunks_in_parallel_equal_one_decode(codec):
+    data = b"".join(sample_batches(3000, codec, batch_size=100, seed=9))
+    mr = MemoryRecords(data)
+    whole = mr.decode_columns()
+    for threads in (1, 2, 3):
+        chunks = mr.decode_column_chunks(chunk_bytes=64 * 1024, threads=threads)
+        assert len(chunks) > 3
+        assert np.concatenate([c.offset for c in chunks]).tolist() == whole.offset.tolist()
+        values = [v for c in chunks for v in c.values().to_pylist()]
+        assert values == whole.values().to_pylist()
+
+
+def test_decompress_ahead_gives_the_same_records():
+    data = b"".join(sample_batches(3000, CompressionType.LZ4, batch_size=50, seed=4))
+    mr = MemoryRecords(data)
+    inline = [(r.offset, r.key, r.value, r.headers) for r in mr.records(decompress_ahead=0)]
+    ahead = [(r.offset, r.key, r.value, r.headers) for r in mr.records(decompress_ahead=3)]
+    assert inline == ahead and len(inline) == 3000
+
+
+def test_decompress_ahead_raises_at_the_bad_batch_not_before():
+    good = b"".join(sample_batches(1000, CompressionType.GZIP, batch_size=50, seed=4))
+    bad = bytearray(b"".join(sample_batches(50, CompressionType.GZIP, base_offset=1000)))
+    bad[-3] ^= 0x40
+    seen = []
+    with pytest.raises(CorruptRecordError) as info:
+        for r in MemoryRecords(good + bytes(bad)).records(decompress_ahead=4):
+            seen.append(r.offset)
+    assert seen == list(range(1000)) and info.value.position == len(good)

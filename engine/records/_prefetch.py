@@ -1,4 +1,5 @@
-"""Decompression ahead of record creation, on a shared pool of threads.
+"""Decoding on a shared pool of threads: decompression ahead of record creation, and
+column chunks decoded in parallel.
 
 Codec libraries release the GIL, so while the caller's thread turns one batch into Record
 objects, other cores decompress the next ones. Work is grouped (several batches a task) so a
@@ -23,11 +24,21 @@ def workers() -> int:
     return max(1, min(8, (os.cpu_count() or 2) - 1))
 
 
-def _executor() -> ThreadPoolExecutor:
+_sized_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def executor(threads: int | None = None) -> ThreadPoolExecutor:
+    """The shared pool (None), or a shared pool of exactly `threads` threads."""
     global _pool
     with _lock:
+        if threads is not None:
+            if threads not in _sized_pools:
+                _sized_pools[threads] = ThreadPoolExecutor(
+                    max_workers=threads, thread_name_prefix=f"engine-decode{threads}")
+            return _sized_pools[threads]
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="engine-decompress")
+            _pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+                                       thread_name_prefix="engine-decode")
         return _pool
 
 
@@ -38,17 +49,23 @@ def worth_it(batches: list) -> bool:
 
 
 def _decompress_group(group: list, verify_crc: bool) -> list:
+    """Sections of a group's batches; a failure is returned in the failing batch's place
+    (and ends the group) so the caller raises it when it gets there."""
     out = []
     for batch in group:
-        if verify_crc:
-            batch.ensure_valid()
-        out.append(batch.records_section() if batch.compression_type != 0 else None)
+        try:
+            if verify_crc:
+                batch.ensure_valid()
+            out.append(batch.records_section() if batch.compression_type != 0 else None)
+        except Exception as exc:  # re-raised in order by MemoryRecords.records
+            out.append(exc)
+            break
     return out
 
 
 def sections_ahead(batches: list, ahead: int, verify_crc: bool) -> Iterator:
-    """Yields each batch's decompressed section (None when uncompressed), in order. An error
-    in a group is raised when its batch is reached, never earlier."""
+    """Yields each batch's decompressed section (None when uncompressed), in order; a batch
+    that failed yields its exception instead, for the caller to raise in its turn."""
     groups, current, size = [], [], 0
     for batch in batches:
         current.append(batch)
@@ -58,7 +75,7 @@ def sections_ahead(batches: list, ahead: int, verify_crc: bool) -> Iterator:
             current, size = [], 0
     if current:
         groups.append(current)
-    pool = _executor()
+    pool = executor()
     pending: deque = deque()
     it = iter(groups)
     try:

@@ -9,7 +9,8 @@ structured context a reader needs to find the damage: file, byte position and of
 __all__ = [
     "KafkaEngineError", "CorruptRecordError", "InvalidRecordError",
     "RecordSizeLimitError", "UnsupportedCompressionTypeError",
-    "CorruptIndexError", "InvalidOffsetError", "CorruptSnapshotError", "CorruptCheckpointError",
+    "CorruptIndexError", "InvalidOffsetError", "IndexFullError", "CorruptSnapshotError",
+    "CorruptCheckpointError",
 ]
 
 
@@ -69,6 +70,11 @@ class CorruptIndexError(KafkaEngineError, ValueError):
 
 class InvalidOffsetError(KafkaEngineError, ValueError):
     """An index append that would break ordering (Kafka's InvalidOffsetException)."""
+
+
+class IndexFullError(KafkaEngineError, ValueError):
+    """An append to an index with no free slot (Kafka's IllegalArgumentException from
+    `append` on a full index): the segment should have rolled first."""
 
 
 class CorruptSnapshotError(KafkaEngineError, ValueError):

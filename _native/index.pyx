@@ -34,7 +34,7 @@ from index cimport *
 
 import numpy as np
 
-from engine._native.errors import InvalidOffsetError, KafkaEngineError
+from engine._native.errors import IndexFullError, InvalidOffsetError, KafkaEngineError
 
 __all__ = [
     "OffsetPosition", "TimestampOffset", "OffsetIndexCore", "TimeIndexCore", "IndexFullError",
@@ -52,11 +52,6 @@ cdef enum:
     _TABLE_MIN_ENTRIES = 2048
     # A table is built once the searches since the last decision reach entries / this.
     _TABLE_CREDIT_DIVISOR = 8
-
-
-class IndexFullError(KafkaEngineError, ValueError):
-    """An append to an index that has no free slot (Kafka's IllegalArgumentException from
-    `append` on a full index). The segment should have rolled first."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from engine._native.errors import (
     CorruptIndexError,
     CorruptRecordError,
     CorruptSnapshotError,
+    IndexFullError,
     InvalidOffsetError,
     InvalidRecordError,
     KafkaEngineError,
@@ -20,6 +21,7 @@ __all__ = [
     "UnsupportedCompressionTypeError",
     "CorruptIndexError",
     "InvalidOffsetError",
+    "IndexFullError",
     "CorruptSnapshotError",
     "CorruptCheckpointError",
 ]

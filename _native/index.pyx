@@ -34,7 +34,7 @@ from index cimport *
 
 import numpy as np
 
-from engine._native.errors import IndexFullError, InvalidOffsetError, KafkaEngineError
+from engine._native.errors import IndexFullError, InvalidOffsetError
 
 __all__ = [
     "OffsetPosition", "TimestampOffset", "OffsetIndexCore", "TimeIndexCore", "IndexFullError",

@@ -1,5 +1,17 @@
 # RecordBatch, v2 record decode and legacy (magic 0/1) messages (included by records.pyx).
 
+from libc.stdint cimport uint64_t
+
+
+cdef inline int64_t _wrap_add(int64_t a, int64_t b) noexcept nogil:
+    """a + b wrapping as Java's longs do (offsets and timestamps come from the data, so the
+    sum may overflow: signed overflow is undefined in C, unsigned wraps)."""
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef inline int64_t _wrap_sub(int64_t a, int64_t b) noexcept nogil:
+    return <int64_t>(<uint64_t>a - <uint64_t>b)
+
 
 cdef class RecordBatch:
     """One entry of a log: a v2 batch, or one v0/v1 message (a compressed legacy wrapper
@@ -23,7 +35,7 @@ cdef class RecordBatch:
     @property
     def last_offset(self): return self.h.last_offset
     @property
-    def next_offset(self): return self.h.last_offset + 1
+    def next_offset(self): return _wrap_add(self.h.last_offset, 1)
     @property
     def partition_leader_epoch(self): return self.h.partition_leader_epoch
     @property
@@ -63,7 +75,8 @@ cdef class RecordBatch:
         if self.h.base_sequence < 0:
             return -1
         return eng_increment_sequence(self.h.base_sequence,
-                                      <int32_t>(self.h.last_offset - self.h.base_offset))
+                                      <int32_t>_wrap_sub(self.h.last_offset,
+                                                         self.h.base_offset))
     @property
     def record_count(self):
         """Records in the batch; for a compressed legacy wrapper, known only by decoding."""
@@ -193,10 +206,11 @@ cdef int _check_headers(cnp.ndarray headers, BufferView v) except -1:
     cdef Py_ssize_t i
     for i in range(headers.shape[0]):
         if (rows[i].position < 0 or rows[i].size < ENG_LOG_OVERHEAD + 14
-                or rows[i].position + rows[i].size > v.nbytes
+                or rows[i].size > v.nbytes - rows[i].position  # (no int64 overflow)
                 or (rows[i].magic == 2 and rows[i].size < ENG_RECORD_BATCH_OVERHEAD)
                 or rows[i].magic < 0 or rows[i].magic > 2
-                or kb_load_i32(v.ptr + rows[i].position + 8) + ENG_LOG_OVERHEAD != rows[i].size):
+                or <int64_t>kb_load_i32(v.ptr + rows[i].position + 8) + ENG_LOG_OVERHEAD
+                != rows[i].size):
             raise ValueError(f"headers row {i} does not describe an entry of this buffer")
     return 0
 
@@ -204,7 +218,7 @@ cdef int _check_headers(cnp.ndarray headers, BufferView v) except -1:
 cdef inline int64_t _record_timestamp(const eng_batch_header *h, int64_t delta) noexcept nogil:
     if h.timestamp_type == 1:
         return h.max_timestamp
-    return h.base_timestamp + delta
+    return _wrap_add(h.base_timestamp, delta)
 
 
 cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
@@ -312,7 +326,7 @@ cdef list _v2_records(RecordBatch b, object section=None):
             seq = -1 if h.base_sequence < 0 else eng_increment_sequence(h.base_sequence,
                                                                         r.offset_delta)
             out[i] = _new_record(
-                h.base_offset + r.offset_delta, _record_timestamp(h, r.timestamp_delta),
+                _wrap_add(h.base_offset, r.offset_delta), _record_timestamp(h, r.timestamp_delta),
                 ts_type, _bytes_or_none(sec, r.key_off, r.key_len),
                 _bytes_or_none(sec, r.value_off, r.value_len),
                 _headers_tuple(sec, r) if r.headers_count else _NO_HEADERS,
@@ -410,7 +424,7 @@ cdef list _legacy_records(RecordBatch b, object inner=None):
         return out
     if h.magic >= 1 and h.base_offset != 0:
         # v1 inner offsets are relative; the wrapper carries the last one's absolute offset
-        base = h.base_offset - rows[count - 1].base_offset
+        base = _wrap_sub(h.base_offset, rows[count - 1].base_offset)
     for i in range(count):
         r = &rows[i]
         if r.magic == 2 or r.magic > h.magic:
@@ -430,7 +444,7 @@ cdef list _legacy_records(RecordBatch b, object inner=None):
             ts, ts_type = h.max_timestamp, 1
         else:
             ts, ts_type = r.base_timestamp, r.timestamp_type
-        out.append(_new_record(base + r.base_offset, ts, ts_type,
+        out.append(_new_record(_wrap_add(base, r.base_offset), ts, ts_type,
                                _bytes_or_none(iv.ptr + r.position, ko, kl),
                                _bytes_or_none(iv.ptr + r.position, vo, vl),
                                _NO_HEADERS, -1, False))

@@ -49,7 +49,7 @@ def build_v2_batch(list records, int64_t base_offset=0, int compression=0, int l
             value = _as_bytes(value)
             keys[i] = key
             values[i] = value
-            size = 1 + kb_varlong_size(ts - base_ts) + kb_varint_size(delta)
+            size = 1 + kb_varlong_size(_wrap_sub(ts, base_ts)) + kb_varint_size(delta)
             size += kb_varint_size(-1 if key is None else len(key)) + (0 if key is None else len(key))
             size += kb_varint_size(-1 if value is None else len(value)) + (0 if value is None else len(value))
             hl = [(_as_bytes(hk), _as_bytes(hv)) for hk, hv in headers] if headers else []
@@ -105,7 +105,7 @@ cdef void _write_records(bytearray section, list records, list keys, list values
         p += kb_write_varint(p, sizes[i])
         p[0] = 0
         p += 1
-        p += kb_write_varlong(p, ts - base_ts)
+        p += kb_write_varlong(p, _wrap_sub(<int64_t>ts, base_ts))  # wraps as Java's long
         p += kb_write_varint(p, delta)
         p = _write_field(p, keys[i])
         p = _write_field(p, values[i])

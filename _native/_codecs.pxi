@@ -61,14 +61,19 @@ cdef inline uint32_t _le32(const uint8_t *p) noexcept nogil:
     return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
 
 
+cdef inline object _known(int64_t v):
+    """Errors say None for an unknown position or offset (callers pass -1)."""
+    return v if v >= 0 else None
+
+
 cdef _codec_error(str message, int64_t position, int64_t offset, cls=None):
-    raise (cls or CorruptRecordError)(message, position=position, offset=offset)
+    raise (cls or CorruptRecordError)(message, position=_known(position), offset=_known(offset))
 
 
 cdef _limit_error(Py_ssize_t limit, int64_t position, int64_t offset):
     raise RecordSizeLimitError(
         f"Decompressed records exceed the limit of {limit} bytes "
-        "(max_decompressed_bytes)", position=position, offset=offset)
+        "(max_decompressed_bytes)", position=_known(position), offset=_known(offset))
 
 
 def codec_name(int codec):
@@ -96,7 +101,8 @@ cpdef object decompress(int codec, object data, Py_ssize_t limit=DEFAULT_MAX_DEC
         if codec == CODEC_ZSTD:
             if magic < 2:
                 raise UnsupportedCompressionTypeError(
-                    f"zstd is not allowed for magic {magic}", position=position, offset=offset)
+                    f"zstd is not allowed for magic {magic}", position=_known(position),
+                    offset=_known(offset))
             return _unzstd(data, limit, position, offset)
     except KafkaEngineError:
         raise
@@ -104,9 +110,9 @@ cpdef object decompress(int codec, object data, Py_ssize_t limit=DEFAULT_MAX_DEC
         raise
     except Exception as exc:  # codec libraries raise their own types: name the batch instead
         raise CorruptRecordError(f"Cannot decompress {codec_name(codec)} records: {exc}",
-                                 position=position, offset=offset) from exc
+                                 position=_known(position), offset=_known(offset)) from exc
     raise UnsupportedCompressionTypeError(f"Unknown compression type id {codec}",
-                                          position=position, offset=offset)
+                                          position=_known(position), offset=_known(offset))
 
 
 cdef object _gunzip(object data, Py_ssize_t limit, int64_t position, int64_t offset):
@@ -147,7 +153,7 @@ cdef Py_ssize_t _snappy_raw_length(const uint8_t *p, Py_ssize_t n, int64_t posit
                                    int64_t offset) except -1:
     cdef uint32_t length = 0
     cdef const uint8_t *q = p
-    if kb_read_uvarint(&q, p + n, &length) != 0:
+    if n <= 0 or kb_read_uvarint(&q, p + n, &length) != 0:  # (p is NULL when n is 0)
         _codec_error("Malformed snappy block length", position, offset)
     return length
 
@@ -242,8 +248,8 @@ cdef object _unlz4(object data, Py_ssize_t limit, int magic, int64_t position, i
             except _lz4_block.LZ4BlockError:
                 raise RecordSizeLimitError(
                     f"LZ4 block would exceed the limit of {limit} decompressed bytes "
-                    "(max_decompressed_bytes), or is corrupt", position=position,
-                    offset=offset) from None
+                    "(max_decompressed_bytes), or is corrupt", position=_known(position),
+                    offset=_known(offset)) from None
         total += len(block)
         if total > limit:
             _limit_error(limit, position, offset)
@@ -302,7 +308,8 @@ cdef Py_ssize_t _zstd_bound(const uint8_t *p, Py_ssize_t n, int64_t position,
                 _codec_error("Truncated zstd frame header", position, offset)
             wd = p[pos]
             pos += 1
-            window = (1 << (10 + (wd >> 3))) + ((1 << (10 + (wd >> 3))) >> 3) * (wd & 7)
+            window = <Py_ssize_t>1 << (10 + (wd >> 3))  # Py_ssize_t: exponents reach 31
+            window += (window >> 3) * (wd & 7)
         pos += (0, 1, 2, 4)[fhd & 0x03] + fcs_size
         while True:
             if n - pos < 3:

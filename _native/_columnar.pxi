@@ -12,6 +12,7 @@
 # arrays, so wrapping them copies nothing.
 
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from libc.stdint cimport INT64_MIN
 from libc.string cimport memset
 
 cdef size_t _INT32_LIMIT = 0x7FFFFFFF
@@ -112,7 +113,8 @@ cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int
     else:
         if data.len + <size_t>length > _INT32_LIMIT:
             return -2
-        memcpy(data.data + data.len, src, length)
+        if length:  # an empty value may come with no buffer yet (NULL): memcpy wants neither
+            memcpy(data.data + data.len, src, length)
         data.len += length
         _set_bit(valid, index)
     _put_i32(offs, <int32_t>data.len)
@@ -147,7 +149,7 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *vie
         return -1
     for i in range(count):
         r = &views[i]
-        off = h.base_offset + r.offset_delta
+        off = _wrap_add(h.base_offset, r.offset_delta)
         if off < min_offset or (max_offset >= 0 and off >= max_offset):
             continue
         _put_i64(&c.offset, off)
@@ -167,7 +169,9 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *vie
             for j in range(r.headers_count):
                 if c.hk_data.len + <size_t>hbuf[j].key_len > _INT32_LIMIT:
                     return -2
-                memcpy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off, hbuf[j].key_len)
+                if hbuf[j].key_len:
+                    memcpy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off,
+                           hbuf[j].key_len)
                 c.hk_data.len += hbuf[j].key_len
                 _put_i32(&c.hk_off, <int32_t>c.hk_data.len)
                 rc = _append_binary(&c.hv_off, &c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls,
@@ -289,7 +293,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     if start < 0 or start > stop:
         raise ValueError(f"start {start} outside [0, {stop}]")
     if min_offset < 0:  # unbounded: records with negative offsets are not left out either
-        min_offset = -0x7FFFFFFFFFFFFFFF - 1
+        min_offset = INT64_MIN
     cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
     cdef ColumnSet c
     cdef RecordBatch b

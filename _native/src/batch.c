@@ -69,7 +69,8 @@ static void fill_v2(const uint8_t *e, eng_batch_header *h, int verify_crc)
     h->partition_leader_epoch = kb_load_i32(e + 12);
     h->crc = kb_load_u32(e + 17);
     h->attributes = kb_load_i16(e + 21);
-    h->last_offset = h->base_offset + kb_load_i32(e + 23);
+    /* wrapping as Java's longs (no signed overflow): base offset and delta are untrusted */
+    h->last_offset = (int64_t)((uint64_t)h->base_offset + (uint64_t)(int64_t)kb_load_i32(e + 23));
     h->base_timestamp = kb_load_i64(e + 27);
     h->max_timestamp = kb_load_i64(e + 35);
     h->producer_id = kb_load_i64(e + 43);
@@ -132,9 +133,12 @@ void eng_scan_fill(const uint8_t *buf, size_t count, int verify_crc, eng_batch_h
 
 int32_t eng_increment_sequence(int32_t sequence, int32_t increment)
 {
-    if (sequence > INT32_MAX - increment)
-        return increment - (INT32_MAX - sequence) - 1;
-    return sequence + increment;
+    /* Java's int arithmetic wraps (any increment, even a negative offset delta, may come
+     * from the data): do it in uint32_t, where C wraps too, instead of signed overflow */
+    const uint32_t max = (uint32_t)INT32_MAX;
+    if (sequence > (int32_t)(max - (uint32_t)increment))
+        return (int32_t)((uint32_t)increment - (max - (uint32_t)sequence) - 1u);
+    return (int32_t)((uint32_t)sequence + (uint32_t)increment);
 }
 
 #define VARINT_OR_FAIL(kind, fn, pp, end, out)                                       \

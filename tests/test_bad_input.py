@@ -40,12 +40,12 @@ from engine.errors import (
 )
 from engine.records import MemoryRecords, RecordBatchBuilder, compress, decompress, scan_batches
 
-crc32c = pytest.importorskip("crc32c").crc32c
-legacy_records = pytest.importorskip("kafka.record.legacy_records")
-zstandard = pytest.importorskip("zstandard")
-lz4_block = pytest.importorskip("lz4.block")
-xxhash = pytest.importorskip("xxhash")
-cramjam = pytest.importorskip("cramjam")
+from crc32c import crc32c  # noqa: E402  (test extras: a missing one must fail, not skip)
+import cramjam  # noqa: E402
+import lz4.block as lz4_block  # noqa: E402
+import xxhash  # noqa: E402
+import zstandard  # noqa: E402
+from kafka.record import legacy_records  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30

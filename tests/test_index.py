@@ -449,7 +449,7 @@ KAFKA_INDEXES = {
 def kafka_dir(commit, partition):
     path = DATADIR / commit / "kraft-combined-logs" / partition
     if not path.is_dir():
-        pytest.skip(f"conformance vectors not found at {path}")
+        pytest.fail(f"conformance vectors not found at {path}")
     return path
 
 

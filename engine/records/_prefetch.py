@@ -20,10 +20,6 @@ _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 
 
-def workers() -> int:
-    return max(1, min(8, (os.cpu_count() or 2) - 1))
-
-
 _sized_pools: dict[int, ThreadPoolExecutor] = {}
 
 
@@ -40,12 +36,6 @@ def executor(threads: int | None = None) -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
                                        thread_name_prefix="engine-decode")
         return _pool
-
-
-def worth_it(batches: list) -> bool:
-    """True when there is enough compressed data for the pool to pay off."""
-    compressed = sum(b.size_in_bytes for b in batches if b.compression_type != 0)
-    return (os.cpu_count() or 1) > 1 and compressed >= 2 * _GROUP_BYTES
 
 
 def _decompress_group(group: list, verify_crc: bool) -> list:

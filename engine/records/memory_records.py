@@ -79,17 +79,16 @@ class MemoryRecords:
                                                  self.max_decompressed_bytes)
 
     def records(self, verify_crc: bool = True,
-                decompress_ahead: int | None = None) -> Iterator[_records.Record]:
+                decompress_ahead: int = 0) -> Iterator[_records.Record]:
         """Every record of every batch in order (legacy wrappers expanded). Each batch's CRC
         is checked first unless `verify_crc` is False (Kafka consumers' check.crcs).
 
-        Compressed batches are decompressed up to `decompress_ahead` groups ahead on a shared
-        thread pool (the codecs release the GIL), overlapping with record creation here;
-        None picks it from the CPU count, 0 decompresses inline.
+        With `decompress_ahead` > 0, compressed batches are decompressed that many groups
+        ahead on a shared thread pool (the codecs release the GIL). It is off by default:
+        measured here (bench/RESULTS.md) the pool threads' GIL hand-offs cost more than the
+        overlap gains while this thread is busy creating Record objects.
         """
         batches = list(self.batches())
-        if decompress_ahead is None:
-            decompress_ahead = 2 * _prefetch.workers() if _prefetch.worth_it(batches) else 0
         sections = (_prefetch.sections_ahead(batches, decompress_ahead, verify_crc)
                     if decompress_ahead > 0 else None)
         try:

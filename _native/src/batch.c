@@ -163,22 +163,10 @@ int32_t eng_increment_sequence(int32_t sequence, int32_t increment)
         }                                                                            \
     } while (0)
 
-/*
- * Records are found by chasing each one's length, so on data not yet in cache every record
- * costs a full memory latency unless the lines ahead are already on their way.
- */
-#define PREFETCH_AHEAD 4096
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH(p) __builtin_prefetch((p), 0, 3)
-#else
-#define PREFETCH(p) ((void)0)
-#endif
-
 int eng_parse_records(const uint8_t *start, size_t len, int32_t count, eng_record_view *out,
                       int64_t base_position, int64_t base_offset, eng_error *err)
 {
     const uint8_t *p = start, *end = start + len;
-    const uint8_t *prefetched = start;
     int32_t i = 0;
     if (count < 0 || (size_t)count > len / ENG_MIN_RECORD_SIZE) {
         SET_ERR(err, ENG_ERR_INVALID, base_position, base_offset,
@@ -276,7 +264,7 @@ void eng_parse_headers(const uint8_t *section, const eng_record_view *rec, eng_h
     const uint8_t *p = section + rec->headers_off;
     /* bounds were proven by eng_parse_records: each varint ends within 5 bytes */
     for (int32_t h = 0; h < rec->headers_count; h++) {
-        int32_t v;
+        int32_t v = 0;
         kb_read_varint(&p, p + 5, &v);
         out[h].key_len = v;
         out[h].key_off = (int32_t)(p - section);

@@ -46,7 +46,7 @@ def test_validate_scan(run, benchmark, segments, impl):
 
 DECODERS = {
     "engine": w.engine_decode_records,
-    "engine-one-thread": lambda buf: w.engine_decode_records(buf, decompress_ahead=0),
+    "engine-decompress-ahead": lambda buf: w.engine_decode_records(buf, decompress_ahead=2),
     "aiokafka": w.aiokafka_decode_records,
     "kafka-python": w.kafka_python_decode_records,
 }

@@ -196,15 +196,20 @@ def batches_from_headers(object data, cnp.ndarray headers, bint crc_checked=Fals
     return [_make_batch(v, &rows[i], crc_checked, max_decompressed_bytes) for i in range(n)]
 
 
-cdef int _check_headers(cnp.ndarray headers, BufferView v) except -1:
-    """Rows come from Python: prove they describe whole entries inside the buffer."""
+cdef int _check_headers(cnp.ndarray headers, BufferView v, Py_ssize_t start=0,
+                        Py_ssize_t stop=-1) except -1:
+    """Rows come from Python: prove that rows [start, stop) (all by default) describe whole
+    entries inside the buffer. Only the rows about to be used are checked, so decoding a
+    small range of a big scan costs what the range costs."""
     if headers.dtype != BATCH_HEADER_DTYPE or not headers.flags.c_contiguous:
         raise TypeError("headers must be a C-contiguous BATCH_HEADER_DTYPE array from scan()")
     if headers.ndim != 1:
         raise TypeError("headers must be one-dimensional")
     cdef const eng_batch_header *rows = <const eng_batch_header *>cnp.PyArray_DATA(headers)
     cdef Py_ssize_t i
-    for i in range(headers.shape[0]):
+    if stop < 0 or stop > headers.shape[0]:
+        stop = headers.shape[0]
+    for i in range(max(start, 0), stop):
         if (rows[i].position < 0 or rows[i].size < ENG_LOG_OVERHEAD + 14
                 or rows[i].size > v.nbytes - rows[i].position  # (no int64 overflow)
                 or (rows[i].magic == 2 and rows[i].size < ENG_RECORD_BATCH_OVERHEAD)
@@ -290,13 +295,16 @@ cdef tuple _headers_tuple(const uint8_t *sec, const eng_record_view *r):
         hs = <eng_header_view *>malloc(r.headers_count * sizeof(eng_header_view))
         if hs == NULL:
             raise MemoryError()
+    cdef tuple out = PyTuple_New(r.headers_count)
     try:
         eng_parse_headers(sec, r, hs)
-        return tuple([
-            (PyUnicode_DecodeUTF8(<const char *>sec + hs[i].key_off, hs[i].key_len,
-                                  "surrogateescape"),
-             _bytes_or_none(sec, hs[i].value_off, hs[i].value_len))
-            for i in range(r.headers_count)])
+        for i in range(r.headers_count):
+            pair = (PyUnicode_DecodeUTF8(<const char *>sec + hs[i].key_off, hs[i].key_len,
+                                         "surrogateescape"),
+                    _bytes_or_none(sec, hs[i].value_off, hs[i].value_len))
+            Py_INCREF(pair)
+            PyTuple_SET_ITEM(out, i, pair)
+        return out
     finally:
         if hs != hv:
             free(hs)

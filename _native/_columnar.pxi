@@ -285,13 +285,12 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     cdef BufferView v = _view(data)
     if headers is None:
         headers, _ = scan(v, False)  # CRCs are checked per batch below, while hot in cache
-    else:
-        _check_headers(headers, v)
     cdef Py_ssize_t n = headers.shape[0], i
     if stop < 0 or stop > n:
         stop = n
     if start < 0 or start > stop:
         raise ValueError(f"start {start} outside [0, {stop}]")
+    _check_headers(headers, v, start, stop)
     if min_offset < 0:  # unbounded: records with negative offsets are not left out either
         min_offset = INT64_MIN
     cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)

@@ -259,8 +259,12 @@ cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t s
     cdef size_t section
     for i in range(start, stop):
         # counts are untrusted until parsed: reserve only what the bytes could hold
-        if rows[i].magic == 2 and rows[i].compression == 0 and rows[i].record_count > 0:
+        if rows[i].magic == 2 and rows[i].record_count > 0:
             section = <size_t>(rows[i].size - ENG_RECORD_BATCH_OVERHEAD)
+            if rows[i].compression != 0:
+                # a guess (typical ratios are 2-4x): growing by mremap later costs more
+                # than address space reserved now and never touched
+                section *= 4
             if <size_t>rows[i].record_count <= section // 7:
                 records += <size_t>rows[i].record_count
                 raw += section

@@ -114,7 +114,7 @@ REAL_SNAPSHOTS = {
 def test_real_kafka_snapshots(tmp_path, commit, partition, offset):
     directory = DATADIR / commit / "kraft-combined-logs" / partition
     if not directory.is_dir():
-        pytest.skip(f"conformance vectors not found at {directory}")
+        pytest.fail(f"conformance vectors not found at {directory}")
     path = snapshot_file(directory, offset)
     entries = read_snapshot(path)
     assert entries == REAL_SNAPSHOTS[commit, partition, offset]

@@ -41,15 +41,19 @@ def _segment_scan(index_path: str, suffix: str, ctx: DumpContext):
     return MemoryRecords(data, file=log_path).scan(), data
 
 
-def dump_offset_index(path: str, ctx: DumpContext) -> None:
-    base = base_offset_of(path)
-    index = OffsetIndex(path, base, writable=False)
+def _index_entries(cls, path: str, ctx: DumpContext) -> np.ndarray:
+    """Entries of an offset or time index opened read-only (sanity-checked when verifying)."""
+    index = cls(path, base_offset_of(path), writable=False)
     try:
         if ctx.verify:
             index.sanity_check()
-        entries = index.entries_array()
+        return index.entries_array()
     finally:
         index.close()
+
+
+def dump_offset_index(path: str, ctx: DumpContext) -> None:
+    entries = _index_entries(OffsetIndex, path, ctx)
     for e in entries:
         ctx.line(f"offset: {e['offset']} position: {e['position']}")
     if not ctx.verify:
@@ -77,14 +81,7 @@ def dump_offset_index(path: str, ctx: DumpContext) -> None:
 
 
 def dump_time_index(path: str, ctx: DumpContext) -> None:
-    base = base_offset_of(path)
-    index = TimeIndex(path, base, writable=False)
-    try:
-        if ctx.verify:
-            index.sanity_check()
-        entries = index.entries_array()
-    finally:
-        index.close()
+    entries = _index_entries(TimeIndex, path, ctx)
     for e in entries:
         ctx.line(f"timestamp: {e['timestamp']} offset: {e['offset']}")
     if not ctx.verify:

@@ -20,6 +20,12 @@ from engine.log.checkpoint import (
 from engine.log.index_rebuild import rebuild_indexes
 from engine.log.offset_index import OffsetIndex, OffsetPosition
 from engine.log.producer_state import ProducerSnapshotEntry, read_snapshot, write_snapshot
+from engine.log.segment import (
+    FetchDataInfo,
+    LogSegment,
+    LogSegmentOffsetOverflowError,
+    TimestampAndOffset,
+)
 from engine.log.time_index import TimeIndex, TimestampOffset
 from engine.log.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
@@ -27,8 +33,11 @@ __all__ = [
     "AbortedTxn",
     "CheckpointFile",
     "EpochEntry",
+    "FetchDataInfo",
     "IndexFullError",
     "LeaderEpochCheckpointFile",
+    "LogSegment",
+    "LogSegmentOffsetOverflowError",
     "OffsetCheckpointFile",
     "OffsetIndex",
     "OffsetPosition",
@@ -36,6 +45,7 @@ __all__ = [
     "PartitionMetadataFile",
     "ProducerSnapshotEntry",
     "TimeIndex",
+    "TimestampAndOffset",
     "TimestampOffset",
     "TopicPartition",
     "TransactionIndex",

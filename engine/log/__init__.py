@@ -1,7 +1,9 @@
 """The local tier: Kafka-compatible segment files and partition directories.
 
 Indexes (`OffsetIndex`, `TimeIndex`, `TransactionIndex`), producer-state snapshots and the
-text checkpoint files, byte-compatible with Kafka's. Searches run natively without the GIL.
+text checkpoint files, byte-compatible with Kafka's; segments (`LogSegment`) and one
+partition directory's log (`UnifiedLog`) with its leader-epoch cache (`LeaderEpochFileCache`).
+Searches run natively without the GIL.
 """
 
 from engine._native.index import IndexFullError
@@ -18,6 +20,7 @@ from engine.log.checkpoint import (
     epoch_for_offset,
 )
 from engine.log.index_rebuild import rebuild_indexes
+from engine.log.leader_epoch import LeaderEpochFileCache
 from engine.log.offset_index import OffsetIndex, OffsetPosition
 from engine.log.producer_state import ProducerSnapshotEntry, read_snapshot, write_snapshot
 from engine.log.segment import (
@@ -28,6 +31,7 @@ from engine.log.segment import (
 )
 from engine.log.time_index import TimeIndex, TimestampOffset
 from engine.log.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
+from engine.log.unified_log import UnifiedLog
 
 __all__ = [
     "AbortedTxn",
@@ -36,6 +40,7 @@ __all__ = [
     "FetchDataInfo",
     "IndexFullError",
     "LeaderEpochCheckpointFile",
+    "LeaderEpochFileCache",
     "LogSegment",
     "LogSegmentOffsetOverflowError",
     "OffsetCheckpointFile",
@@ -50,6 +55,7 @@ __all__ = [
     "TopicPartition",
     "TransactionIndex",
     "TxnIndexSearchResult",
+    "UnifiedLog",
     "Uuid",
     "epoch_entries_in_range",
     "epoch_for_offset",

@@ -30,6 +30,22 @@ class OffsetOutOfRangeError(KafkaEngineError, ValueError):
         self.log_end_offset = log_end_offset
 
 
+class KafkaStorageError(KafkaEngineError, OSError):
+    """A log directory failed (Kafka's KafkaStorageException): the partitions in it are
+    offline. `log_dir` names the directory; `partition` is the (topic, partition) asked
+    for, when there is one."""
+
+    def __init__(self, message, *, log_dir=None, partition=None, file=None):
+        super().__init__(message, file=file)
+        self.log_dir = None if log_dir is None else str(log_dir)
+        self.partition = partition
+
+
+class InvalidTopicError(KafkaEngineError, ValueError):
+    """A topic name Kafka refuses (InvalidTopicException): empty, "." or "..", longer than
+    249 characters, or with a character outside [a-zA-Z0-9._-]."""
+
+
 __all__ = [
     "KafkaEngineError",
     "CorruptRecordError",
@@ -42,4 +58,6 @@ __all__ = [
     "CorruptSnapshotError",
     "CorruptCheckpointError",
     "OffsetOutOfRangeError",
+    "KafkaStorageError",
+    "InvalidTopicError",
 ]

@@ -3,6 +3,8 @@
 Commands:
   dump-log FILE...   print (and with --verify, check) segments, indexes, snapshots and
                      checkpoint files, in the spirit of kafka-dump-log.sh
+  produce-demo       fill partition logs over several log dirs with realistic records and
+                     transactions (some aborted), shut down cleanly, summarize
   demo               the main job until tiering exists: generate a realistic segment in
                      several codecs, validate and decode it, print what was found and how fast
 """
@@ -22,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     dump = sub.add_parser("dump-log", help="print or verify Kafka log files")
     dump.add_argument("files", nargs="+", metavar="FILE",
                       help=".log .index .timeindex .txnindex .snapshot leader-epoch-checkpoint "
-                           "partition.metadata or an offset checkpoint file")
+                           "partition.metadata, an offset checkpoint file, or a partition "
+                           "directory (its files in offset order)")
     dump.add_argument("--print-data-log", action="store_true",
                       help="print every record, not only batch headers")
     dump.add_argument("--verify", action="store_true",
@@ -32,6 +35,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="one JSON object per record (segments) or per entry (other files)")
     dump.add_argument("--max-decompressed-bytes", type=int, default=256 * 1024 * 1024,
                       help="bound on one batch's decompressed size (default 256 MiB)")
+
+    produce = sub.add_parser("produce-demo",
+                             help="fill partition logs over several log dirs with records")
+    produce.add_argument("--log-dirs", required=True, help="comma-separated log dirs")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partitions", type=int, default=1)
+    produce.add_argument("--records", type=int, default=10_000,
+                         help="data records in all (default 10000)")
+    produce.add_argument("--codec", default="zstd", help="none, gzip, snappy, lz4 or zstd")
+    produce.add_argument("--segment-bytes", type=int, default=None,
+                         help="segment.bytes of the topic (default Kafka's 1 GiB)")
+    produce.add_argument("--seed", type=int, default=1)
 
     demo = sub.add_parser("demo", help="generate, validate and decode a realistic segment")
     demo.add_argument("--records", type=int, default=200_000,
@@ -48,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "dump-log":
             from engine.cli.dump_log import run
+            return run(args)
+        if args.command == "produce-demo":
+            from engine.cli.produce_demo import run
             return run(args)
         if args.command == "demo":
             from engine.cli.demo import run

@@ -17,7 +17,8 @@ from typing import Callable, TextIO
 from engine.errors import KafkaEngineError
 from engine.records import MemoryRecords, codec_name
 
-__all__ = ["RECORD_JSON_KEYS", "DumpContext", "base_offset_of", "dump_file", "run"]
+__all__ = ["RECORD_JSON_KEYS", "DumpContext", "base_offset_of", "dump_file",
+           "partition_dir_files", "run"]
 
 RECORD_JSON_KEYS = (
     "offset", "timestamp", "timestamp_type", "key", "value", "headers", "batch_base_offset",
@@ -201,22 +202,88 @@ def dump_file(path: str, ctx: DumpContext) -> None:
     fn(path, ctx)
 
 
+_SEGMENT_SUFFIX_ORDER = {".log": 0, ".index": 1, ".timeindex": 2, ".txnindex": 3,
+                         ".snapshot": 4}
+
+
+def partition_dir_files(directory: str) -> list[str]:
+    """A partition directory's files dump-log knows, in order: per base offset the .log,
+    .index, .timeindex, .txnindex and .snapshot, then the other known files by name. Files
+    it does not know are skipped (named on stderr)."""
+    segment_files, others = [], []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        stem, _, suffix = name.partition(".")
+        if stem.isdigit() and len(stem) == 20 and "." + suffix in _SEGMENT_SUFFIX_ORDER:
+            segment_files.append((int(stem), _SEGMENT_SUFFIX_ORDER["." + suffix], path))
+        elif _dumper_for(path) is not None:
+            others.append(path)
+        else:
+            print(f"skipping {path}: not a file dump-log knows", file=sys.stderr)
+    return [p for _, _, p in sorted(segment_files)] + others
+
+
+def verify_segment_chain(directory: str, ctx: DumpContext) -> None:
+    """End to end over a partition directory: each segment's batches start at or after its
+    base offset, and no segment overlaps the offsets of the one before it."""
+    previous_last, previous_name = None, None
+    for path in partition_dir_files_of_kind(directory, ".log"):
+        base = base_offset_of(path)
+        with open(path, "rb") as f:
+            data = f.read()
+        headers = MemoryRecords(data, file=path).scan(verify_crc=False)
+        if previous_last is not None and base <= previous_last:
+            ctx.problem(path, f"segment base offset {base} overlaps {previous_name}, which "
+                              f"ends at offset {previous_last}")
+        if len(headers):
+            first = int(headers["base_offset"][0])
+            if first < base:
+                ctx.problem(path, f"first batch at offset {first} is below the segment's "
+                                  f"base offset {base}")
+            previous_last = int(headers["last_offset"].max())
+            previous_name = os.path.basename(path)
+
+
+def partition_dir_files_of_kind(directory: str, suffix: str) -> list[str]:
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                  if n.endswith(suffix) and n[:-len(suffix)].isdigit())
+
+
 def run(args) -> int:
     ctx = DumpContext(out=sys.stdout, print_data_log=args.print_data_log, verify=args.verify,
                       as_json=args.json, max_decompressed_bytes=args.max_decompressed_bytes)
     status = 0
-    for path in args.files:
+    done = 0
+    for arg in args.files:
+        is_dir = os.path.isdir(arg)
         try:
-            dump_file(path, ctx)
-        except (OSError, ValueError) as exc:
+            paths = partition_dir_files(arg) if is_dir else [arg]
+        except OSError as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 2
+            continue
+        for path in paths:
+            try:
+                dump_file(path, ctx)
+                done += 1
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                status = 2
+        if is_dir and ctx.verify:
+            try:
+                verify_segment_chain(arg, ctx)
+            except (OSError, KafkaEngineError) as exc:
+                ctx.problem(arg, str(exc))
     if ctx.verify and ctx.problems:
         for p in ctx.problems:
             print(p, file=sys.stderr)
         print(f"verify: {len(ctx.problems)} problem(s); first: {ctx.problems[0]}", file=sys.stderr)
         return 1
     if ctx.verify and status == 0:
-        print(f"verify: OK ({len(args.files)} file(s))", file=sys.stderr)
+        print(f"verify: OK ({done} file(s))", file=sys.stderr)
     return status
 

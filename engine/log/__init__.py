@@ -2,7 +2,8 @@
 
 Indexes (`OffsetIndex`, `TimeIndex`, `TransactionIndex`), producer-state snapshots and the
 text checkpoint files, byte-compatible with Kafka's; segments (`LogSegment`) and one
-partition directory's log (`UnifiedLog`) with its leader-epoch cache (`LeaderEpochFileCache`).
+partition directory's log (`UnifiedLog`) with its leader-epoch cache (`LeaderEpochFileCache`),
+and the logs of several log dirs (`LogManager`).
 Searches run natively without the GIL.
 """
 
@@ -21,6 +22,7 @@ from engine.log.checkpoint import (
 )
 from engine.log.index_rebuild import rebuild_indexes
 from engine.log.leader_epoch import LeaderEpochFileCache
+from engine.log.log_manager import LogManager
 from engine.log.offset_index import OffsetIndex, OffsetPosition
 from engine.log.producer_state import ProducerSnapshotEntry, read_snapshot, write_snapshot
 from engine.log.segment import (
@@ -41,6 +43,7 @@ __all__ = [
     "IndexFullError",
     "LeaderEpochCheckpointFile",
     "LeaderEpochFileCache",
+    "LogManager",
     "LogSegment",
     "LogSegmentOffsetOverflowError",
     "OffsetCheckpointFile",

@@ -41,6 +41,35 @@ cdef inline bint _get_buffer(object data, Py_buffer *view) except -1:
     return True
 
 
+ctypedef uint32_t (*_hash_fn)(uint32_t, const uint8_t *, size_t) noexcept nogil
+
+
+cdef uint32_t _xxh32_seeded(uint32_t seed, const uint8_t *p, size_t n) noexcept nogil:
+    return eng_xxh32(p, n, seed)
+
+
+cdef uint32_t _murmur2_bits(uint32_t unused, const uint8_t *p, size_t n) noexcept nogil:
+    return <uint32_t>eng_murmur2(p, n)
+
+
+cdef uint32_t _hash(_hash_fn fn, object data, uint32_t value) except? 0xFFFFFFFF:
+    """The one buffer-and-GIL boundary of every checksum here: data's bytes in place, the
+    GIL released from NOGIL_MIN bytes on."""
+    cdef Py_buffer view
+    cdef uint32_t r
+    cdef bint release = _get_buffer(data, &view)
+    try:
+        if view.len >= NOGIL_MIN:
+            with nogil:
+                r = fn(value, <const uint8_t *>view.buf, <size_t>view.len)
+        else:
+            r = fn(value, <const uint8_t *>view.buf, <size_t>view.len)
+    finally:
+        if release:
+            PyBuffer_Release(&view)
+    return r
+
+
 class ImplementationUnavailableError(KafkaEngineError, RuntimeError):
     """A named CRC-32C implementation exists but this CPU or build cannot run it."""
 
@@ -49,19 +78,7 @@ def crc32c(data, uint32_t value=0):
     """CRC-32C (Castagnoli) of `data` as an unsigned 32-bit int, chainable like zlib.crc32:
     crc32c(b, crc32c(a)) == crc32c(a + b). `value` is a previous result (0 to start);
     OverflowError outside 0..2**32-1. Thread-safe; releases the GIL from 4 KiB on."""
-    cdef Py_buffer view
-    cdef uint32_t r
-    cdef bint release = _get_buffer(data, &view)
-    try:
-        if view.len >= NOGIL_MIN:
-            with nogil:
-                r = eng_crc32c(value, <const uint8_t *>view.buf, <size_t>view.len)
-        else:
-            r = eng_crc32c(value, <const uint8_t *>view.buf, <size_t>view.len)
-    finally:
-        if release:
-            PyBuffer_Release(&view)
-    return r
+    return _hash(eng_crc32c, data, value)
 
 
 def crc32c_with(name, data, uint32_t value=0):
@@ -136,52 +153,16 @@ def _crc32c_fold_constants(unsigned int distance_bits):
 def crc32(data, uint32_t value=0):
     """CRC-32 (IEEE, java.util.zip.CRC32) of `data`, chainable and equal to zlib.crc32(data,
     value). Used by legacy magic 0/1 messages. Thread-safe; releases the GIL from 4 KiB on."""
-    cdef Py_buffer view
-    cdef uint32_t r
-    cdef bint release = _get_buffer(data, &view)
-    try:
-        if view.len >= NOGIL_MIN:
-            with nogil:
-                r = eng_crc32(value, <const uint8_t *>view.buf, <size_t>view.len)
-        else:
-            r = eng_crc32(value, <const uint8_t *>view.buf, <size_t>view.len)
-    finally:
-        if release:
-            PyBuffer_Release(&view)
-    return r
+    return _hash(eng_crc32, data, value)
 
 
 def xxh32(data, uint32_t seed=0):
     """XXH32 of `data` with `seed` (0..2**32-1) as an unsigned 32-bit int. LZ4 frames use
     seed 0. Thread-safe; releases the GIL from 4 KiB on."""
-    cdef Py_buffer view
-    cdef uint32_t r
-    cdef bint release = _get_buffer(data, &view)
-    try:
-        if view.len >= NOGIL_MIN:
-            with nogil:
-                r = eng_xxh32(<const uint8_t *>view.buf, <size_t>view.len, seed)
-        else:
-            r = eng_xxh32(<const uint8_t *>view.buf, <size_t>view.len, seed)
-    finally:
-        if release:
-            PyBuffer_Release(&view)
-    return r
+    return _hash(_xxh32_seeded, data, seed)
 
 
 def murmur2(data):
     """Kafka's Utils.murmur2 of `data` as Java's signed 32-bit int (-2**31..2**31-1).
     Thread-safe; releases the GIL from 4 KiB on."""
-    cdef Py_buffer view
-    cdef int32_t r
-    cdef bint release = _get_buffer(data, &view)
-    try:
-        if view.len >= NOGIL_MIN:
-            with nogil:
-                r = eng_murmur2(<const uint8_t *>view.buf, <size_t>view.len)
-        else:
-            r = eng_murmur2(<const uint8_t *>view.buf, <size_t>view.len)
-    finally:
-        if release:
-            PyBuffer_Release(&view)
-    return r
+    return <int32_t>_hash(_murmur2_bits, data, 0)

@@ -333,8 +333,5 @@ class AbstractIndex:
             raise ValueError(f"{self.KIND} {self._file} is closed")
         return np.frombuffer(self._buffer, dtype=file_dtype, count=self.entries).copy()
 
-    def sanity_check(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
 
 _O_BINARY = getattr(os, "O_BINARY", 0)

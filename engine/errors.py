@@ -46,6 +46,16 @@ class InvalidTopicError(KafkaEngineError, ValueError):
     249 characters, or with a character outside [a-zA-Z0-9._-]."""
 
 
+class RemoteStorageError(KafkaEngineError, OSError):
+    """A remote storage operation failed (Kafka's RemoteStorageException). Retriable by
+    the caller: copies are retried by the next task run, reads fail for that partition."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
+    """A remote resource does not exist (Kafka's RemoteResourceNotFoundException), e.g. an
+    optional transaction index that was never copied."""
+
+
 __all__ = [
     "KafkaEngineError",
     "CorruptRecordError",
@@ -60,4 +70,6 @@ __all__ = [
     "OffsetOutOfRangeError",
     "KafkaStorageError",
     "InvalidTopicError",
+    "RemoteStorageError",
+    "RemoteResourceNotFoundError",
 ]

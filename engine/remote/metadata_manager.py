@@ -1,0 +1,99 @@
+"""KIP-405's RemoteLogMetadataManager (RLMM) plugin interface.
+
+The RLMM records the lifecycle of remote segments and answers which remote segment holds an
+offset of a leader epoch. It is configured with the broker properties under
+`remote.log.metadata.manager.impl.prefix` (`rlmm.config.` by default), the prefix stripped,
+plus `broker.id` and `log.dir` (the first log dir).
+
+Kafka returns futures that complete once the event is durable and visible; here the
+mutating calls return once the event is durable (written and fsynced) and applied, so a
+caller may act on it right after the call.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Iterable, Iterator, Mapping
+
+from engine.remote.metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    TopicIdPartition,
+)
+
+__all__ = ["RemoteLogMetadataManager"]
+
+
+class RemoteLogMetadataManager(abc.ABC):
+    """Implementations are thread-safe. Illegal state transitions raise
+    IllegalStateTransitionError and change nothing."""
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Takes the `rlmm.config.`-prefixed broker properties (prefix stripped), plus
+        `broker.id` and `log.dir`. Raises ConfigError for a bad value."""
+
+    @abc.abstractmethod
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Adds a segment in state COPY_SEGMENT_STARTED (anything else is refused)."""
+
+    @abc.abstractmethod
+    def update_remote_log_segment_metadata(self,
+                                           update: RemoteLogSegmentMetadataUpdate) -> None:
+        """Moves an added segment to a new state. Raises RemoteResourceNotFoundError for an
+        unknown segment id."""
+
+    @abc.abstractmethod
+    def remote_log_segment_metadata(self, topic_id_partition: TopicIdPartition,
+                                    epoch_for_offset: int,
+                                    offset: int) -> RemoteLogSegmentMetadata | None:
+        """The COPY_SEGMENT_FINISHED segment holding `offset` written in leader epoch
+        `epoch_for_offset`, or None."""
+
+    @abc.abstractmethod
+    def highest_offset_for_epoch(self, topic_id_partition: TopicIdPartition,
+                                 leader_epoch: int) -> int | None:
+        """The highest offset of `leader_epoch` held by copied (FINISHED) segments, or
+        None."""
+
+    @abc.abstractmethod
+    def put_remote_partition_delete_metadata(self,
+                                             metadata: RemotePartitionDeleteMetadata) -> None:
+        """Records a partition-deletion step (MARKED -> STARTED -> FINISHED)."""
+
+    @abc.abstractmethod
+    def list_remote_log_segments(self, topic_id_partition: TopicIdPartition,
+                                 leader_epoch: int | None = None
+                                 ) -> Iterator[RemoteLogSegmentMetadata]:
+        """The partition's segments in COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED or
+        DELETE_SEGMENT_STARTED, ordered by start offset; with `leader_epoch`, only those
+        holding offsets of that epoch."""
+
+    def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
+        """Bytes of the FINISHED segments holding offsets of `leader_epoch`."""
+        return sum(m.segment_size_in_bytes
+                   for m in self.list_remote_log_segments(topic_id_partition, leader_epoch)
+                   if m.state.name == "COPY_SEGMENT_FINISHED")
+
+    @abc.abstractmethod
+    def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
+                                        follower_partitions: Iterable[TopicIdPartition]
+                                        ) -> None:
+        """Starts serving (loading the metadata of) these partitions."""
+
+    @abc.abstractmethod
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """Stops serving these partitions (their metadata stays stored)."""
+
+    def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
+        """Whether the partition's metadata is loaded and queries answer (KIP-1105)."""
+        return True
+
+    def close(self) -> None:
+        """Releases resources. Idempotent."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

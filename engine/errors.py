@@ -56,6 +56,23 @@ class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
     optional transaction index that was never copied."""
 
 
+class RemoteLogReaderRejectedError(KafkaEngineError, RuntimeError):
+    """A remote read was refused because the remote-log-reader queue is full
+    (`remote.log.reader.max.pending.tasks`; Kafka's RejectedExecutionException). Returned as
+    the error of that partition; the client retries."""
+
+
+class RemoteFetchTimeoutError(KafkaEngineError, TimeoutError):
+    """A remote read did not finish within `remote.fetch.max.wait.ms` (Kafka's expired
+    DelayedRemoteFetch). The read may still be running on a reader thread."""
+
+
+class CustomMetadataSizeLimitExceededError(KafkaEngineError, ValueError):
+    """The RSM returned custom metadata larger than
+    `remote.log.metadata.custom.metadata.max.bytes` (KIP-917): the copy is undone and the
+    partition's copy task cancelled until its leadership changes."""
+
+
 __all__ = [
     "KafkaEngineError",
     "CorruptRecordError",
@@ -72,4 +89,7 @@ __all__ = [
     "InvalidTopicError",
     "RemoteStorageError",
     "RemoteResourceNotFoundError",
+    "RemoteLogReaderRejectedError",
+    "RemoteFetchTimeoutError",
+    "CustomMetadataSizeLimitExceededError",
 ]

@@ -24,10 +24,15 @@ Engine extension: a broker-level `remote.storage.enable` is the default for ever
 
 from __future__ import annotations
 
+import difflib
 import enum
+import fcntl
+import json
+import logging
 import math
+import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,11 +51,16 @@ __all__ = [
     "OneOf",
     "Range",
     "ResolvedValue",
+    "TOPIC_CONFIG_STORE_FILE",
     "TopicConfig",
+    "TopicConfigStore",
     "ValidList",
+    "load_broker_config",
     "load_properties",
     "parse_properties",
 ]
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 LONG_MIN = -(2**63)
@@ -67,15 +77,22 @@ MIN_SEGMENT_BYTES = 14
 class ConfigError(KafkaEngineError, ValueError):
     """A config key has a value that cannot be parsed or breaks its rule.
 
-    Attributes `key`, `value` (as given) and `rule` (what was expected) carry the details.
+    Attributes `key`, `value` (as given) and `rule` (what was expected) carry the details;
+    `file` names the properties file or store the value came from, when there is one.
     """
 
-    def __init__(self, key: str | None, value: Any, rule: str) -> None:
+    def __init__(self, key: str | None, value: Any, rule: str, *,
+                 file: str | None = None) -> None:
         self.key = key
         self.value = value
         self.rule = rule
         where = f"config {key!r}" if key is not None else "config"
-        super().__init__(f"invalid value {value!r} for {where}: {rule}")
+        super().__init__(f"invalid value {value!r} for {where}: {rule}",
+                         file=None if file is None else str(file))
+
+    def in_file(self, file) -> ConfigError:
+        """The same error, naming `file`."""
+        return ConfigError(self.key, self.value, self.rule, file=file)
 
 
 class ConfigType(enum.Enum):
@@ -318,6 +335,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Delay before a file is deleted from the filesystem"),
     ConfigDef("log.preallocate", _T.BOOLEAN, False, None, _M,
               "Preallocate the file when creating a new segment"),
+    ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, _AT_LEAST_1, _M,
+              "How often retention (local and remote) is checked"),
     ConfigDef("message.max.bytes", _T.INT, 1048588, _AT_LEAST_0, _H,
               "Largest record batch size allowed"),
     ConfigDef("log.message.timestamp.type", _T.STRING, "CreateTime", _TIMESTAMP_TYPES, _M,
@@ -803,3 +822,252 @@ class TopicConfig:
         changed = {k: e.value for k, e in self._entries.items()
                    if e.source is not ConfigSource.DEFAULT_CONFIG}
         return f"TopicConfig({changed})"
+
+
+# ---------------------------------------------------------------------------- broker files
+
+#: Kafka broker keys in the engine's strict namespaces (`log.*`, `remote.*`) that Kafka
+#: accepts and the engine does not use (the log cleaner, format down-conversion, checkpoint
+#: intervals it does not schedule). They are kept, reported by `unused()` and logged, so a
+#: stock Kafka server.properties loads; any other unknown `log.*` / `remote.*` key is a
+#: ConfigError (most likely a typo of a key that matters).
+KAFKA_BROKER_KEYS_NOT_USED = frozenset({
+    "log.cleaner.enable", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms", "log.cleaner.delete.retention.ms",
+    "log.flush.offset.checkpoint.interval.ms", "log.flush.start.offset.checkpoint.interval.ms",
+    "log.message.format.version", "log.message.downconversion.enable",
+    "log.message.timestamp.difference.max.ms", "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms", "log.dir.failure.timeout.ms",
+    "log.initial.task.delay.ms", "log.cleanup.interval.ms",
+})
+_STRICT_PREFIXES = ("log.", "remote.")
+
+
+def _check_keys(props: Mapping[str, str], path: str) -> None:
+    """The unknown-key policy of broker files (see KAFKA_BROKER_KEYS_NOT_USED)."""
+    prefixes = (props.get("remote.log.storage.manager.impl.prefix", "rsm.config."),
+                props.get("remote.log.metadata.manager.impl.prefix", "rlmm.config."))
+    for key, value in props.items():
+        if key in BROKER_CONFIGS or key in KAFKA_BROKER_KEYS_NOT_USED:
+            continue
+        if any(p and key.startswith(p) for p in prefixes):
+            continue  # the plugin's own settings, checked by the plugin
+        if key in TOPIC_CONFIGS:
+            brokers = [k for k, _ in TOPIC_CONFIGS[key].synonyms]
+            hint = (f"the broker default is {brokers[0]}" if brokers
+                    else "it has no broker-level default")
+            raise ConfigError(key, value, f"is a topic config, not a broker config ({hint}; "
+                              "per-topic values: python -m engine configs --alter)", file=path)
+        if key.startswith(_STRICT_PREFIXES):
+            close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1, cutoff=0.8)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(key, value, f"unknown broker config{hint}", file=path)
+        log.warning("%s: %r is not a config the engine uses; ignored", path, key)
+
+
+def uses_filesystem_tier(broker: BrokerConfig) -> bool:
+    """No RSM class named: the engine's filesystem tier under `rsm.config.dirs`."""
+    return broker["remote.log.storage.manager.class.name"] is None
+
+
+def load_broker_config(path, *, check_dirs: bool = True) -> BrokerConfig:
+    """Load and validate a broker `.properties` file.
+
+    Every key Kafka defines for the engine's namespaces is parsed and checked; an unknown
+    `log.*` or `remote.*` key, or a topic config given at broker level, is an error (see
+    KAFKA_BROKER_KEYS_NOT_USED); other keys (listeners, num.network.threads, ...) are
+    logged and ignored as Kafka ignores keys it does not know. With tiering on and no RSM
+    class named, `rsm.config.dirs` (under the configured prefix) must name the filesystem
+    tier's directories. With `check_dirs`, every log dir (and tier dir) must exist as a
+    directory: nothing is created here.
+
+    Raises ConfigError naming the key and the file; nothing is written.
+    """
+    path = os.fspath(path)
+    try:
+        props = load_properties(path)
+    except ConfigError as exc:
+        raise exc.in_file(path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(None, path, f"cannot read the properties file: {why}",
+                          file=path) from None
+    _check_keys(props, path)
+    try:
+        broker = BrokerConfig(props)
+    except ConfigError as exc:
+        raise exc.in_file(path) from None
+    dirs_key = "log.dirs" if broker.is_set("log.dirs") else "log.dir"
+    tier_dirs: list[str] = []
+    if broker["remote.log.storage.system.enable"] and uses_filesystem_tier(broker):
+        prefix = broker["remote.log.storage.manager.impl.prefix"]
+        raw = props.get(prefix + "dirs", "")
+        tier_dirs = [d.strip() for d in raw.split(",") if d.strip()]
+        if not tier_dirs:
+            raise ConfigError(prefix + "dirs", raw or None,
+                              "the filesystem tier (no remote.log.storage.manager.class.name) "
+                              "needs its directories, comma-separated", file=path)
+    if check_dirs:
+        for key, dirs in ((dirs_key, broker.log_dirs), ("rsm.config.dirs", tier_dirs)):
+            for d in dirs:
+                if not os.path.isdir(d):
+                    why = "is not a directory" if os.path.exists(d) else "does not exist"
+                    raise ConfigError(key, d, f"directory {why}", file=path)
+    return broker
+
+
+# ---------------------------------------------------------------------------- topic overrides
+
+#: The durable per-topic overrides, in the first log dir (where Kafka's KRaft broker keeps
+#: nothing of the kind: it has the metadata log; the engine has this one small file).
+TOPIC_CONFIG_STORE_FILE = "topic-config-overrides.json"
+_STORE_VERSION = 1
+
+
+class TopicConfigStore:
+    """Per-topic config overrides (Kafka names, values as given), durable in one JSON file
+    `{"version": 1, "topics": {topic: {key: value}}}`, rewritten atomically (temp file,
+    fsync, rename, fsync of the directory) under an advisory lock so concurrent
+    `configs --alter` runs do not lose each other's changes. Every change is validated with
+    TopicConfig's rules against the broker config before anything is written.
+    """
+
+    def __init__(self, path) -> None:
+        self.path = os.fspath(path)
+
+    @classmethod
+    def of(cls, broker: BrokerConfig) -> TopicConfigStore:
+        """The store of a broker: in its first log dir."""
+        return cls(os.path.join(broker.log_dirs[0], TOPIC_CONFIG_STORE_FILE))
+
+    def read(self) -> dict[str, dict[str, str]]:
+        """All overrides by topic; {} when the file does not exist. ConfigError naming the
+        file when it is not a store this version wrote."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return {}
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise ConfigError(None, data[:60], f"not a topic-config store: {exc}",
+                              file=self.path) from None
+        if (not isinstance(doc, dict) or doc.get("version") != _STORE_VERSION
+                or not isinstance(doc.get("topics"), dict)):
+            raise ConfigError(None, data[:60], f"not a version {_STORE_VERSION} topic-config "
+                              "store", file=self.path)
+        topics: dict[str, dict[str, str]] = {}
+        for topic, overrides in doc["topics"].items():
+            if not isinstance(overrides, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in overrides.items()):
+                raise ConfigError(None, overrides, f"overrides of topic {topic!r} must map "
+                                  "names to strings", file=self.path)
+            topics[topic] = dict(overrides)
+        return topics
+
+    def overrides(self, topic: str) -> dict[str, str]:
+        return dict(self.read().get(topic, {}))
+
+    def resolve(self, topic: str, broker: BrokerConfig,
+                topic_defaults: Mapping[str, Any] | None = None) -> TopicConfig:
+        """The topic's TopicConfig from the store (ConfigError naming the file if the stored
+        overrides no longer pass, e.g. after the broker file changed)."""
+        merged = {**dict(topic_defaults or {}), **self.overrides(topic)}
+        try:
+            return TopicConfig.resolve(merged, broker)
+        except ConfigError as exc:
+            raise ConfigError(exc.key, exc.value, f"topic {topic!r}: {exc.rule}",
+                              file=self.path) from None
+
+    def alter(self, topic: str, broker: BrokerConfig, *, add: Mapping[str, Any] | None = None,
+              delete: Iterable[str] = ()) -> dict[str, str]:
+        """Sets `add` and removes `delete` (kafka-configs.sh --add-config/--delete-config)
+        for `topic`, validated as a whole: unknown keys, invalid values, Kafka's tiering
+        rules (local vs total retention, remote.storage.enable needing the system,
+        remote.log.copy.disable needing local == total retention) and disabling
+        remote.storage.enable only with remote.log.delete.on.disable=true (KRaft's rule).
+        Deleting a key that is not set is a no-op, as Kafka's incremental alter. Returns the
+        topic's new overrides. Nothing is written when a rule fails."""
+        add = {k: str(v).strip() for k, v in dict(add or {}).items()}
+        delete = list(delete)
+        for key in list(add) + delete:
+            if key not in TOPIC_CONFIGS:
+                close = difflib.get_close_matches(key, list(TOPIC_CONFIGS), n=1, cutoff=0.8)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(key, add.get(key), f"unknown topic config{hint}")
+        both = sorted(set(add) & set(delete))
+        if both:
+            raise ConfigError(both[0], add[both[0]], "cannot be both added and deleted")
+        with self._locked():
+            topics = self.read()
+            before = topics.get(topic, {})
+            after = {k: v for k, v in before.items() if k not in delete}
+            after.update(add)
+            new = TopicConfig.resolve(after, broker)  # raises on any broken rule
+            raw = before.get("remote.storage.enable")
+            was_tiered = (broker["remote.storage.enable"] if raw is None
+                          else raw.strip().lower() == "true")
+            if was_tiered and not new["remote.storage.enable"] and not new[
+                    "remote.log.delete.on.disable"]:
+                raise ConfigError(
+                    "remote.storage.enable", False,
+                    "disabling tiering needs remote.log.delete.on.disable=true (deletes the "
+                    "remote data); to keep it read-only set remote.log.copy.disable=true")
+            if after:
+                topics[topic] = dict(sorted(after.items()))
+            else:
+                topics.pop(topic, None)
+            if topics != self.read():
+                self._write(topics)
+            return after
+
+    def remove_topic(self, topic: str) -> bool:
+        """Forgets a deleted topic's overrides. Returns whether it had any."""
+        with self._locked():
+            topics = self.read()
+            if topics.pop(topic, None) is None:
+                return False
+            self._write(topics)
+            return True
+
+    def _locked(self):
+        return _FileLock(self.path + ".lock")
+
+    def _write(self, topics: Mapping[str, Mapping[str, str]]) -> None:
+        doc = {"version": _STORE_VERSION, "topics": {t: dict(o) for t, o in sorted(topics.items())}}
+        data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+        directory = os.path.dirname(os.path.abspath(self.path))
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class _FileLock:
+    """An exclusive flock held for a read-modify-write of a small file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+
+    def __enter__(self):
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)

@@ -508,3 +508,197 @@ def test_topic_overrides_accept_typed_values():
 def test_config_types_cover_kafka_kinds():
     kinds = {d.type for d in (*BROKER_CONFIGS.values(), *TOPIC_CONFIGS.values())}
     assert kinds == set(ConfigType)
+
+
+# ---------------------------------------------------------------- broker files and the store
+
+import json as _json  # noqa: E402
+import os as _os  # noqa: E402
+
+from engine.config import (  # noqa: E402
+    KAFKA_BROKER_KEYS_NOT_USED,
+    TOPIC_CONFIG_STORE_FILE,
+    TopicConfigStore,
+    load_broker_config,
+)
+
+
+def _broker_file(tmp_path, text, make_dirs=("d1", "d2", "tier")):
+    for d in make_dirs:
+        (tmp_path / d).mkdir(exist_ok=True)
+    path = tmp_path / "server.properties"
+    path.write_text(text.replace("$T", str(tmp_path)))
+    return str(path)
+
+
+_TIERED_FILE = """\
+log.dirs=$T/d1,$T/d2
+remote.log.storage.system.enable=true
+rsm.config.dirs=$T/tier
+log.segment.bytes=65536
+log.local.retention.bytes=1000
+log.retention.ms=86400000
+remote.log.manager.task.interval.ms=100
+remote.storage.enable=true
+listeners=PLAINTEXT://127.0.0.1:9092
+log.cleaner.enable=false
+"""
+
+
+def test_load_broker_config_reads_dirs_tiering_and_broker_topic_defaults(tmp_path):
+    broker = load_broker_config(_broker_file(tmp_path, _TIERED_FILE))
+    assert broker.log_dirs == [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    assert broker["remote.log.storage.system.enable"] is True
+    assert broker.with_prefix(broker["remote.log.storage.manager.impl.prefix"]) == {
+        "dirs": str(tmp_path / "tier")}
+    topic = TopicConfig.resolve({}, broker)
+    assert topic["segment.bytes"] == 65536 and topic["retention.ms"] == 86400000
+    assert topic.local_retention_bytes == 1000 and topic["remote.storage.enable"] is True
+    assert topic.entry("local.retention.bytes").source_key == "log.local.retention.bytes"
+    # Kafka keys the engine does not use are kept and reported as unused
+    assert set(broker.unused()) == {"listeners", "log.cleaner.enable"}
+    assert "log.cleaner.enable" in KAFKA_BROKER_KEYS_NOT_USED
+
+
+@pytest.mark.parametrize("line, key, rule", [
+    ("log.retention.msx=5", "log.retention.msx", "did you mean 'log.retention.ms'"),
+    ("remote.log.manager.task.interval=5", "remote.log.manager.task.interval",
+     "unknown broker config"),
+    ("retention.ms=1000", "retention.ms", "the broker default is log.retention.ms"),
+    ("local.retention.bytes=1", "local.retention.bytes", "is a topic config"),
+    ("remote.log.copy.disable=true", "remote.log.copy.disable", "no broker-level default"),
+    ("log.segment.bytes=ten", "log.segment.bytes", "expected a int"),
+    ("log.local.retention.ms=-3", "log.local.retention.ms", "at least -2"),
+    ("remote.log.manager.task.retry.jitter=0.9", "remote.log.manager.task.retry.jitter",
+     "between 0.0 and 0.5"),
+])
+def test_load_broker_config_names_the_key_and_the_file(tmp_path, line, key, rule):
+    path = _broker_file(tmp_path, _TIERED_FILE + line + "\n")
+    before = sorted(_os.listdir(tmp_path / "d1"))
+    with pytest.raises(ConfigError) as info:
+        load_broker_config(path)
+    assert info.value.key == key and rule in str(info.value)
+    assert path in str(info.value) and info.value.file == path
+    assert sorted(_os.listdir(tmp_path / "d1")) == before  # nothing touched
+
+
+def test_load_broker_config_missing_dirs_and_tier(tmp_path):
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/d2", "$T/nope"), ("d1", "tier"))
+    with pytest.raises(ConfigError) as info:
+        load_broker_config(path)
+    assert info.value.key == "log.dirs" and "does not exist" in str(info.value)
+    assert not (tmp_path / "nope").exists()
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/tier", "$T/d1/x"), ("d1", "d2"))
+    with pytest.raises(ConfigError, match="rsm.config.dirs"):
+        load_broker_config(path)
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("rsm.config.dirs=$T/tier\n", ""))
+    with pytest.raises(ConfigError) as info:
+        load_broker_config(path)
+    assert info.value.key == "rsm.config.dirs"
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_broker_config(str(tmp_path / "absent.properties"))
+
+
+def test_load_broker_config_tiering_needs_the_system(tmp_path):
+    text = _TIERED_FILE.replace("remote.log.storage.system.enable=true",
+                                "remote.log.storage.system.enable=false")
+    with pytest.raises(ConfigError) as info:
+        load_broker_config(_broker_file(tmp_path, text))
+    assert info.value.key == "remote.storage.enable"
+    assert "remote.log.storage.system.enable=true" in str(info.value)
+
+
+def test_load_broker_config_custom_prefix_and_plugin_class(tmp_path):
+    text = _TIERED_FILE.replace("rsm.config.dirs", "tier.dirs") + (
+        "remote.log.storage.manager.impl.prefix=tier.\n")
+    broker = load_broker_config(_broker_file(tmp_path, text))
+    assert broker.with_prefix("tier.") == {"dirs": str(tmp_path / "tier")}
+    # a named RSM class needs no filesystem dirs; its own keys are the plugin's business
+    text = _TIERED_FILE.replace("rsm.config.dirs=$T/tier", "rsm.config.bucket=b") + (
+        "remote.log.storage.manager.class.name=my.module:MyStorage\n")
+    assert load_broker_config(_broker_file(tmp_path, text)).get_class(
+        "remote.log.storage.manager.class.name") == "my.module:MyStorage"
+
+
+def _store(tmp_path):
+    broker = load_broker_config(_broker_file(tmp_path, _TIERED_FILE))
+    store = TopicConfigStore.of(broker)
+    assert store.path == str(tmp_path / "d1" / TOPIC_CONFIG_STORE_FILE)
+    return broker, store
+
+
+def test_topic_config_store_alter_is_durable_and_validated_as_a_whole(tmp_path):
+    broker, store = _store(tmp_path)
+    assert store.read() == {}
+    assert store.alter("orders", broker, add={"retention.ms": "600000",
+                                              "local.retention.ms": "60000"}) == {
+        "retention.ms": "600000", "local.retention.ms": "60000"}
+    assert TopicConfigStore(store.path).overrides("orders") == {
+        "local.retention.ms": "60000", "retention.ms": "600000"}
+    doc = _json.loads(open(store.path).read())
+    assert doc == {"version": 1, "topics": {"orders": {"local.retention.ms": "60000",
+                                                       "retention.ms": "600000"}}}
+    assert not _os.path.exists(store.path + ".tmp")
+    config = store.resolve("orders", broker)
+    assert config.local_retention_ms == 60000 and config["segment.bytes"] == 65536
+    store.alter("orders", broker, delete=["local.retention.ms", "segment.ms"])  # unset: no-op
+    assert store.overrides("orders") == {"retention.ms": "600000"}
+    store.alter("orders", broker, delete=["retention.ms"])
+    assert store.read() == {}
+
+
+@pytest.mark.parametrize("add, key, rule", [
+    ({"retention.ms": "1000", "local.retention.ms": "2000"}, "local.retention.ms",
+     "at most retention.ms"),
+    ({"retention.bytes": "1000", "local.retention.bytes": "-1"}, "local.retention.bytes",
+     "must not be -1"),
+    ({"remote.log.copy.disable": "true"}, "local.retention.bytes",  # broker sets 1000
+     "when copy is disabled"),
+    ({"remote.storage.enable": "false"}, "remote.storage.enable",
+     "remote.log.delete.on.disable=true"),
+    ({"cleanup.policy": "compact"}, "remote.storage.enable", "compact"),
+    ({"retention.msec": "5"}, "retention.msec", "did you mean 'retention.ms'"),
+    ({"segment.bytes": "1"}, "segment.bytes", "at least 14"),
+])
+def test_topic_config_store_refuses_and_writes_nothing(tmp_path, add, key, rule):
+    broker, store = _store(tmp_path)
+    store.alter("orders", broker, add={"retention.ms": "600000"})
+    before = open(store.path, "rb").read()
+    with pytest.raises(ConfigError) as info:
+        store.alter("orders", broker, add=add)
+    assert info.value.key == key and rule in str(info.value)
+    assert open(store.path, "rb").read() == before
+
+
+def test_topic_config_store_disabling_tiering_with_delete_on_disable(tmp_path):
+    broker, store = _store(tmp_path)
+    after = store.alter("t", broker, add={"remote.storage.enable": "false",
+                                          "remote.log.delete.on.disable": "true"})
+    assert after["remote.storage.enable"] == "false"
+    assert store.resolve("t", broker)["remote.storage.enable"] is False
+    assert store.remove_topic("t") and store.read() == {} and not store.remove_topic("t")
+
+
+def test_topic_config_store_needs_the_system_for_tiering(tmp_path):
+    path = _broker_file(tmp_path, "log.dirs=$T/d1\n")
+    broker = load_broker_config(path)
+    store = TopicConfigStore.of(broker)
+    with pytest.raises(ConfigError, match="remote.log.storage.system.enable=true"):
+        store.alter("t", broker, add={"remote.storage.enable": "true"})
+    assert not _os.path.exists(store.path)
+
+
+def test_topic_config_store_corrupt_or_stale_file_is_named(tmp_path):
+    broker, store = _store(tmp_path)
+    open(store.path, "w").write("{not json")
+    with pytest.raises(ConfigError) as info:
+        store.read()
+    assert info.value.file == store.path
+    open(store.path, "w").write(_json.dumps({"version": 1, "topics": {
+        "t": {"local.retention.ms": "99999999999"}}}))
+    with pytest.raises(ConfigError) as info:
+        store.resolve("t", broker)  # broker log.retention.ms=86400000 is below it now
+    assert info.value.key == "local.retention.ms" and store.path in str(info.value)
+    open(store.path, "w").write(_json.dumps({"version": 2, "topics": {}}))
+    with pytest.raises(ConfigError, match="version 1"):
+        store.read()

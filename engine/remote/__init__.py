@@ -2,6 +2,12 @@
 RemoteLogMetadataManager interfaces, and their implementations."""
 
 from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
+from engine.remote.factory import (
+    create_remote_log_metadata_manager,
+    create_remote_storage_manager,
+)
+from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.remote.index_cache import RemoteIndexCache, RemoteIndexCacheEntry
 from engine.remote.metadata import (
     IllegalStateTransitionError,
     RemoteLogSegmentId,
@@ -16,9 +22,12 @@ from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 __all__ = [
+    "FileSystemRemoteStorageManager",
     "IllegalStateTransitionError",
     "IndexType",
     "LogSegmentData",
+    "RemoteIndexCache",
+    "RemoteIndexCacheEntry",
     "RemoteLogMetadataManager",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
@@ -30,4 +39,6 @@ __all__ = [
     "RemoteStorageError",
     "RemoteStorageManager",
     "TopicIdPartition",
+    "create_remote_log_metadata_manager",
+    "create_remote_storage_manager",
 ]

@@ -1,0 +1,106 @@
+"""Builds the configured RemoteStorageManager and RemoteLogMetadataManager (the broker's
+plugin loading, RemoteLogManager.createRemoteStorageManager / createRemoteLogMetadataManager).
+
+- RSM: `remote.log.storage.manager.class.name`; unset means the engine's filesystem tier
+  (`engine.remote.filesystem.FileSystemRemoteStorageManager`, configured by
+  `rsm.config.dirs`). It is configured with the properties under
+  `remote.log.storage.manager.impl.prefix` (prefix stripped) plus `broker.id`.
+- RLMM: `remote.log.metadata.manager.class.name`; unset or Kafka's default
+  `TopicBasedRemoteLogMetadataManager` (a Kafka topic this engine does not have) means the
+  embedded RLMM (`engine.remote.embedded_rlmm.EmbeddedRemoteLogMetadataManager`), stored in
+  the first log dir. It is configured with the properties under
+  `remote.log.metadata.manager.impl.prefix` plus `broker.id` and `log.dir` (the first log
+  dir).
+
+Class names are "package.module.ClassName" or "package.module:ClassName". A class that
+cannot be imported, is not the right interface or cannot be built raises ConfigError naming
+the class-name key; a ConfigError from the plugin's `configure` is raised again with its
+key prefixed (e.g. `rsm.config.dirs`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+from engine.config import BrokerConfig, ConfigError
+from engine.remote.metadata_manager import RemoteLogMetadataManager
+from engine.remote.storage import RemoteStorageManager
+
+__all__ = [
+    "DEFAULT_RLMM_CLASS",
+    "DEFAULT_RSM_CLASS",
+    "KAFKA_TOPIC_BASED_RLMM_CLASS",
+    "create_remote_log_metadata_manager",
+    "create_remote_storage_manager",
+]
+
+RSM_CLASS_KEY = "remote.log.storage.manager.class.name"
+RSM_PREFIX_KEY = "remote.log.storage.manager.impl.prefix"
+RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
+RLMM_PREFIX_KEY = "remote.log.metadata.manager.impl.prefix"
+DEFAULT_RSM_CLASS = "engine.remote.filesystem:FileSystemRemoteStorageManager"
+DEFAULT_RLMM_CLASS = "engine.remote.embedded_rlmm:EmbeddedRemoteLogMetadataManager"
+KAFKA_TOPIC_BASED_RLMM_CLASS = (
+    "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager")
+
+
+def create_remote_storage_manager(broker_config: BrokerConfig) -> RemoteStorageManager:
+    """A configured RSM. ConfigError for a bad class name or plugin setting."""
+    name = broker_config[RSM_CLASS_KEY] or DEFAULT_RSM_CLASS
+    prefix = broker_config[RSM_PREFIX_KEY]
+    configs = broker_config.with_prefix(prefix)
+    configs["broker.id"] = str(broker_config.broker_id)
+    return _build(RSM_CLASS_KEY, name, RemoteStorageManager, prefix, configs)
+
+
+def create_remote_log_metadata_manager(broker_config: BrokerConfig,
+                                       first_log_dir) -> RemoteLogMetadataManager:
+    """A configured RLMM storing under `first_log_dir` unless its settings say otherwise.
+    ConfigError for a bad class name or plugin setting."""
+    name = broker_config[RLMM_CLASS_KEY]
+    if not name or name == KAFKA_TOPIC_BASED_RLMM_CLASS:
+        name = DEFAULT_RLMM_CLASS
+    prefix = broker_config[RLMM_PREFIX_KEY]
+    configs = broker_config.with_prefix(prefix)
+    configs["broker.id"] = str(broker_config.broker_id)
+    configs["log.dir"] = str(first_log_dir)
+    return _build(RLMM_CLASS_KEY, name, RemoteLogMetadataManager, prefix, configs)
+
+
+def _build(key: str, name: str, interface: type, prefix: str, configs: Mapping[str, str]):
+    cls = _load_class(key, name)
+    if not (isinstance(cls, type) and issubclass(cls, interface)):
+        raise ConfigError(key, name, f"is not a {interface.__module__}.{interface.__name__}")
+    try:
+        plugin = cls()
+    except Exception as exc:
+        raise ConfigError(key, name, f"cannot be instantiated without arguments: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+    try:
+        plugin.configure(dict(configs))
+    except ConfigError as exc:
+        plugin.close()
+        full = exc.key if exc.key is None or exc.key.startswith(prefix) else prefix + exc.key
+        raise ConfigError(full, exc.value, exc.rule) from exc
+    except BaseException:
+        plugin.close()
+        raise
+    return plugin
+
+
+def _load_class(key: str, name: str) -> type:
+    module_name, sep, attr = name.partition(":")
+    if not sep:
+        module_name, _, attr = name.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(key, name, "expected package.module.ClassName or "
+                                     "package.module:ClassName")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(key, name, f"cannot import module {module_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(key, name, f"module {module_name!r} has no {attr!r}") from None

@@ -74,7 +74,7 @@ def test_new_partitions_go_to_the_dir_with_fewest_partitions(dirs):
     for d, name in ((dirs[1], "old-0"), (dirs[2], "old-1")):
         UnifiedLog.open(os.path.join(d, name)).close()
     with LogManager(dirs) as manager:
-        assert manager.partitions == [("old", 0), ("old", 1)]
+        assert manager.partitions() == [("old", 0), ("old", 1)]
         placed = [manager.log_dir_of("t", p) for p in range(6)
                   if manager.get_or_create_log("t", p) is not None]
         assert [os.path.basename(p) for p in placed] == ["d0", "d0", "d1", "d2", "d0", "d1"]
@@ -105,7 +105,7 @@ def test_invalid_topic_names_are_refused(dirs, name):
         with pytest.raises(InvalidTopicError) as info:
             manager.get_or_create_log(name, 0)
         assert isinstance(info.value, (KafkaEngineError, ValueError))
-        assert manager.partitions == []
+        assert manager.partitions() == []
     for d in dirs:
         assert [n for n in os.listdir(d) if not n.startswith((".", "recovery", "log-start"))] == []
 
@@ -115,7 +115,7 @@ def test_legal_topic_names_and_dir_name_parsing(dirs):
         for topic in ("a" * 249, "with-dash-7", "_under.score", "X.Y-z_9"):
             manager.get_or_create_log(topic, 3)
     with LogManager(dirs) as manager:
-        assert ("with-dash-7", 3) in manager.partitions and len(manager.partitions) == 4
+        assert ("with-dash-7", 3) in manager.partitions() and len(manager.partitions()) == 4
     assert parse_partition_dir_name("with-dash-7-12") == ("with-dash-7", 12)
     for bad in ("nodash", "t-", "t-01", "t-x", "-1", "t-0.abc-delete", "t-99999999999"):
         assert parse_partition_dir_name(bad) is None
@@ -332,7 +332,7 @@ def test_a_dir_failing_at_load_is_offline_and_the_others_load(dirs):
         f.write("not a directory")
     manager = LogManager(dirs)
     assert [str(d) for d in manager.offline_dirs] == [dirs[1]]
-    assert manager.partitions == [("t", 0), ("t", 2)]
+    assert manager.partitions() == [("t", 0), ("t", 2)]
     assert len(_read_all(manager, "t", 2)) == 10
     manager.get_or_create_log("t", 1)  # placed again, on an online dir
     assert manager.log_dir_of("t", 1) == manager.log_dirs[0]
@@ -353,7 +353,7 @@ def test_an_io_error_loading_one_partition_takes_only_its_dir_offline(dirs, monk
     monkeypatch.setattr(UnifiedLog, "open", classmethod(open_))
     manager = LogManager(dirs)
     assert [str(d) for d in manager.offline_dirs] == [dirs[0]]
-    assert manager.partitions == [("t", 1), ("t", 2)]
+    assert manager.partitions() == [("t", 1), ("t", 2)]
     with pytest.raises(KafkaStorageError):
         manager.read("t", 0, 0, 10)
     manager.shutdown()

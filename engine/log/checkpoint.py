@@ -289,6 +289,14 @@ class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
     def __init__(self, file, *, create: bool = True):
         super().__init__(file, self.VERSION, _EpochEntryFormatter(), create=create)
 
+    @classmethod
+    def encode_entries(cls, entries: Iterable[EpochEntry]) -> bytes:
+        """The checkpoint text of `entries`, without a file (e.g. for the remote tier)."""
+        formatter = _EpochEntryFormatter()
+        entries = list(entries)
+        lines = [str(cls.VERSION), str(len(entries))] + [formatter.to_line(e) for e in entries]
+        return "".join(line + "\n" for line in lines).encode("utf-8")
+
 
 def _epoch_cache(entries: Iterable[EpochEntry]) -> list[EpochEntry]:
     # Kafka keeps the entries in a TreeMap keyed by epoch: ordered by epoch, later puts win.

@@ -9,7 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, epoch_for_offset
+from engine.log.checkpoint import (
+    EpochEntry,
+    LeaderEpochCheckpointFile,
+    epoch_entries_in_range,
+    epoch_for_offset,
+)
 
 __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochFileCache"]
 
@@ -80,6 +85,20 @@ class LeaderEpochFileCache:
         """The epoch whose range holds `offset`, None if it is before the first entry."""
         with self._lock:
             return epoch_for_offset(self._entries, offset)
+
+    def epoch_entries_in_range(self, start_offset: int, end_offset: int) -> list[EpochEntry]:
+        """The entries covering [start_offset, end_offset) (Kafka's epochEntriesInRange:
+        the entry covering `start_offset` comes back starting there; -1 leaves a side
+        open)."""
+        with self._lock:
+            return epoch_entries_in_range(self._entries, start_offset, end_offset)
+
+    def checkpoint_text(self, up_to_offset: int) -> bytes:
+        """`leader-epoch-checkpoint` bytes of the entries starting below `up_to_offset`
+        (Kafka's copy of the cache truncated from the end, as tiered with a segment)."""
+        with self._lock:
+            entries = [e for e in self._entries if e.start_offset < up_to_offset]
+        return LeaderEpochCheckpointFile.encode_entries(entries)
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as Kafka's endOffsetFor answers an OffsetsForLeaderEpoch

@@ -29,10 +29,18 @@ Kafka's rules kept here:
   IOException) counts as such a failure; other errors while loading (a topic id that does
   not match, the same partition in two dirs) stop the start, as they stop Kafka's.
 
-Not done here: retention and flush schedulers (callers call `flush_all` and the checkpoint
-methods), topic deletion, moving partitions between dirs (`-future` logs), stray logs.
-Topic configs given to `get_or_create_log` are kept in memory only (Kafka keeps them in the
-metadata log); logs loaded at start use the default topic config.
+- Tiering: a log's `remote_log_enabled` comes from the broker's
+  `remote.log.storage.system.enable` and its topic's `remote.storage.enable`
+  (`UnifiedLog.is_remote_log_enabled`); a tiered log's start offset is always checkpointed,
+  as it may lie below its first local segment.
+- Retention: `cleanup_logs` runs `delete_old_segments` on every online log.
+- Deletion: `delete_partition` renames the directory to `<topic>-<partition>.<uuid>-delete`
+  and removes it; such leftovers are removed at the next start.
+
+Not done here: retention and flush schedulers (callers call `cleanup_logs`, `flush_all` and
+the checkpoint methods), moving partitions between dirs (`-future` logs), stray logs.
+Topic configs (`topic_overrides`, `update_topic_config`, `get_or_create_log`) are kept in
+memory only (Kafka keeps them in the metadata log): pass them again at each start.
 
 Thread-safety: the manager's maps are guarded by one lock; each log has its own.
 """
@@ -43,7 +51,9 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,6 +65,7 @@ from engine.log.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
     Uuid,
+    fsync_dir,
     write_file_atomically,
 )
 from engine.log.unified_log import UnifiedLog
@@ -77,6 +88,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _INT32_MAX = 2**31 - 1
+#: `<topic>-<partition>.<32 hex uuid>-delete`: a partition directory being deleted.
+_DELETE_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-delete$")
 
 
 def validate_topic_name(topic: str) -> None:
@@ -127,6 +140,9 @@ class LogManager:
             default topic config. Default: Kafka's defaults.
         topic_defaults: topic-config overrides (Kafka names, e.g. {"segment.bytes": 1 << 20})
             applied to every log unless `get_or_create_log` is given its own config.
+        topic_overrides: per-topic configs (topic -> overrides under Kafka's names), used
+            for the logs of that topic loaded at start and created later (Kafka keeps them
+            in its metadata log; here the caller passes them at each start).
         max_load_threads: bound on the threads loading dirs in parallel (default: one per
             dir, at most 16).
         broker_epoch: written to `.kafka_cleanshutdown` at shutdown.
@@ -136,6 +152,7 @@ class LogManager:
     def __init__(self, log_dirs: Iterable[str | os.PathLike], *,
                  broker_config: BrokerConfig | Mapping[str, Any] | None = None,
                  topic_defaults: Mapping[str, Any] | None = None,
+                 topic_overrides: Mapping[str, Mapping[str, Any]] | None = None,
                  max_load_threads: int | None = None, broker_epoch: int = -1,
                  clock: Callable[[], int] | None = None):
         dirs = [Path(d) for d in log_dirs]
@@ -148,8 +165,12 @@ class LogManager:
         elif not isinstance(broker_config, BrokerConfig):
             broker_config = BrokerConfig({k: str(v) for k, v in broker_config.items()})
         self.broker_config = broker_config
-        self.default_topic_config = TopicConfig.resolve(dict(topic_defaults or {}),
-                                                        broker_config)
+        self._topic_defaults = dict(topic_defaults or {})
+        self.default_topic_config = TopicConfig.resolve(self._topic_defaults, broker_config)
+        #: topic -> its TopicConfig when it has overrides (see `update_topic_config`).
+        self._topic_level: dict[str, TopicConfig] = {
+            topic: self._resolve_topic(overrides)
+            for topic, overrides in (topic_overrides or {}).items()}
         self.log_dirs: list[Path] = dirs
         self.broker_epoch = int(broker_epoch)
         self._clock = clock
@@ -195,6 +216,12 @@ class LogManager:
             names = sorted(p.name for p in log_dir.iterdir() if p.is_dir())
             loaded = 0
             for name in names:
+                if _DELETE_DIR.match(name):
+                    # Kafka finishes an interrupted partition deletion at start.
+                    log.info("Deleting %s in log dir %s: a partition deleted before the "
+                             "last shutdown", name, log_dir)
+                    shutil.rmtree(log_dir / name)
+                    continue
                 tp = parse_partition_dir_name(name)
                 if tp is None:
                     log.info("Skipping %s in log dir %s: not a partition directory", name,
@@ -206,11 +233,11 @@ class LogManager:
                         other = self._log_dir_of[tp]
                         raise ValueError(f"partition {tp.topic}-{tp.partition} is in both "
                                          f"{other} and {log_dir}")
-                config = self.default_topic_config
+                config = self._topic_level.get(tp.topic, self.default_topic_config)
                 unified = UnifiedLog.open(
                     log_dir / name, recovery_point=recovery_points.get(tp, 0),
                     clean_shutdown=clean, log_start_offset=start_offsets.get(tp),
-                    clock=self._clock, **self._log_params(config))
+                    clock=self._clock, **self._log_params(tp.topic, config))
                 with self._lock:
                     self._logs[tp] = unified
                     self._log_dir_of[tp] = log_dir
@@ -240,11 +267,16 @@ class LogManager:
                         "offset 0): %s", path, exc)
             return {}
 
-    @staticmethod
-    def _log_params(config: TopicConfig) -> dict[str, int]:
-        return dict(segment_bytes=config["segment.bytes"], segment_ms=config["segment.ms"],
-                    index_interval_bytes=config["index.interval.bytes"],
-                    segment_index_bytes=config["segment.index.bytes"])
+    def _log_params(self, topic: str, config: TopicConfig) -> dict[str, Any]:
+        return dict(config=config, remote_log_enabled=self._remote_log_enabled(topic, config))
+
+    def _remote_log_enabled(self, topic: str, config: TopicConfig) -> bool:
+        return UnifiedLog.is_remote_log_enabled(
+            self.broker_config["remote.log.storage.system.enable"], config, topic)
+
+    def _resolve_topic(self, overrides: Mapping[str, Any]) -> TopicConfig:
+        return TopicConfig.resolve({**self._topic_defaults, **dict(overrides)},
+                                   self.broker_config)
 
     # -- failure ---------------------------------------------------------------------------
 
@@ -341,7 +373,6 @@ class LogManager:
         with self._lock:
             return self._log_dir_of.get(tp, self._offline_partitions.get(tp))
 
-    @property
     def partitions(self) -> list[TopicPartition]:
         """Online partitions, sorted."""
         with self._lock:
@@ -365,9 +396,36 @@ class LogManager:
         order = {d: i for i, d in enumerate(self.log_dirs)}
         return min(counts, key=lambda d: (counts[d], order[d]))
 
-    def topic_config(self, topic: str, partition: int) -> TopicConfig:
+    def topic_config(self, topic: str, partition: int | None = None) -> TopicConfig:
+        """The config of the partition's log (KeyError when there is none), or with no
+        partition the config new logs of the topic get."""
         with self._lock:
+            if partition is None:
+                return self._topic_level.get(topic, self.default_topic_config)
             return self._topic_configs[TopicPartition(topic, int(partition))]
+
+    def update_topic_config(self, topic: str, overrides: Mapping[str, Any]) -> TopicConfig:
+        """Replaces the topic's overrides (Kafka names; the manager's topic defaults and
+        the broker config fill the rest) and applies the result to every open log of the
+        topic, including `remote_log_enabled`. Returns the new config.
+
+        Raises ConfigError on an unknown or invalid value or a tiering rule broken (e.g.
+        remote.storage.enable without remote.log.storage.system.enable); nothing changes
+        then.
+        """
+        config = self._resolve_topic(overrides)
+        enabled = self._remote_log_enabled(topic, config)
+        with self._lock:
+            self._topic_level[topic] = config
+            logs = [(tp, unified) for tp, unified in self._logs.items() if tp.topic == topic]
+            for tp, _ in logs:
+                self._topic_configs[tp] = config
+        for tp, unified in logs:
+            unified.update_config(config)
+            unified.remote_log_enabled = enabled
+        log.info("Updated the config of topic %s (%d open log(s)): %s", topic, len(logs),
+                 config)
+        return config
 
     def get_or_create_log(self, topic: str, partition: int, topic_id: Uuid | str | None = None,
                           topic_config: TopicConfig | Mapping[str, Any] | None = None
@@ -398,7 +456,7 @@ class LogManager:
                               lambda: self._check_topic_id(existing, topic_id))
                 return existing
             if topic_config is None:
-                config = self.default_topic_config
+                config = self._topic_level.get(topic, self.default_topic_config)
             elif isinstance(topic_config, TopicConfig):
                 config = topic_config
             else:
@@ -407,7 +465,7 @@ class LogManager:
             unified = self._run(log_dir, f"creating partition {topic}-{partition}",
                                 lambda: UnifiedLog.open(log_dir / f"{topic}-{tp.partition}",
                                                         topic_id=topic_id, clock=self._clock,
-                                                        **self._log_params(config)))
+                                                        **self._log_params(topic, config)))
             self._logs[tp] = unified
             self._log_dir_of[tp] = log_dir
             self._topic_configs[tp] = config
@@ -478,14 +536,63 @@ class LogManager:
                       lambda c=checkpoint, o=offsets: c.write(o))
 
     def checkpoint_log_start_offsets(self) -> None:
-        """Writes each online dir's `log-start-offset-checkpoint`: the partitions whose log
-        start offset is above their first segment's base offset (Kafka's rule)."""
+        """Writes each online dir's `log-start-offset-checkpoint`: the tiered partitions
+        (their start may lie below the first local segment) and those whose log start
+        offset is above their first segment's base offset (Kafka's rule)."""
         for d, logs in self._logs_by_dir().items():
             offsets = {tp: unified.log_start_offset for tp, unified in logs
-                       if unified.log_start_offset > unified.segments[0].base_offset}
+                       if unified.remote_log_enabled
+                       or unified.log_start_offset > unified.segments[0].base_offset}
             checkpoint = OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT_FILE, create=False)
             self._try(d, "log start offset checkpoint",
                       lambda c=checkpoint, o=offsets: c.write(o))
+
+    def delete_partition(self, topic: str, partition: int) -> Path | None:
+        """Deletes the partition's local log (Kafka's asyncDelete): the log is closed and
+        forgotten, its directory renamed to `<topic>-<partition>.<uuid>-delete` (so that a
+        crash leaves a name the next start deletes) and removed, and both checkpoints of its
+        dir rewritten without it. Returns the directory removed, None when there was no
+        log. KafkaStorageError when its dir is offline (or fails now)."""
+        tp = TopicPartition(topic, int(partition))
+        with self._lock:
+            if tp in self._offline_partitions:
+                raise self._storage_error(tp, self._offline_partitions[tp], "delete_partition")
+            unified = self._logs.pop(tp, None)
+            if unified is None:
+                return None
+            log_dir = self._log_dir_of.pop(tp)
+            self._topic_configs.pop(tp, None)
+
+        def remove() -> Path:
+            unified.close()
+            doomed = log_dir / f"{topic}-{tp.partition}.{uuid.uuid4().hex}-delete"
+            os.replace(unified.dir, doomed)
+            fsync_dir(log_dir)
+            shutil.rmtree(doomed)
+            return unified.dir
+
+        removed = self._run(log_dir, f"deletion of partition {topic}-{partition}", remove)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        log.info("Deleted partition %s-%d from %s", topic, tp.partition, log_dir)
+        return removed
+
+    def cleanup_logs(self) -> int:
+        """`delete_old_segments` on every online log (Kafka's retention task). A dir whose
+        deletion fails goes offline; the others are still cleaned. Returns the number of
+        segments deleted."""
+        total = 0
+        for d, logs in self._logs_by_dir().items():
+            for tp, unified in logs:
+                counted = [0]
+
+                def clean(u=unified, c=counted) -> None:
+                    c[0] = u.delete_old_segments()
+
+                if not self._try(d, f"retention of {tp.topic}-{tp.partition}", clean):
+                    break
+                total += counted[0]
+        return total
 
     def _try(self, log_dir: Path, what: str, fn: Callable[[], Any]) -> bool:
         """Like `_run` for background work: the failure takes the dir offline and is logged,

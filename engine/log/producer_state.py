@@ -1,4 +1,5 @@
-"""Producer-state snapshots (`<20-digit offset>.snapshot`), read and written byte-exactly.
+"""Producer state of a partition (`ProducerStateManager`) and its snapshots
+(`<20-digit offset>.snapshot`), read and written byte-exactly.
 
 Kafka writes one when a segment rolls (named by the new segment's base offset) and at clean
 shutdown. Layout (the `ProducerSnapshot` message, version 1, non-flexible), big-endian:
@@ -28,7 +29,11 @@ from engine.errors import CorruptSnapshotError
 from engine.log.checkpoint import write_file_atomically
 
 __all__ = [
+    "NO_PRODUCER_ID",
     "SNAPSHOT_SUFFIX",
+    "CompletedTxn",
+    "ProducerStateEntry",
+    "ProducerStateManager",
     "SNAPSHOT_VERSION",
     "ProducerSnapshotEntry",
     "decode_snapshot",
@@ -159,3 +164,176 @@ def list_snapshot_files(log_dir) -> list[tuple[int, Path]]:
         if match and entry.is_file():
             found.append((int(match.group(1)), Path(entry.path)))
     return sorted(found)
+
+
+# ---- producer state ------------------------------------------------------------------------
+
+NO_PRODUCER_ID = -1
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    """One producer's state (Kafka's ProducerStateEntry, with only the last batch kept:
+    what a snapshot stores). `current_txn_first_offset` is -1 outside a transaction."""
+
+    producer_id: int
+    producer_epoch: int = -1
+    last_sequence: int = -1
+    last_offset: int = -1
+    offset_delta: int = 0
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+    def to_snapshot_entry(self) -> ProducerSnapshotEntry:
+        return ProducerSnapshotEntry(self.producer_id, self.producer_epoch, self.last_sequence,
+                                     self.last_offset, self.offset_delta, self.last_timestamp,
+                                     self.coordinator_epoch, self.current_txn_first_offset)
+
+    @classmethod
+    def from_snapshot_entry(cls, e: ProducerSnapshotEntry) -> ProducerStateEntry:
+        return cls(e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset,
+                   e.offset_delta, e.timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a COMMIT or ABORT marker at `last_offset` (Kafka's
+    CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+def _increment_sequence(sequence: int, increment: int) -> int:
+    # Kafka's DefaultRecordBatch.incrementSequence: sequences wrap from int32 max to 0.
+    if sequence > _INT32_MAX - increment:
+        return increment - (_INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+class ProducerStateManager:
+    """The producers of one partition and their ongoing transactions (the parts of Kafka's
+    ProducerStateManager a log and the tiering need: snapshots, the first unstable offset,
+    completed transactions for the transaction index). Not thread-safe: the owning log
+    serializes calls. Sequence and epoch validation of appends is not done here.
+
+    Args:
+        log_dir: the partition directory, where `<offset>.snapshot` files live.
+    """
+
+    def __init__(self, log_dir):
+        self.log_dir = Path(log_dir)
+        self.producers: dict[int, ProducerStateEntry] = {}
+        #: first offset -> producer id of every open transaction, in offset order.
+        self._ongoing: dict[int, int] = {}
+        #: the offset up to which (exclusive) batches have been applied.
+        self.map_end_offset = 0
+
+    # -- updates ---------------------------------------------------------------------------
+
+    def reset(self, offset: int = 0) -> None:
+        self.producers.clear()
+        self._ongoing.clear()
+        self.map_end_offset = int(offset)
+
+    def update(self, producer_id: int, producer_epoch: int, base_sequence: int,
+               base_offset: int, last_offset: int, max_timestamp: int,
+               is_transactional: bool) -> None:
+        """Applies a data batch (Kafka's ProducerAppendInfo.append without validation)."""
+        if producer_id != NO_PRODUCER_ID:
+            entry = self.producers.get(producer_id)
+            if entry is None:
+                entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+            if producer_epoch != entry.producer_epoch:
+                entry.producer_epoch = producer_epoch
+            delta = last_offset - base_offset
+            entry.last_sequence = (_increment_sequence(base_sequence, delta)
+                                   if base_sequence >= 0 else -1)
+            entry.last_offset = last_offset
+            entry.offset_delta = delta
+            entry.last_timestamp = max_timestamp
+            if is_transactional and entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = base_offset
+                self._ongoing[base_offset] = producer_id
+        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+
+    def end_txn(self, producer_id: int, producer_epoch: int, offset: int, timestamp: int,
+                coordinator_epoch: int, is_abort: bool) -> CompletedTxn | None:
+        """Applies a COMMIT/ABORT marker at `offset`. Returns the transaction it completes
+        (None when the producer had none open, e.g. a retried marker). Call
+        `complete_txn` after recording it (its last stable offset comes from
+        `last_stable_offset_of`)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        entry.producer_epoch = producer_epoch
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = timestamp
+        first = entry.current_txn_first_offset
+        entry.current_txn_first_offset = -1
+        self.map_end_offset = max(self.map_end_offset, offset + 1)
+        if first < 0:
+            return None
+        return CompletedTxn(producer_id, first, offset, is_abort)
+
+    def last_stable_offset_of(self, txn: CompletedTxn) -> int:
+        """The LSO once `txn` completes: the first offset of the earliest other open
+        transaction, else the offset after its marker (Kafka's lastStableOffset)."""
+        for first, producer_id in sorted(self._ongoing.items()):
+            if producer_id != txn.producer_id:
+                return first
+        return txn.last_offset + 1
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        self._ongoing.pop(txn.first_offset, None)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction, None when none is open."""
+        return min(self._ongoing) if self._ongoing else None
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(first offset, producer id) of every open transaction, by offset."""
+        return sorted(self._ongoing.items())
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_entries(self) -> list[ProducerSnapshotEntry]:
+        """Every producer's entry, by producer id."""
+        return [self.producers[p].to_snapshot_entry() for p in sorted(self.producers)]
+
+    def take_snapshot(self, offset: int | None = None, *, sync: bool = True) -> Path:
+        """Writes `<offset>.snapshot` (default: `map_end_offset`) with every producer."""
+        offset = self.map_end_offset if offset is None else int(offset)
+        path = snapshot_file(self.log_dir, offset)
+        write_snapshot(path, self.snapshot_entries(), sync=sync)
+        return path
+
+    def load_snapshot(self, path) -> None:
+        """Replaces the state with a snapshot's (CorruptSnapshotError if it is damaged)."""
+        entries = read_snapshot(path)
+        self.reset(offset_from_snapshot_file(path))
+        for e in entries:
+            entry = ProducerStateEntry.from_snapshot_entry(e)
+            self.producers[e.producer_id] = entry
+            if entry.current_txn_first_offset >= 0:
+                self._ongoing[entry.current_txn_first_offset] = e.producer_id
+
+    def snapshot_files(self) -> list[tuple[int, Path]]:
+        return list_snapshot_files(self.log_dir)
+
+    def delete_snapshot(self, offset: int) -> bool:
+        try:
+            os.unlink(snapshot_file(self.log_dir, offset))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        """Deletes the snapshots of offsets above `offset` (the log was truncated)."""
+        for found, path in self.snapshot_files():
+            if found > offset:
+                path.unlink(missing_ok=True)

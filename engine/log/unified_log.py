@@ -3,8 +3,8 @@
 A partition directory holds segments (see `engine.log.segment`), `leader-epoch-checkpoint`
 and, when the topic id is known, `partition.metadata`. `UnifiedLog` loads them, recovers
 what may be damaged, appends as leader (assigning offsets, stamping the leader epoch) or as
-follower (keeping the offsets), rolls segments with Kafka's rules, reads across segments and
-deletes whole segments through one hook (`delete_segments`) that retention will use.
+follower (keeping the offsets), rolls segments with Kafka's rules, reads across segments,
+keeps producer state and the transaction index, and applies retention with the tiering rules.
 
 Kafka's rules kept here (kafka-reference.md §2):
 
@@ -23,9 +23,26 @@ Kafka's rules kept here (kafka-reference.md §2):
 - The epoch cache is assigned (epoch, first offset of the batch) for each v2 batch whose
   partition leader epoch is above the latest one, and checkpointed at once.
 
-Not done here: producer state (snapshots at roll), the transaction index on appends,
-LOG_APPEND_TIME rewriting on leader appends (batches keep their timestamps), high watermark,
-and asynchronous `.deleted` renames (segments are deleted at once).
+- Tiering (kafka-reference.md §3.5): `remote_log_enabled` (broker and topic settings, see
+  `is_remote_log_enabled`), `highest_offset_in_remote_storage`, a log start offset that may
+  lie below the first local segment (`local_log_start_offset`), reads below the local start
+  refused with OffsetOutOfRangeError. `delete_old_segments` applies retention.ms (by each
+  segment's largest timestamp), retention.bytes and the log-start breach; a tiered log with
+  copy enabled uses local.retention.* (-2: the totals), deletes only what
+  `_may_delete_locally` allows (its last offset tiered) and rolls a breached active segment.
+- Producer state: batches with a producer id update `ProducerStateManager`; COMMIT/ABORT
+  markers complete transactions and aborts are appended to the segment's `.txnindex` with
+  their last stable offset; `<base>.snapshot` is written at each roll (fsynced by the next
+  flush) and at close, deleted with its segment; loading and truncation rebuild the state
+  from the latest snapshot at or below the first segment recovered (or the truncation
+  point) and replay the batches after it, rewriting the recovered segments' `.txnindex`.
+- The high watermark is the log end offset (one replica); the last stable offset is the
+  first offset of the earliest open transaction, else the high watermark.
+
+Not done here: LOG_APPEND_TIME rewriting on leader appends (batches keep their
+timestamps), sequence/epoch validation of producer appends (no duplicate detection),
+producer expiry (producer.id.expiration.ms), and asynchronous `.deleted` renames (segments
+are deleted at once).
 
 Thread-safety: every public method serializes on one lock. Views returned by `read` follow
 `LogSegment.read`'s rules (invalid after truncation or deletion of their segment).
@@ -41,12 +58,21 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engine._native import records as _records
+from engine.config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigSource,
+    ResolvedValue,
+    TopicConfig,
+)
 from engine.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -54,8 +80,18 @@ from engine.errors import (
     InvalidRecordError,
     OffsetOutOfRangeError,
 )
-from engine.log.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, Uuid
+from engine.errors import CorruptSnapshotError
+from engine.log.checkpoint import (
+    LeaderEpochCheckpointFile,
+    PartitionMetadataFile,
+    Uuid,
+    fsync_dir,
+)
 from engine.log.leader_epoch import LeaderEpochFileCache
+from engine.log.producer_state import NO_PRODUCER_ID, ProducerStateManager, snapshot_file
+from engine.log.transaction_index import AbortedTxn
+from engine.records import MemoryRecords
+from engine.records.control import ControlRecordType, parse_control_record
 from engine.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -77,14 +113,52 @@ SWAP_SUFFIX = ".swap"
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)$")
 _NO_TIMESTAMP = -1
+#: ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 _MIN_MAGIC = 2
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_POSITION = 12
 
 
+#: Topics Kafka never tiers (internal topics, the RLMM's topic, the KRaft metadata log).
+_NEVER_TIERED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state",
+                                  "__remote_log_metadata", "__cluster_metadata"})
+
+
+class LogStartOffsetIncrementReason(enum.Enum):
+    """Why the log start offset moved (Kafka's LogStartOffsetIncrementReason)."""
+
+    LEADER_OFFSET_INCREMENTED = "leader offset increment"
+    CLIENT_RECORD_DELETION = "client delete records request"
+    SNAPSHOT_GENERATED = "snapshot generated"
+    SEGMENT_DELETION = "segment deletion"
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _resolve_config(config, overrides: dict[str, int | None]) -> TopicConfig:
+    """A TopicConfig from `config` (TopicConfig, topic overrides or None) with the non-None
+    `overrides` applied as topic overrides."""
+    if config is None or isinstance(config, Mapping):
+        given = dict(config or {})
+        given.update({k: v for k, v in overrides.items() if v is not None})
+        return TopicConfig.resolve(given, BrokerConfig({}))
+    if not isinstance(config, TopicConfig):
+        raise TypeError(f"config must be a TopicConfig or a mapping, got {type(config).__name__}")
+    entries = dict(config.items())
+    for name, value in overrides.items():
+        if value is not None:
+            entries[name] = ResolvedValue(TOPIC_CONFIGS[name].parse(value),
+                                          ConfigSource.DYNAMIC_TOPIC_CONFIG, name)
+    changed = any(v is not None for v in overrides.values())
+    return TopicConfig(entries) if changed else config
 
 
 class _EpochAssigner:
@@ -108,20 +182,10 @@ def _assign_epochs(cache: LeaderEpochFileCache, headers: np.ndarray) -> None:
 class UnifiedLog:
     """One partition directory's local log. Use `UnifiedLog.open`."""
 
-    def __init__(self, directory, *, segment_bytes: int, segment_ms: int,
-                 index_interval_bytes: int, segment_index_bytes: int, recovery_point: int,
+    def __init__(self, directory, *, config: TopicConfig, recovery_point: int,
                  clock: Callable[[], int]):
-        if segment_bytes < 1:
-            raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes}")
-        if segment_ms < 1:
-            raise ValueError(f"segment_ms must be >= 1, got {segment_ms}")
-        if segment_index_bytes < 4:
-            raise ValueError(f"segment_index_bytes must be >= 4, got {segment_index_bytes}")
         self.dir = Path(directory)
-        self.segment_bytes = int(segment_bytes)
-        self.segment_ms = int(segment_ms)
-        self.index_interval_bytes = int(index_interval_bytes)
-        self.segment_index_bytes = int(segment_index_bytes)
+        self.config = config
         self.recovery_point = max(0, int(recovery_point))
         self._clock = clock
         self._lock = threading.RLock()
@@ -132,37 +196,116 @@ class UnifiedLog:
         self._rolling_ts: dict[int, int] = {}
         self._created_ms: dict[int, int] = {}
         self._log_start_offset = 0
+        self._highest_offset_in_remote_storage = -1
+        self._remote_log_enabled = False
         self._closed = False
+        self._producer_state = ProducerStateManager(self.dir)
+        #: snapshots written at roll without fsync; fsynced by the next flush (Kafka's).
+        self._unsynced_snapshots: set[Path] = set()
         self.leader_epoch_cache: LeaderEpochFileCache | None = None
         self.partition_metadata = PartitionMetadataFile(self.dir / PARTITION_METADATA_FILE)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def segment_bytes(self) -> int:
+        return self.config["segment.bytes"]
+
+    @property
+    def segment_ms(self) -> int:
+        return self.config["segment.ms"]
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return self.config["index.interval.bytes"]
+
+    @property
+    def segment_index_bytes(self) -> int:
+        return self.config["segment.index.bytes"]
+
+    @property
+    def topic(self) -> str | None:
+        """The topic of a `<topic>-<partition>` directory name (None for other names)."""
+        topic, dash, number = self.dir.name.rpartition("-")
+        return topic if dash and number.isdigit() else None
+
+    @staticmethod
+    def is_remote_log_enabled(remote_storage_system_enable: bool, config: TopicConfig,
+                              topic: str | None) -> bool:
+        """Kafka's rule: the broker's `remote.log.storage.system.enable`, the topic's
+        `remote.storage.enable`, and neither a compacted topic nor an internal one."""
+        return bool(remote_storage_system_enable and config["remote.storage.enable"]
+                    and "compact" not in config["cleanup.policy"]
+                    and topic not in _NEVER_TIERED_TOPICS)
+
+    @property
+    def remote_log_enabled(self) -> bool:
+        """Whether this log is tiered (set by the LogManager from the broker and topic
+        configs, see `is_remote_log_enabled`)."""
+        return self._remote_log_enabled
+
+    @remote_log_enabled.setter
+    def remote_log_enabled(self, value: bool) -> None:
+        with self._lock:
+            self._remote_log_enabled = bool(value)
+
+    @property
+    def remote_log_copy_disabled(self) -> bool:
+        """The topic's `remote.log.copy.disable` (KIP-950): the tier stays readable."""
+        return bool(self.config["remote.log.copy.disable"])
+
+    def _remote_log_enabled_and_copy_enabled(self) -> bool:
+        return self._remote_log_enabled and not self.remote_log_copy_disabled
+
+    def update_config(self, config: TopicConfig) -> None:
+        """Applies a new topic config (later rolls, retention and tiering use it). Indexes
+        of existing segments keep their size until the next roll; `remote_log_enabled` is
+        recomputed from the topic config alone (the LogManager, which knows the broker
+        config, sets it afterwards)."""
+        if not isinstance(config, TopicConfig):
+            raise TypeError(f"update_config needs a TopicConfig, got {type(config).__name__}")
+        with self._lock:
+            self.config = config
+            self._remote_log_enabled = self.is_remote_log_enabled(True, config, self.topic)
 
     # -- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory, *, segment_bytes: int = 1073741824,
-             segment_ms: int = 604800000, index_interval_bytes: int = 4096,
-             segment_index_bytes: int = 10485760, recovery_point: int = 0,
-             clean_shutdown: bool = False, topic_id: Uuid | str | None = None,
-             log_start_offset: int | None = None,
+    def open(cls, directory, *, config: TopicConfig | Mapping[str, Any] | None = None,
+             segment_bytes: int | None = None, segment_ms: int | None = None,
+             index_interval_bytes: int | None = None, segment_index_bytes: int | None = None,
+             recovery_point: int = 0, clean_shutdown: bool = False,
+             topic_id: Uuid | str | None = None, log_start_offset: int | None = None,
+             remote_log_enabled: bool | None = None,
              clock: Callable[[], int] | None = None) -> UnifiedLog:
         """Loads (or creates) the partition directory and recovers it (see the module notes).
 
-        Args are Kafka's topic configs under Python names (segment.bytes, segment.ms,
-        index.interval.bytes, segment.index.bytes) with Kafka's defaults; `recovery_point`
-        is the first offset not known to be flushed; `clean_shutdown` skips the scan when
-        every index passes its sanity check; `topic_id` (a Uuid or its string) is written to
-        `partition.metadata`; `log_start_offset` (checkpointed by the caller) is raised to
-        the first segment's base offset; `clock` gives now in ms (segment creation times).
+        `config` is the topic config (a TopicConfig, or topic overrides under Kafka's names
+        resolved against Kafka's broker defaults; default: the defaults). The keyword
+        arguments `segment_bytes`, `segment_ms`, `index_interval_bytes` and
+        `segment_index_bytes` override segment.bytes, segment.ms, index.interval.bytes and
+        segment.index.bytes. `recovery_point` is the first offset not known to be flushed;
+        `clean_shutdown` skips the scan when every index passes its sanity check; `topic_id`
+        (a Uuid or its string) is written to `partition.metadata`; `log_start_offset`
+        (checkpointed by the caller) is raised to the first segment's base offset unless the
+        log is tiered (its start may then lie in the remote tier; a tiered log without a
+        checkpointed start begins at 0, as Kafka's, until the RemoteLogManager raises it);
+        `remote_log_enabled` defaults to the topic's `remote.storage.enable` (see
+        `is_remote_log_enabled`); `clock` gives now in ms (segment times, retention).
 
         Raises:
-            ValueError: a config out of range, or a topic id different from the one in
-                `partition.metadata`.
+            ConfigError (a ValueError): a config out of range.
+            ValueError: a topic id different from the one in `partition.metadata`.
             CorruptCheckpointError: an unreadable `leader-epoch-checkpoint`.
         """
-        self = cls(directory, segment_bytes=segment_bytes, segment_ms=segment_ms,
-                   index_interval_bytes=index_interval_bytes,
-                   segment_index_bytes=segment_index_bytes, recovery_point=recovery_point,
+        config = _resolve_config(config, {"segment.bytes": segment_bytes,
+                                          "segment.ms": segment_ms,
+                                          "index.interval.bytes": index_interval_bytes,
+                                          "segment.index.bytes": segment_index_bytes})
+        self = cls(directory, config=config, recovery_point=recovery_point,
                    clock=clock or _now_ms)
+        self._remote_log_enabled = (self.is_remote_log_enabled(True, config, self.topic)
+                                    if remote_log_enabled is None else bool(remote_log_enabled))
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self._load(clean_shutdown, log_start_offset, topic_id)
@@ -187,15 +330,20 @@ class UnifiedLog:
         if not self._segments:
             start = 0 if log_start_offset is None else int(log_start_offset)
             self._add_segment(self._create_segment(start))
-        self._recover(clean_shutdown, missing_index)
+        recovered = self._recover(clean_shutdown, missing_index)
         self.active_segment.resize_indexes()
         first = self._segments[0].base_offset
-        self._log_start_offset = max(first, int(log_start_offset or 0))
+        if self._remote_log_enabled:
+            # Kafka's LogLoader: a tiered log's start may lie in the remote tier.
+            self._log_start_offset = int(log_start_offset or 0)
+        else:
+            self._log_start_offset = max(first, int(log_start_offset or 0))
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         self.leader_epoch_cache.flush()  # an empty cache still gets "0\n0\n", as Kafka's
+        self._rebuild_producer_state(recovered)
 
     def _write_topic_id(self, topic_id) -> None:
         if not isinstance(topic_id, Uuid):
@@ -300,10 +448,13 @@ class UnifiedLog:
             return False
         return True
 
-    def _recover(self, clean_shutdown: bool, missing_index: set[int]) -> None:
+    def _recover(self, clean_shutdown: bool, missing_index: set[int]) -> set[int]:
+        """Recovers what needs it; returns the base offsets of the segments recovered (their
+        transaction indexes were reset and are rebuilt with the producer state)."""
         # The segment holding the recovery point and every later one, unless clean.
         holder = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         assigner = _EpochAssigner(self.leader_epoch_cache)
+        recovered: set[int] = set()
         for i, segment in enumerate(list(self._segments)):
             needs = segment.base_offset in missing_index or not self._indexes_sane(segment)
             if not clean_shutdown and i >= holder:
@@ -311,9 +462,113 @@ class UnifiedLog:
             if not needs:
                 continue
             truncated = segment.recover(assigner)
+            recovered.add(segment.base_offset)
             if truncated:
                 self._drop_after(segment, truncated)
                 break
+        return recovered
+
+    # -- producer state --------------------------------------------------------------------
+
+    def _rebuild_producer_state(self, rewrite_txn_index: set[int]) -> None:
+        """Kafka's rebuildProducerState: snapshots above the log end are deleted; the state
+        is loaded from the latest readable snapshot at or below the first segment in
+        `rewrite_txn_index` (else below the log end) and the batches after it are replayed.
+        The segments in `rewrite_txn_index` get their aborted transactions re-appended to
+        their (reset) transaction indexes. A damaged snapshot is deleted with a warning and
+        an older one is tried; with none, the replay starts at the first segment."""
+        end = self.log_end_offset
+        state = self._producer_state
+        state.delete_snapshots_after(end)
+        limit = min(rewrite_txn_index) if rewrite_txn_index else end
+        first = self._segments[0].base_offset
+        state.reset(first)
+        for offset, path in reversed(state.snapshot_files()):
+            if offset > limit or offset < first:
+                continue
+            try:
+                state.load_snapshot(path)
+                break
+            except CorruptSnapshotError as exc:
+                log.warning("Deleting unreadable producer snapshot %s of log %s: %s", path,
+                            self.dir, exc)
+                path.unlink(missing_ok=True)
+        start = state.map_end_offset
+        if start >= end:
+            return
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for segment in self._segments[i:]:
+            if segment.size_in_bytes == 0:
+                continue
+            info = segment.read(max(start, segment.base_offset), segment.size_in_bytes)
+            if info is None or not info.records.nbytes:
+                continue
+            headers, _ = _records.scan(info.records, False)
+            headers = headers[headers["base_offset"] >= start]
+            target = segment if segment.base_offset in rewrite_txn_index else None
+            self._apply_producer_batches(info.records, headers, target)
+
+    def _apply_producer_batches(self, data, headers: np.ndarray,
+                                segment: LogSegment | None) -> None:
+        """Updates the producer state with appended batches (`headers` positions index
+        `data`); aborted transactions completed by markers go to `segment`'s transaction
+        index when a segment is given."""
+        if not len(headers):
+            return
+        state = self._producer_state
+        rows = np.flatnonzero(headers["producer_id"] != NO_PRODUCER_ID)
+        for j in rows:
+            row = headers[j]
+            producer_id = int(row["producer_id"])
+            if not row["is_control"]:
+                state.update(producer_id, int(row["producer_epoch"]), int(row["base_sequence"]),
+                             int(row["base_offset"]), int(row["last_offset"]),
+                             int(row["max_timestamp"]), bool(row["is_transactional"]))
+                continue
+            marker = self._end_txn_marker(data, row)
+            if marker is None:
+                continue
+            completed = state.end_txn(producer_id, int(row["producer_epoch"]),
+                                      int(row["base_offset"]), int(row["max_timestamp"]),
+                                      marker[1], marker[0] is ControlRecordType.ABORT)
+            if completed is None:
+                continue
+            if completed.is_aborted and segment is not None:
+                segment.txn_index.append(AbortedTxn(
+                    completed.producer_id, completed.first_offset, completed.last_offset,
+                    state.last_stable_offset_of(completed)))
+            state.complete_txn(completed)
+        state.map_end_offset = max(state.map_end_offset, int(headers["last_offset"][-1]) + 1)
+
+    def _end_txn_marker(self, data, row) -> tuple[ControlRecordType, int] | None:
+        """(ABORT or COMMIT, coordinator epoch) of a control batch, None for other control
+        types (KRaft's) or a control batch without records."""
+        pos, size = int(row["position"]), int(row["size"])
+        batch = next(MemoryRecords(memoryview(data)[pos:pos + size]).batches())
+        record = next(iter(batch.records()), None)
+        if record is None:
+            return None
+        control = parse_control_record(record.key, record.value)
+        if control.type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return None
+        return control.type, int(control.coordinator_epoch)
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    def producer_snapshot_file(self, offset: int) -> Path | None:
+        """The producer snapshot named by exactly `offset` (written when the segment
+        starting there was rolled), None if there is none."""
+        path = snapshot_file(self.dir, offset)
+        return path if path.exists() else None
+
+    def take_producer_snapshot(self) -> Path:
+        """Writes (fsynced) the producer snapshot at the log end offset."""
+        with self._lock:
+            self._require_open("take_producer_snapshot")
+            self._producer_state.map_end_offset = self.log_end_offset
+            return self._producer_state.take_snapshot()
 
     def _drop_after(self, segment: LogSegment, truncated: int) -> None:
         """Deletes every segment after `segment` (recovery truncated it), logging what."""
@@ -340,7 +595,49 @@ class UnifiedLog:
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset a consumer may fetch; below `local_log_start_offset` when the
+        log is tiered and older segments live only in the remote tier."""
         return self._log_start_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset readable from the local segments (Kafka's localLogStartOffset):
+        the log start offset or the first segment's base offset, whichever is higher."""
+        with self._lock:
+            return max(self._log_start_offset, self._segments[0].base_offset)
+
+    @property
+    def highest_offset_in_remote_storage(self) -> int:
+        """The last offset copied to the remote tier (-1 while nothing is); local segments
+        above it are never deleted while tiering with copy enabled."""
+        return self._highest_offset_in_remote_storage
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Raises `highest_offset_in_remote_storage` to `offset` (never lowers it). Ignored,
+        with a warning, when the log is not tiered (Kafka's rule)."""
+        with self._lock:
+            if not self._remote_log_enabled:
+                log.warning("Not updating the highest offset in remote storage of %s to %d: "
+                            "remote storage is not enabled for it (current %d)", self.dir,
+                            offset, self._highest_offset_in_remote_storage)
+            elif offset > self._highest_offset_in_remote_storage:
+                self._highest_offset_in_remote_storage = int(offset)
+
+    @property
+    def high_watermark(self) -> int:
+        """The log end offset: this engine keeps one replica, so every appended offset is
+        in the whole ISR as soon as it is appended (Kafka's single-replica high watermark).
+        Flushing is not required, as in Kafka (acks do not wait for fsync)."""
+        return self.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest ongoing transaction, else the high watermark
+        (Kafka's LSO: read_committed fetches and tiering stop below it)."""
+        with self._lock:
+            hw = self.high_watermark
+            first = self._producer_state.first_unstable_offset()
+            return hw if first is None else min(first, hw)
 
     @property
     def log_end_offset(self) -> int:
@@ -453,6 +750,7 @@ class UnifiedLog:
         segment.append(largest, max_ts, shallow, data)
         if was_empty:
             self._rolling_ts[segment.base_offset] = int(headers["max_timestamp"][0])
+        self._apply_producer_batches(data, headers, segment)
 
     def _rolling_timestamp(self, segment: LogSegment) -> int:
         ts = self._rolling_ts.get(segment.base_offset)
@@ -511,6 +809,11 @@ class UnifiedLog:
             active.on_become_inactive_segment()
         segment = self._create_segment(new_base)
         self._add_segment(segment)
+        # Kafka's roll: a producer snapshot named by the new segment's base offset, so that
+        # recovery of a segment starts from the snapshot at its base (and the tiering copies
+        # it with the rolled segment). Written without fsync; the next flush syncs it.
+        self._producer_state.map_end_offset = new_base
+        self._unsynced_snapshots.add(self._producer_state.take_snapshot(new_base, sync=False))
         return segment
 
     # -- reading ---------------------------------------------------------------------------
@@ -522,6 +825,16 @@ class UnifiedLog:
             f"[{start}, {end}] (log start offset, log end offset)", offset=offset,
             log_start_offset=start, log_end_offset=end)
 
+    def _out_of_local_range(self, offset: int) -> OffsetOutOfRangeError:
+        start, local, end = self._log_start_offset, self.local_log_start_offset, \
+            self.log_end_offset
+        tiered = (f"; offsets [{start}, {local}) are in the remote tier only"
+                  if start < local else "")
+        return OffsetOutOfRangeError(
+            f"fetch offset {offset} of log {self.dir} is out of the local range "
+            f"[{local}, {end}] (local log start offset, log end offset){tiered}",
+            offset=offset, log_start_offset=local, log_end_offset=end)
+
     def read(self, offset: int, max_bytes: int,
              min_one_message: bool = True) -> tuple[memoryview, int]:
         """Whole batches from the one holding `offset`, up to `max_bytes` (the first batch
@@ -531,15 +844,17 @@ class UnifiedLog:
         returned, or `offset` when nothing is (at the log end, or `max_bytes` too small).
 
         Raises:
-            OffsetOutOfRangeError: `offset` outside [log_start_offset, log_end_offset].
+            OffsetOutOfRangeError: `offset` outside [local_log_start_offset,
+                log_end_offset] (its `log_start_offset` is the local log start offset;
+                offsets below it but not below `log_start_offset` are in the remote tier).
         """
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         with self._lock:
             self._require_open("read")
             end = self.log_end_offset
-            if offset < self._log_start_offset or offset > end:
-                raise self._out_of_range(offset, "fetch")
+            if offset < self.local_log_start_offset or offset > end:
+                raise self._out_of_local_range(offset)
             if offset == end:
                 return memoryview(b""), offset
             i = max(0, bisect.bisect_right(self._bases, offset) - 1)
@@ -569,7 +884,22 @@ class UnifiedLog:
                 if segment.base_offset < up_to and (next_base is None
                                                     or next_base > self.recovery_point):
                     segment.flush()
+            self._sync_snapshots()
             self.recovery_point = up_to
+
+    def _sync_snapshots(self) -> None:
+        for path in sorted(self._unsynced_snapshots):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted with its segment, or by a truncation
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if self._unsynced_snapshots:
+            fsync_dir(self.dir)
+        self._unsynced_snapshots.clear()
 
     def close(self) -> None:
         """Flushes, then closes every segment (final time-index entry, trimmed indexes).
@@ -579,6 +909,9 @@ class UnifiedLog:
                 return
             try:
                 self.flush()
+                # Kafka's close: a snapshot at the log end spares the next start a replay.
+                self._producer_state.map_end_offset = self.log_end_offset
+                self._producer_state.take_snapshot()
             finally:
                 self._close_segments()
                 self._closed = True
@@ -592,7 +925,7 @@ class UnifiedLog:
     def truncate_to(self, offset: int) -> bool:
         """Drops every offset >= `offset` (follower truncation). Returns whether anything was
         dropped. Truncating below the log start offset empties the log and starts it at
-        `offset`."""
+        `offset`. The producer state is rebuilt from the latest snapshot at or below it."""
         if offset < 0:
             raise ValueError(f"cannot truncate log {self.dir} to negative offset {offset}")
         with self._lock:
@@ -612,6 +945,7 @@ class UnifiedLog:
             self._rolling_ts.pop(active.base_offset, None)
             self.leader_epoch_cache.truncate_from_end(offset)
             self.recovery_point = min(self.recovery_point, offset)
+            self._rebuild_producer_state(set())
             return True
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
@@ -620,13 +954,48 @@ class UnifiedLog:
             segment.delete()
         self._add_segment(self._create_segment(offset))
         self.leader_epoch_cache.clear()
+        self._producer_state.delete_snapshots_after(-1)
+        self._producer_state.reset(offset)
         self._log_start_offset = offset
         self.recovery_point = offset
 
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int,
+                                         reason: LogStartOffsetIncrementReason | str
+                                         = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
+                                         ) -> bool:
+        """Raises the log start offset (Kafka's maybeIncrementLogStartOffset): offsets below
+        it can no longer be fetched, the epoch cache drops what is before it, and the local
+        segments wholly below it become deletable (`delete_old_segments`). For a tiered log
+        the local start follows when the new start passes it. Returns whether it moved.
+
+        Raises:
+            OffsetOutOfRangeError: `new_log_start_offset` above the high watermark.
+        """
+        with self._lock:
+            self._require_open("maybe_increment_log_start_offset")
+            if new_log_start_offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot increment the log start offset of {self.dir} to "
+                    f"{new_log_start_offset}: it is above the high watermark "
+                    f"{self.high_watermark}", offset=new_log_start_offset,
+                    log_start_offset=self._log_start_offset,
+                    log_end_offset=self.log_end_offset)
+            if new_log_start_offset <= self._log_start_offset:
+                return False
+            why = reason.value if isinstance(reason, LogStartOffsetIncrementReason) else reason
+            log.info("Incrementing the log start offset of %s from %d to %d (%s)", self.dir,
+                     self._log_start_offset, new_log_start_offset, why)
+            self._log_start_offset = int(new_log_start_offset)
+            self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+            self.recovery_point = max(self.recovery_point, min(self._log_start_offset,
+                                                               self.log_end_offset))
+            if self._producer_state.map_end_offset < self._log_start_offset:
+                self._producer_state.reset(self._log_start_offset)
+            return True
+
     def delete_records(self, new_log_start_offset: int) -> int:
-        """Moves the log start offset up (Kafka's DeleteRecords); offsets below it can no
-        longer be read and the segments wholly below it become deletable (see
-        `delete_log_start_offset_breached_segments`). Returns the log start offset.
+        """Moves the log start offset up (Kafka's DeleteRecords, see
+        `maybe_increment_log_start_offset`). Returns the log start offset.
 
         Raises:
             OffsetOutOfRangeError: `new_log_start_offset` above the log end offset.
@@ -635,52 +1004,218 @@ class UnifiedLog:
             self._require_open("delete_records")
             if new_log_start_offset > self.log_end_offset:
                 raise self._out_of_range(new_log_start_offset, "delete-records")
-            if new_log_start_offset > self._log_start_offset:
-                log.info("Moving the log start offset of %s from %d to %d", self.dir,
-                         self._log_start_offset, new_log_start_offset)
-                self._log_start_offset = int(new_log_start_offset)
-                self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+            self.maybe_increment_log_start_offset(
+                new_log_start_offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
             return self._log_start_offset
 
-    def delete_log_start_offset_breached_segments(self) -> int:
-        """Deletes the segments whose offsets are all below the log start offset."""
-        return self.delete_segments(
+    # -- retention -------------------------------------------------------------------------
+
+    def _may_delete_locally(self, segment: LogSegment, next_segment: LogSegment | None) -> bool:
+        """THE rule for removing a local segment (Kafka's isSegmentEligibleForDeletion and
+        its high-watermark guard): never one holding offsets at or above the high watermark;
+        and when the log is tiered with copy enabled, only one whose last offset is already
+        in the remote tier (<= highest_offset_in_remote_storage), or wholly below the log
+        start offset. Every local deletion goes through here."""
+        upper_bound = (next_segment.base_offset if next_segment is not None
+                       else self.log_end_offset)
+        if self.high_watermark < upper_bound:
+            return False
+        if not self._remote_log_enabled_and_copy_enabled():
+            return True
+        tiered = 0 < upper_bound and upper_bound - 1 <= self._highest_offset_in_remote_storage
+        passed = next_segment is not None and self._log_start_offset >= next_segment.base_offset
+        return tiered or passed
+
+    def delete_old_segments(self) -> int:
+        """Kafka's deleteOldSegments: with `cleanup.policy` containing delete, the segments
+        breaching retention.ms (by their largest timestamp) or retention.bytes, and in any
+        case those below the log start offset. A tiered log with copy enabled uses
+        local.retention.ms / local.retention.bytes (-2: the total ones) and deletes only
+        tiered segments, moving the local log start offset, not the log start offset; its
+        active segment is rolled once it breaches local retention, so that it can be tiered
+        and deleted later. Returns how many segments were deleted."""
+        with self._lock:
+            self._require_open("delete_old_segments")
+            if "delete" in self.config["cleanup.policy"]:
+                return (self._delete_log_start_offset_breached_segments()
+                        + self._delete_retention_size_breached_segments()
+                        + self._delete_retention_ms_breached_segments())
+            return self._delete_log_start_offset_breached_segments()
+
+    def _delete_retention_ms_breached_segments(self) -> int:
+        retention_ms = (self.config.local_retention_ms
+                        if self._remote_log_enabled_and_copy_enabled()
+                        else self.config["retention.ms"])
+        if retention_ms < 0:
+            return 0
+        now = self._clock()
+        return self._delete_old_segments(
+            lambda segment, _next: now - segment.largest_timestamp > retention_ms,
+            f"retention time {retention_ms} ms breach")
+
+    def _delete_retention_size_breached_segments(self) -> int:
+        retention_bytes = (self.config.local_retention_bytes
+                           if self._remote_log_enabled_and_copy_enabled()
+                           else self.config["retention.bytes"])
+        size = self.size_in_bytes
+        if retention_bytes < 0 or size < retention_bytes:
+            return 0
+        excess = [size - retention_bytes]
+
+        def breached(segment: LogSegment, _next) -> bool:
+            if excess[0] - segment.size_in_bytes < 0:
+                return False
+            excess[0] -= segment.size_in_bytes
+            return True
+
+        return self._delete_old_segments(breached,
+                                         f"retention size {retention_bytes} bytes breach")
+
+    def _delete_log_start_offset_breached_segments(self) -> int:
+        start = (self.local_log_start_offset if self._remote_log_enabled_and_copy_enabled()
+                 else self._log_start_offset)
+        return self._delete_old_segments(
             lambda segment, next_segment: next_segment is not None
-            and next_segment.base_offset <= self._log_start_offset)
+            and next_segment.base_offset <= start, f"log start offset {start} breach")
+
+    def _delete_old_segments(self, predicate, reason: str) -> int:
+        """Kafka's deletableSegments + deleteSegments: the oldest segments passing
+        `predicate` and `_may_delete_locally`, up to the first that does not."""
+        deletable, should_roll = [], False
+        tiered = self._remote_log_enabled_and_copy_enabled()
+        for j, segment in enumerate(self._segments):
+            next_segment = self._segments[j + 1] if j + 1 < len(self._segments) else None
+            upper_bound = (next_segment.base_offset if next_segment is not None
+                           else self.log_end_offset)
+            breached = self.high_watermark >= upper_bound and predicate(segment, next_segment)
+            if breached and tiered and next_segment is None and segment.size_in_bytes > 0:
+                should_roll = True  # Kafka's RollAndOffloadActiveSegment
+            if (breached and not (next_segment is None and segment.size_in_bytes == 0)
+                    and self._may_delete_locally(segment, next_segment)):
+                deletable.append(segment)
+            else:
+                break
+        if should_roll:
+            log.info("Rolling the active segment of %s: it breaches the local retention (%s) "
+                     "and must be tiered before it can go", self.dir, reason)
+            self._roll(self.log_end_offset)
+        return self._delete_segment_list(deletable, reason)
+
+    def _delete_segment_list(self, deletable: list[LogSegment], reason: str) -> int:
+        if not deletable:
+            return 0
+        if len(deletable) == len(self._segments):
+            # At least one segment must remain: roll an empty one first (Kafka's rule).
+            self._roll(self.log_end_offset)
+        for segment in deletable:
+            log.info("Deleting segment %s (offsets [%d, %d], %d bytes, largest timestamp "
+                     "%d) of log %s: %s", segment.log_file.name, segment.base_offset,
+                     segment.next_offset() - 1, segment.size_in_bytes,
+                     segment.max_timestamp_so_far, self.dir, reason)
+            self._remove_segment(segment)
+            segment.delete()
+            # Kafka deletes the snapshot named by a deleted segment's base offset.
+            self._producer_state.delete_snapshot(segment.base_offset)
+        first = self._segments[0].base_offset
+        if not self._remote_log_enabled_and_copy_enabled() and first > self._log_start_offset:
+            self.maybe_increment_log_start_offset(
+                first, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+        self.recovery_point = max(self.recovery_point, first)
+        return len(deletable)
+
+    def delete_log_start_offset_breached_segments(self) -> int:
+        """Deletes the segments whose offsets are all below the log start offset (the local
+        log start offset for a tiered log with copy enabled)."""
+        with self._lock:
+            self._require_open("delete_log_start_offset_breached_segments")
+            return self._delete_log_start_offset_breached_segments()
 
     def delete_segments(self,
                         predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
-        """The one deletion hook: deletes the oldest segments for which
-        `predicate(segment, next_segment_or_None)` holds, stopping at the first for which
-        it does not (Kafka's deletableSegments). If every segment qualifies, the log rolls
-        first so that an (empty) active segment remains. The log start offset moves up to
-        the first remaining segment. Returns how many segments were deleted."""
+        """Deletes the oldest segments for which `predicate(segment, next_segment_or_None)`
+        and `_may_delete_locally` hold, stopping at the first for which they do not (Kafka's
+        deletableSegments). If every segment qualifies, the log rolls first so that an
+        (empty) active segment remains. The log start offset moves up to the first remaining
+        segment (the local log start offset only, for a tiered log with copy enabled).
+        Returns how many segments were deleted."""
         with self._lock:
             self._require_open("delete_segments")
-            deletable = []
-            for j, segment in enumerate(self._segments):
-                next_segment = self._segments[j + 1] if j + 1 < len(self._segments) else None
-                if not predicate(segment, next_segment):
+            return self._delete_old_segments(predicate, "deletion requested")
+
+    # -- lookups for tiering and fetches ---------------------------------------------------
+
+    def collect_aborted_transactions(self, start_offset: int,
+                                     upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions of the local segments overlapping
+        [start_offset, upper_bound_offset) (Kafka's collectAbortedTransactions): from the
+        segment holding `start_offset` on, stopping at the first complete search."""
+        with self._lock:
+            self._require_open("collect_aborted_transactions")
+            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+            found: list[AbortedTxn] = []
+            for segment in self._segments[i:]:
+                if segment.base_offset >= upper_bound_offset:
                     break
-                deletable.append(segment)
-            if deletable and deletable[-1] is self.active_segment:
-                if self.active_segment.size_in_bytes == 0:
-                    deletable.pop()
-                else:
-                    self.roll()
-            for segment in deletable:
-                log.info("Deleting segment %s (offsets [%d, %d], %d bytes) of log %s",
-                         segment.log_file.name, segment.base_offset,
-                         segment.next_offset() - 1, segment.size_in_bytes, self.dir)
-                self._remove_segment(segment)
-                segment.delete()
-            if deletable:
-                first = self._segments[0].base_offset
-                if first > self._log_start_offset:
-                    self._log_start_offset = first
-                    self.leader_epoch_cache.truncate_from_start(first)
-                self.recovery_point = max(self.recovery_point, first)
-            return len(deletable)
+                result = segment.txn_index.collect_aborted_txns(start_offset,
+                                                                upper_bound_offset)
+                found.extend(result.aborted_transactions)
+                if result.is_complete:
+                    break
+            return found
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int | None] | None:
+        """(offset, timestamp, leader epoch or None) for a ListOffsets lookup over the local
+        log (Kafka's fetchOffsetByTimestamp): a timestamp gives the first record at or after
+        it from the local log start (None if there is none); the special values give
+        -2 EARLIEST (log start offset), -4 EARLIEST_LOCAL (local log start offset),
+        -1 LATEST (log end offset), -5 LATEST_TIERED (highest offset in remote storage;
+        -1 without tiering), -3 MAX_TIMESTAMP (the batch holding the largest timestamp),
+        each with the leader epoch of that offset (timestamp -1)."""
+        with self._lock:
+            self._require_open("fetch_offset_by_timestamp")
+            cache = self.leader_epoch_cache
+            if timestamp == EARLIEST_TIMESTAMP:
+                return (self._log_start_offset, _NO_TIMESTAMP,
+                        cache.epoch_for_offset(self._log_start_offset))
+            if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+                start = self.local_log_start_offset
+                return start, _NO_TIMESTAMP, cache.epoch_for_offset(start)
+            if timestamp == LATEST_TIMESTAMP:
+                return self.log_end_offset, _NO_TIMESTAMP, cache.latest_epoch
+            if timestamp == LATEST_TIERED_TIMESTAMP:
+                highest = self._highest_offset_in_remote_storage if self._remote_log_enabled \
+                    else -1
+                epoch = cache.epoch_for_offset(highest) if highest >= 0 else None
+                return highest, _NO_TIMESTAMP, epoch
+            if timestamp == MAX_TIMESTAMP:
+                best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+                if best.max_timestamp_so_far < 0:
+                    return None
+                hit = best.translate_offset(best.shallow_offset_of_max_timestamp_so_far)
+                epoch = None if hit is None or hit["partition_leader_epoch"] < 0 \
+                    else int(hit["partition_leader_epoch"])
+                return (best.shallow_offset_of_max_timestamp_so_far,
+                        best.max_timestamp_so_far, epoch)
+            if timestamp < 0:
+                raise ValueError(f"unknown special timestamp {timestamp} for a lookup in log "
+                                 f"{self.dir}")
+            start = self.local_log_start_offset
+            for segment in self._segments:
+                if segment.size_in_bytes and segment.largest_timestamp >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, start)
+                    if found is not None:
+                        return found.offset, found.timestamp, found.leader_epoch
+            return None
+
+    def epoch_entries_in_range(self, start_offset: int, end_offset: int):
+        """The epoch entries covering [start_offset, end_offset) (Kafka's
+        epochEntriesInRange), as the tiering records them with a segment."""
+        return self.leader_epoch_cache.epoch_entries_in_range(start_offset, end_offset)
+
+    def leader_epoch_checkpoint_text(self, up_to_offset: int) -> bytes:
+        """The `leader-epoch-checkpoint` text of the entries starting below
+        `up_to_offset` (what Kafka copies as a segment's leader-epoch index)."""
+        return self.leader_epoch_cache.checkpoint_text(up_to_offset)
 
     def __enter__(self):
         return self

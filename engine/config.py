@@ -402,6 +402,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Longest wait for a remote fetch (KIP-1018)"),
     ConfigDef("remote.list.offsets.request.timeout.ms", _T.LONG, 30000, _AT_LEAST_1, _M,
               "Timeout of a remote ListOffsets by timestamp (KIP-1075)"),
+    # engine extension: Prometheus exposition of the RLM metrics (no Kafka equivalent: Kafka
+    # exposes them through JMX)
+    ConfigDef("engine.metrics.port", _T.INT, None, Range(0, 65535), _L,
+              "Engine extension: port serving the RLM metrics in Prometheus text format "
+              "(unset: not served; 0: any free port)"),
+    ConfigDef("engine.metrics.host", _T.STRING, "127.0.0.1", Custom(bool, "must not be empty"),
+              _L, "Engine extension: address the metrics port binds to"),
 )
 
 #: Topic configs; `synonyms` name the broker keys giving their default, in priority order.

@@ -1,0 +1,23 @@
+"""The RemoteLogManager: KIP-405 tiering, remote retention and remote reads over the
+engine's local logs (engine.log) and remote plugins (engine.remote).
+
+Modules: `manager` (RemoteLogManager, RunSummary), `copier` (the copy task), `expiration`
+(remote retention, partition deletion), `reader` (remote reads), `offsets` (ListOffsets),
+`lineage` (leader-epoch lineage rules), `quota` (KIP-956 quotas), `pools` (bounded pools,
+scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
+"""
+
+from engine.rlm.manager import RemoteLogManager, RunSummary
+from engine.rlm.offsets import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, parse_spec
+from engine.rlm.reader import RemoteFetchResult
+
+__all__ = [
+    "EARLIEST",
+    "EARLIEST_LOCAL",
+    "LATEST",
+    "LATEST_TIERED",
+    "RemoteFetchResult",
+    "RemoteLogManager",
+    "RunSummary",
+    "parse_spec",
+]

@@ -1,0 +1,167 @@
+"""The leader's copy task (Kafka's RLMCopyTask, kafka-reference.md §3.5).
+
+Each run copies, in offset order, the segments that are inactive, wholly below the last
+stable offset and not yet covered remotely: COPY_SEGMENT_STARTED -> RSM copy ->
+custom-metadata size check (KIP-917) -> COPY_SEGMENT_FINISHED -> highest offset in remote
+storage. Only then may local retention delete the segment (UnifiedLog's tiered rule).
+
+A copy that fails is undone (DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED)
+and the run ends; the next run retries after Kafka's exponential backoff. Custom metadata
+over `remote.log.metadata.custom.metadata.max.bytes` undoes the copy and cancels copying
+for the partition until its leadership changes, as Kafka does.
+
+Unlike Kafka, a missing producer snapshot does not fail the copy (Kafka NPEs there,
+KAFKA-16209): the RSM receives None and stores an empty snapshot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+from engine.errors import CustomMetadataSizeLimitExceededError
+from engine.log.checkpoint import epoch_entries_in_range
+from engine.log.segment import LogSegment
+from engine.remote.metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+)
+from engine.remote.storage import LogSegmentData
+from engine.rlm.lineage import leader_epoch_checkpoint_text
+from engine.rlm.state import PartitionState
+
+__all__ = ["candidate_segments", "copy_lag", "run_copy"]
+
+log = logging.getLogger(__name__)
+
+
+def candidate_segments(unified, copied_offset: int, lso: int) -> list[tuple[LogSegment, int]]:
+    """(segment, next segment's base offset) of every segment to copy, in offset order:
+    those ending at or after max(copied_offset + 1, log start offset) whose next segment
+    starts at or below the last stable offset. The active segment is never one."""
+    if lso <= 0 or copied_offset >= lso:
+        return []
+    from_offset = max(copied_offset + 1, unified.log_start_offset)
+    segments = unified.segments
+    out = []
+    for segment, following in itertools.pairwise(segments):
+        if following.base_offset <= from_offset:
+            continue
+        if following.base_offset > lso:
+            break
+        out.append((segment, following.base_offset))
+    return out
+
+
+def copy_lag(unified) -> tuple[int, int]:
+    """(RemoteCopyLagBytes, RemoteCopyLagSegments): local segments starting at or after the
+    highest offset in remote storage, minus the active one (Kafka's definition)."""
+    highest = unified.highest_offset_in_remote_storage
+    segments = unified.segments
+    lagging = [s for s in segments if s.base_offset >= highest]
+    size = sum(s.size_in_bytes for s in lagging) - segments[-1].size_in_bytes
+    return max(0, size), max(0, len(lagging) - 1)
+
+
+def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
+    """One run of the copy task; `progress` ([segments, bytes]) counts what it copied.
+    Raises the error that stopped the run (the segments before it stay copied)."""
+    unified = st.log
+    if st.copy_cancelled or not st.is_leader:
+        return
+    if not st.initialised:
+        rlm._initialise_leader(st)
+    if unified.remote_log_copy_disabled:
+        return
+    try:
+        lso = unified.last_stable_offset
+        for segment, next_base in candidate_segments(unified, st.copied_offset, lso):
+            if rlm._closed or st.copy_cancelled or st.deleted_partition:
+                break
+            copy_segment(rlm, st, segment, next_base)
+            progress[0] += 1
+            progress[1] += segment.size_in_bytes
+    finally:
+        st.copy_lag_bytes, st.copy_lag_segments = copy_lag(unified)
+        rlm.metrics.set_gauge("RemoteCopyLagBytes", st.topic, st.partition, st.copy_lag_bytes)
+        rlm.metrics.set_gauge("RemoteCopyLagSegments", st.topic, st.partition,
+                              st.copy_lag_segments)
+
+
+def _segment_data(unified, segment: LogSegment, next_base: int) -> LogSegmentData:
+    txn = segment.txn_index
+    snapshot = unified.producer_snapshot_file(next_base)
+    if snapshot is None:
+        log.info("No producer snapshot at offset %d in %s; the segment is copied with an "
+                 "empty one", next_base, unified.dir)
+    return LogSegmentData(
+        log_segment=segment.log_file,
+        offset_index=segment.offset_index.file,
+        time_index=segment.time_index.file,
+        transaction_index=None if txn.is_empty() else txn.file,
+        producer_snapshot=snapshot,
+        leader_epoch_index=leader_epoch_checkpoint_text(unified.leader_epoch_cache.entries,
+                                                        next_base))
+
+
+def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:
+    """Copies one segment (see the module notes)."""
+    unified = st.log
+    size = segment.size_in_bytes
+    rlm.copy_quota.wait_and_record(size)
+    epochs = epoch_entries_in_range(unified.leader_epoch_cache.entries, segment.base_offset,
+                                    next_base)
+    if not epochs:
+        raise ValueError(f"segment {segment.log_file} (offsets [{segment.base_offset}, "
+                         f"{next_base - 1}]) has no leader epoch: it cannot be tiered")
+    segment_id = RemoteLogSegmentId.generate_new(st.tip)
+    metadata = RemoteLogSegmentMetadata(
+        segment_id, segment.base_offset, next_base - 1, segment.largest_timestamp,
+        rlm.broker_id, rlm.clock(), size, {e.epoch: e.start_offset for e in epochs},
+        txn_idx_empty=segment.txn_index.is_empty())
+    st.segment_ids_being_copied.add(segment_id)
+    st.copy_in_progress = (segment.base_offset, rlm.clock())
+    try:
+        rlm.rlmm.add_remote_log_segment_metadata(metadata)
+        rlm.metrics.mark("RemoteCopyRequestsPerSec", st.topic)
+        try:
+            custom = rlm.rsm.copy_log_segment_data(metadata,
+                                                   _segment_data(unified, segment, next_base))
+        except BaseException:
+            _undo_copy(rlm, st, metadata, None)
+            raise
+        limit = rlm.custom_metadata_max_bytes
+        if custom is not None and len(custom) > limit:
+            _undo_copy(rlm, st, metadata, custom)
+            st.copy_cancelled = (f"custom metadata of {len(custom)} bytes from the RSM exceeds "
+                                 f"remote.log.metadata.custom.metadata.max.bytes ({limit})")
+            raise CustomMetadataSizeLimitExceededError(
+                f"copy of {segment.log_file} undone and copying of {st.name} cancelled until "
+                f"its leadership changes: {st.copy_cancelled}", file=segment.log_file,
+                offset=segment.base_offset)
+        rlm.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            segment_id, rlm.clock(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+            rlm.broker_id))
+    finally:
+        st.segment_ids_being_copied.discard(segment_id)
+        st.copy_in_progress = None
+    rlm.metrics.mark("RemoteCopyBytesPerSec", st.topic, size)
+    st.copied_offset, st.copied_epoch = next_base - 1, epochs[-1].epoch
+    unified.update_highest_offset_in_remote_storage(next_base - 1)
+    log.info("Copied %s (offsets [%d, %d], %d bytes) of %s to remote storage as %s",
+             segment.log_file.name, segment.base_offset, next_base - 1, size, st.name,
+             segment_id.id)
+
+
+def _undo_copy(rlm, st: PartitionState, metadata: RemoteLogSegmentMetadata,
+               custom: bytes | None) -> None:
+    """DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED for a partial or
+    refused copy. A failure here leaves the entry for the expiration task to finish."""
+    try:
+        rlm.delete_remote_segment(st, metadata, custom)
+    except Exception as exc:
+        st.abandoned_copy_ids.add(metadata.remote_log_segment_id)
+        log.warning("Could not delete the partial copy %s of %s (the expiration task "
+                    "retries): %s", metadata.remote_log_segment_id.id, st.name, exc)

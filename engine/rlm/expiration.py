@@ -1,0 +1,272 @@
+"""The leader's expiration task (Kafka's RLMExpirationTask, kafka-reference.md §3.6) and
+remote partition deletion.
+
+`plan_expiration` decides, without changing anything, which remote segments go:
+
+- orphans: COPY_SEGMENT_STARTED entries not being copied now (a copy interrupted by a crash)
+  and DELETE_SEGMENT_STARTED entries (an interrupted delete), retried every run;
+- in the leader-epoch lineage, in epoch then offset order: a segment wholly below the log
+  start offset (DeleteRecords) whose epochs are all at or below the lineage's first epoch;
+  else, if the segment lies within the lineage, one older than `retention.ms` or needed to
+  bring local-only + remote bytes within `retention.bytes`. The scan stops at the first
+  segment of the lineage that is kept, and at a segment being copied;
+- segments whose epochs are all below the earliest epoch of the leader-epoch cache
+  (unreferenced, e.g. left by an unclean leader election).
+
+`run_expiration` publishes the new log start offset first (so no reader is sent to a segment
+being deleted), then deletes each segment: DELETE_SEGMENT_STARTED -> RSM delete ->
+DELETE_SEGMENT_FINISHED, dropping its RemoteIndexCache entry. A failed delete is counted in
+RemoteDeleteErrorsPerSec and stays DELETE_SEGMENT_STARTED for the next run to retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from engine.remote.metadata import (
+    IllegalStateTransitionError,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from engine.rlm.lineage import epochs_with_offsets, is_remote_segment_within_leader_epochs
+from engine.rlm.state import PartitionState
+
+__all__ = ["ExpirationPlan", "delete_remote_partition", "plan_expiration", "run_expiration"]
+
+log = logging.getLogger(__name__)
+_S = RemoteLogSegmentState
+
+
+@dataclass
+class ExpirationPlan:
+    """What one expiration run deletes, and the log start offset it publishes first."""
+
+    to_delete: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    new_log_start_offset: int | None = None
+    metadata_count: int = 0
+    remote_size_bytes: int = 0
+    size_computation_ms: float = 0.0
+    reasons: dict = field(default_factory=dict)  # segment id -> why
+
+    def add(self, md: RemoteLogSegmentMetadata, why: str) -> None:
+        if md.remote_log_segment_id not in self.reasons:
+            self.to_delete.append(md)
+            self.reasons[md.remote_log_segment_id] = why
+
+
+class _RetentionHandler:
+    """Kafka's RemoteLogRetentionHandler: time, size and log-start-offset breaches."""
+
+    def __init__(self, cleanup_until_ms: int | None, remaining_breached_size: int | None,
+                 log_start_offset: int, first_epoch: int | None):
+        self.cleanup_until_ms = cleanup_until_ms
+        self.remaining = remaining_breached_size
+        self.log_start_offset = log_start_offset
+        self.first_epoch = first_epoch
+        self.new_log_start_offset: int | None = None
+
+    def _moved(self, md: RemoteLogSegmentMetadata) -> None:
+        self.new_log_start_offset = max(self.new_log_start_offset or 0, md.end_offset + 1)
+
+    def breach_by_log_start_offset(self, md: RemoteLogSegmentMetadata) -> bool:
+        if self.first_epoch is None:
+            return False
+        hit = (all(e <= self.first_epoch for e in md.segment_leader_epochs)
+               and md.end_offset < self.log_start_offset)
+        if hit:
+            self._moved(md)
+        return hit
+
+    def breach_by_time(self, md: RemoteLogSegmentMetadata) -> bool:
+        if self.cleanup_until_ms is None or md.max_timestamp_ms > self.cleanup_until_ms:
+            return False
+        if self.remaining is not None:
+            self.remaining = max(0, self.remaining - md.segment_size_in_bytes)
+        self._moved(md)
+        return True
+
+    def breach_by_size(self, md: RemoteLogSegmentMetadata) -> bool:
+        if not self.remaining:
+            return False
+        after = self.remaining - md.segment_size_in_bytes
+        if after < 0:
+            return False
+        self.remaining = after
+        self._moved(md)
+        return True
+
+
+def _by_epoch(segments) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    out: dict[int, list[RemoteLogSegmentMetadata]] = {}
+    for md in segments:
+        for epoch in md.segment_leader_epochs:
+            out.setdefault(epoch, []).append(md)
+    for mds in out.values():
+        mds.sort(key=lambda m: m.start_offset)
+    return out
+
+
+def _remote_size_in_lineage(segments, lineage, log_end_offset) -> int:
+    return sum(md.segment_size_in_bytes for md in segments
+               if md.state == _S.COPY_SEGMENT_FINISHED
+               and is_remote_segment_within_leader_epochs(md, log_end_offset, lineage))
+
+
+def _is_orphan(st: PartitionState, md: RemoteLogSegmentMetadata, being_copied,
+               started_ms: int) -> bool:
+    """A COPY_SEGMENT_STARTED entry no copier will finish: started before this RLM (a crash)
+    or abandoned by a copy of ours whose undo failed. Entries of copies started by this RLM
+    are never taken for orphans, even if the listing is older than their FINISHED update."""
+    if md.remote_log_segment_id in being_copied:
+        return False
+    return (md.event_timestamp_ms < started_ms
+            or md.remote_log_segment_id in st.abandoned_copy_ids)
+
+
+def plan_expiration(st: PartitionState, segments: list[RemoteLogSegmentMetadata],
+                    now_ms: int, started_ms: int = 0) -> ExpirationPlan:
+    """The segments the expiration task deletes now (see the module notes); `started_ms` is
+    when this RLM started (older COPY_SEGMENT_STARTED entries are orphans of a crash)."""
+    plan = ExpirationPlan(metadata_count=len(segments),
+                          remote_size_bytes=sum(m.segment_size_in_bytes for m in segments))
+    if not segments:
+        return plan
+    unified = st.log
+    being_copied = set(st.segment_ids_being_copied)
+    for md in segments:
+        if md.state == _S.DELETE_SEGMENT_STARTED:
+            plan.add(md, "an interrupted delete")
+        elif md.state == _S.COPY_SEGMENT_STARTED and _is_orphan(st, md, being_copied,
+                                                                 started_ms):
+            plan.add(md, "an orphaned copy (COPY_SEGMENT_STARTED, not being copied)")
+    entries = unified.leader_epoch_cache.entries
+    lineage = epochs_with_offsets(entries)
+    leo = unified.log_end_offset
+    config = unified.config
+    remaining = None
+    if config["retention.bytes"] > -1:
+        started = time.perf_counter()
+        remote_size = _remote_size_in_lineage(segments, lineage, leo)
+        plan.size_computation_ms = (time.perf_counter() - started) * 1000
+        highest = unified.highest_offset_in_remote_storage
+        only_local = sum(s.size_in_bytes for s in unified.segments if s.base_offset >= highest)
+        total = only_local + remote_size
+        if total > config["retention.bytes"]:
+            remaining = total - config["retention.bytes"]
+    cleanup_until = now_ms - config["retention.ms"] if config["retention.ms"] > -1 else None
+    handler = _RetentionHandler(cleanup_until, remaining, unified.log_start_offset,
+                                next(iter(lineage), None))
+    by_epoch = _by_epoch(segments)
+    _scan_lineage(plan, handler, lineage, by_epoch, being_copied, leo)
+    plan.new_log_start_offset = handler.new_log_start_offset
+    if entries:
+        earliest = entries[0].epoch
+        for md in segments:
+            if md.state == _S.COPY_SEGMENT_FINISHED and all(
+                    e < earliest for e in md.segment_leader_epochs):
+                plan.add(md, f"unreferenced: every epoch below the earliest epoch {earliest}")
+    return plan
+
+
+def _scan_lineage(plan, handler, lineage, by_epoch, being_copied, leo) -> None:
+    for epoch in lineage:
+        for md in by_epoch.get(epoch, ()):
+            if md.remote_log_segment_id in being_copied:
+                return
+            if md.state != _S.COPY_SEGMENT_FINISHED or md.remote_log_segment_id in plan.reasons:
+                continue
+            delete = handler.breach_by_log_start_offset(md)
+            why = "below the log start offset"
+            valid = False
+            if not delete:
+                valid = is_remote_segment_within_leader_epochs(md, leo, lineage)
+                if valid:
+                    if handler.breach_by_time(md):
+                        delete, why = True, "retention.ms"
+                    elif handler.breach_by_size(md):
+                        delete, why = True, "retention.bytes"
+            if delete:
+                plan.add(md, why)
+            if not (delete or not valid):
+                return
+
+
+def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
+    """One run. Returns (segments deleted, errors of the deletes that failed)."""
+    segments = list(rlm.rlmm.list_remote_log_segments(st.tip))
+    plan = plan_expiration(st, segments, rlm.clock(), rlm.started_ms)
+    metrics = rlm.metrics
+    metrics.set_gauge("RemoteLogMetadataCount", st.topic, st.partition, plan.metadata_count)
+    metrics.set_gauge("RemoteLogSizeBytes", st.topic, st.partition, plan.remote_size_bytes)
+    metrics.set_gauge("RemoteLogSizeComputationTime", st.topic, st.partition,
+                      plan.size_computation_ms)
+    st.remote_segment_count, st.remote_size_bytes = plan.metadata_count, plan.remote_size_bytes
+    if plan.new_log_start_offset is not None and \
+            plan.new_log_start_offset > st.log.log_start_offset:
+        st.log.maybe_increment_log_start_offset(plan.new_log_start_offset, "SegmentDeletion")
+    pending = list(plan.to_delete)
+    lag_bytes = sum(m.segment_size_in_bytes for m in pending)
+    deleted, errors = 0, []
+    for md in plan.to_delete:
+        metrics.set_gauge("RemoteDeleteLagSegments", st.topic, st.partition, len(pending))
+        metrics.set_gauge("RemoteDeleteLagBytes", st.topic, st.partition, lag_bytes)
+        try:
+            rlm.delete_remote_segment(st, md, md.custom_metadata)
+        except Exception as exc:
+            errors.append(exc)
+            log.warning("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the next "
+                        "run retries: %s", md.remote_log_segment_id.id, md.start_offset,
+                        md.end_offset, st.name, exc)
+            continue
+        log.info("Deleted remote segment %s (offsets [%d, %d]) of %s: %s",
+                 md.remote_log_segment_id.id, md.start_offset, md.end_offset, st.name,
+                 plan.reasons[md.remote_log_segment_id])
+        deleted += 1
+        pending.remove(md)
+        lag_bytes -= md.segment_size_in_bytes
+        st.remote_segment_count -= 1
+        st.remote_size_bytes -= md.segment_size_in_bytes
+    metrics.set_gauge("RemoteDeleteLagSegments", st.topic, st.partition, len(pending))
+    metrics.set_gauge("RemoteDeleteLagBytes", st.topic, st.partition, lag_bytes)
+    metrics.set_gauge("RemoteLogMetadataCount", st.topic, st.partition, st.remote_segment_count)
+    metrics.set_gauge("RemoteLogSizeBytes", st.topic, st.partition, st.remote_size_bytes)
+    return deleted, errors
+
+
+def _put_partition_state(rlm, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+    try:
+        rlm.rlmm.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(tip, state, rlm.clock(), rlm.broker_id))
+    except IllegalStateTransitionError:  # a retry of a deletion that got further before
+        log.info("Partition %s already past %s", tip, state.name)
+
+
+def delete_remote_partition(rlm, tip: TopicIdPartition) -> int:
+    """Kafka's stopPartitions with deleteRemoteLog: DELETE_PARTITION_MARKED -> STARTED ->
+    every segment DELETE_SEGMENT_STARTED -> RSM deletes -> index cache entries dropped ->
+    DELETE_SEGMENT_FINISHED -> DELETE_PARTITION_FINISHED. Returns the segments deleted;
+    raises the first RSM error (the partition stays STARTED; calling again resumes)."""
+    _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+    _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
+    segments = list(rlm.rlmm.list_remote_log_segments(tip))
+    updates = []
+    for md in segments:
+        updates.append(rlm.mark_delete_started(md, md.custom_metadata))
+    for md in updates:
+        rlm.metrics.mark("RemoteDeleteRequestsPerSec", tip.topic)
+        try:
+            rlm.rsm.delete_log_segment_data(md)
+        except Exception:
+            rlm.metrics.mark("RemoteDeleteErrorsPerSec", tip.topic)
+            raise
+    for md in updates:
+        rlm.remove_from_index_cache(md)
+    for md in updates:
+        rlm.mark_delete_finished(md)
+    _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
+    return len(updates)

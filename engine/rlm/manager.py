@@ -1,0 +1,810 @@
+"""The RemoteLogManager (KIP-405's RLM): tiers closed segments, expires remote ones, serves
+reads and ListOffsets across both tiers (kafka-reference.md §3.5-§3.10).
+
+The engine is a single broker, so it leads every tiered partition it holds: `start()`
+schedules, for each partition whose log has tiering on (`UnifiedLog.remote_log_enabled`), a
+copy task on the copier pool and an expiration task on the expiration pool, each run
+`remote.log.manager.task.interval.ms` after the previous one ended (the first at once).
+After each copy run the log's own retention runs (`UnifiedLog.delete_old_segments`, which
+deletes a tiered segment locally only once its copy is FINISHED): the engine has no separate
+log-cleanup scheduler. Partitions created later are picked up by the next scheduling pass.
+`on_leadership_change` sets leaders (with their epochs) and followers explicitly.
+
+A failed copy run is retried after Kafka's exponential backoff
+(`remote.log.manager.task.retry.backoff.ms` doubling up to `...backoff.max.ms`, jitter
+`...retry.jitter`). A plugin call that hangs holds one copier (or reader) thread and that
+partition's task only: appends, local reads and other partitions go on; remote reads give
+up after `remote.fetch.max.wait.ms` with RemoteFetchTimeoutError (the reader thread stays
+blocked in the plugin until it returns: Python cannot interrupt it). `status()` shows a copy
+in progress and since when.
+
+`run_once()` runs every task once on the calling thread (tests, `--until-idle`).
+
+Topic ids come from each partition's `partition.metadata`; one is created and written when
+a partition has none (Kafka always has one).
+
+Thread-safety: every public method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine._native import records as _records
+from engine.config import BrokerConfig, ConfigError
+from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
+from engine.log.checkpoint import TopicPartition, Uuid
+from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
+from engine.remote.index_cache import RemoteIndexCache
+from engine.remote.metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from engine.remote.metadata_manager import RemoteLogMetadataManager
+from engine.remote.storage import RemoteStorageManager
+from engine.rlm import copier, expiration, offsets, reader
+from engine.rlm.lineage import find_highest_remote_offset, find_log_start_offset
+from engine.rlm.metrics import RLMMetrics
+from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
+from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
+from engine.rlm.reader import RemoteFetchResult
+from engine.rlm.state import PartitionState
+
+__all__ = ["RemoteLogManager", "RunSummary"]
+
+log = logging.getLogger(__name__)
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+#: how long run_once waits for a scheduled run of the same task to end
+_RUN_ONCE_LOCK_WAIT_S = 30.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class RunSummary:
+    """What one `run_once` pass did."""
+
+    copied_segments: int = 0
+    copied_bytes: int = 0
+    deleted_remote_segments: int = 0
+    deleted_local_segments: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _validate(config: BrokerConfig) -> None:
+    """Cross-rules the RLM relies on (BrokerConfig checks each key's own range)."""
+    if not config["remote.log.storage.system.enable"]:
+        raise ConfigError("remote.log.storage.system.enable", False,
+                          "must be true for the RemoteLogManager to run")
+    if config["remote.log.index.file.cache.total.size.bytes"] < 1:
+        raise ConfigError("remote.log.index.file.cache.total.size.bytes",
+                          config["remote.log.index.file.cache.total.size.bytes"],
+                          "must be at least 1")
+
+
+class RemoteLogManager:
+    """See the module docstring.
+
+    Args:
+        broker_config: the broker's configuration (`remote.log.*` keys).
+        log_manager: the local logs (engine.log.LogManager).
+        rsm, rlmm: the configured plugins; closed by `close()` only when built by
+            `from_config`.
+        broker_id: stamped on metadata events.
+        clock: now in ms (tests); a clock with `sleep(ms)` also drives quota waits.
+        index_cache: a RemoteIndexCache to use (default: one in
+            `<first log dir>/remote-log-index-cache`, sized by
+            `remote.log.index.file.cache.total.size.bytes`).
+
+    Raises:
+        ConfigError: tiering is off (`remote.log.storage.system.enable=false`), or a
+            cross-rule between keys fails.
+    """
+
+    def __init__(self, broker_config: BrokerConfig, log_manager, rsm: RemoteStorageManager,
+                 rlmm: RemoteLogMetadataManager, *, broker_id: int = 0,
+                 clock: Callable[[], int] | None = None,
+                 index_cache: RemoteIndexCache | None = None):
+        _validate(broker_config)
+        self.config = broker_config
+        self.log_manager = log_manager
+        self.rsm, self.rlmm = rsm, rlmm
+        self.broker_id = int(broker_id)
+        self.clock = clock or _now_ms
+        self.started_ms = self.clock()
+        self._owns_plugins = False
+        self._closed = False
+        self._lock = threading.RLock()
+        self._partitions: dict[TopicPartition, PartitionState] = {}
+        self._explicit_roles: set[TopicPartition] = set()
+        self.metrics = RLMMetrics()
+        self.custom_metadata_max_bytes = broker_config[
+            "remote.log.metadata.custom.metadata.max.bytes"]
+        self.fetch_max_wait_ms = broker_config["remote.fetch.max.wait.ms"]
+        self.interval_ms = broker_config["remote.log.manager.task.interval.ms"]
+        self.backoff = ExponentialBackoff(
+            broker_config["remote.log.manager.task.retry.backoff.ms"],
+            broker_config["remote.log.manager.task.retry.backoff.max.ms"],
+            broker_config["remote.log.manager.task.retry.jitter"])
+        self._init_quotas(broker_config)
+        first_dir = Path(log_manager.log_dirs[0])
+        self._owns_index_cache = index_cache is None
+        self.index_cache = index_cache or RemoteIndexCache(
+            rsm, first_dir / INDEX_CACHE_DIR_NAME,
+            broker_config["remote.log.index.file.cache.total.size.bytes"])
+        self.reader_pool = RemoteLogReaderPool(broker_config["remote.log.reader.threads"],
+                                               broker_config["remote.log.reader.max.pending.tasks"])
+        self._copier_pool: WorkerPool | None = None
+        self._expiration_pool: WorkerPool | None = None
+        self._follower_pool: WorkerPool | None = None
+        self._scheduler: TaskScheduler | None = None
+        self.metrics_port: int | None = None
+        self._register_pool_gauges()
+
+    def _init_quotas(self, config: BrokerConfig) -> None:
+        self.copy_quota_sensor = ThrottleTimeSensor(self.clock)
+        self.fetch_quota_sensor = ThrottleTimeSensor(self.clock)
+        self.copy_rate = RLMQuota(config["remote.log.manager.copy.max.bytes.per.second"],
+                                  config["remote.log.manager.copy.quota.window.num"],
+                                  config["remote.log.manager.copy.quota.window.size.seconds"],
+                                  self.clock)
+        self.fetch_rate = RLMQuota(config["remote.log.manager.fetch.max.bytes.per.second"],
+                                   config["remote.log.manager.fetch.quota.window.num"],
+                                   config["remote.log.manager.fetch.quota.window.size.seconds"],
+                                   self.clock)
+        self.copy_quota = CopyQuotaWaiter(self.copy_rate, self.copy_quota_sensor, self.clock,
+                                          lambda: self._closed)
+
+    def _register_pool_gauges(self) -> None:
+        m = self.metrics
+        m.gauge_function("RemoteLogReaderTaskQueueSize", "Remote reads waiting for a thread",
+                         self.reader_pool.queue_size)
+        m.gauge_function("RemoteLogReaderAvgIdlePercent", "Idle share of the reader threads",
+                         self.reader_pool.busy.idle_percent)
+        m.gauge_function("RemoteLogManagerTasksAvgIdlePercent",
+                         "Idle share of the copier threads",
+                         lambda: (self._copier_pool.busy.idle_percent()
+                                  if self._copier_pool else 100.0))
+        m.gauge_function("remote_copy_throttle_time_avg", "Copy quota throttle ms, avg",
+                         self.copy_quota_sensor.avg)
+        m.gauge_function("remote_copy_throttle_time_max", "Copy quota throttle ms, max",
+                         self.copy_quota_sensor.max)
+        m.gauge_function("remote_fetch_throttle_time_avg", "Fetch quota throttle ms, avg",
+                         self.fetch_quota_sensor.avg)
+        m.gauge_function("remote_fetch_throttle_time_max", "Fetch quota throttle ms, max",
+                         self.fetch_quota_sensor.max)
+
+    @classmethod
+    def from_config(cls, broker_config: BrokerConfig, log_manager, *,
+                    clock: Callable[[], int] | None = None) -> RemoteLogManager:
+        """An RLM with the RSM and RLMM named by the config (engine.remote.factory)."""
+        from engine.remote import factory
+
+        _validate(broker_config)
+        first_dir = log_manager.log_dirs[0]
+        rsm = factory.create_remote_storage_manager(broker_config)
+        try:
+            rlmm = factory.create_remote_log_metadata_manager(broker_config, first_dir)
+        except BaseException:
+            rsm.close()
+            raise
+        broker_id = max(0, broker_config.broker_id)
+        try:
+            rlm = cls(broker_config, log_manager, rsm, rlmm, broker_id=broker_id, clock=clock)
+        except BaseException:
+            rlmm.close()
+            rsm.close()
+            raise
+        rlm._owns_plugins = True
+        return rlm
+
+    # -- partitions ------------------------------------------------------------------------
+
+    def _partition_list(self) -> list[TopicPartition]:
+        parts = self.log_manager.partitions
+        return list(parts() if callable(parts) else parts)
+
+    @staticmethod
+    def _topic_id(unified) -> Uuid:
+        metadata = unified.partition_metadata
+        if metadata.exists():
+            return metadata.read().topic_id
+        topic_id = Uuid.random()
+        metadata.write(topic_id)
+        log.info("Partition %s had no topic id: wrote %s to %s", unified.dir, topic_id,
+                 metadata.file)
+        return topic_id
+
+    def _new_state(self, tp: TopicPartition, unified, epoch: int | None,
+                   is_leader: bool) -> PartitionState:
+        if epoch is None:
+            latest = unified.leader_epoch_cache.latest_epoch
+            epoch = 0 if latest is None else latest
+        tip = TopicIdPartition(self._topic_id(unified), tp[0], int(tp[1]))
+        return PartitionState(tp[0], int(tp[1]), tip, unified, int(epoch), is_leader)
+
+    def _sync_partitions(self) -> list[PartitionState]:
+        """Adds the tiered partitions not known yet as leaders (single engine); forgets
+        those whose log went away. Returns the states, sorted."""
+        added = []
+        with self._lock:
+            present = set()
+            for tp in self._partition_list():
+                present.add(tp)
+                if tp in self._partitions:
+                    continue
+                unified = self.log_manager.get_log(tp[0], tp[1])
+                if unified is None or not unified.remote_log_enabled:
+                    continue
+                st = self._new_state(tp, unified, None, True)
+                self._partitions[tp] = st
+                added.append(st)
+            for tp in [t for t in self._partitions if t not in present]:
+                self._forget(tp)
+            states = [self._partitions[tp] for tp in sorted(self._partitions)]
+        if added:
+            self.rlmm.on_partition_leadership_changes([st.tip for st in added], [])
+            if self._scheduler is not None:
+                for st in added:
+                    self._schedule(st)
+        return states
+
+    def _forget(self, tp: TopicPartition) -> None:
+        st = self._partitions.pop(tp, None)
+        if st is None:
+            return
+        st.deleted_partition = True
+        if self._scheduler is not None:
+            for kind in ("copy", "expiration", "follower"):
+                self._scheduler.cancel(f"{kind}:{st.name}")
+        self.metrics.remove_partition(st.topic, st.partition)
+
+    def on_leadership_change(self, leaders: Mapping[tuple[str, int], int],
+                             followers: Mapping[tuple[str, int], int] | Iterable = ()) -> None:
+        """Makes this engine leader of `leaders` ((topic, partition) -> leader epoch) and
+        follower of `followers`. A new epoch restarts the partition's copy task (it finds
+        the highest copied offset again; a cancelled copy task resumes)."""
+        followers = dict(followers) if isinstance(followers, Mapping) else {
+            tuple(tp): None for tp in followers}
+        lead, follow = [], []
+        with self._lock:
+            for roles, is_leader, out in ((leaders, True, lead), (followers, False, follow)):
+                for (topic, partition), epoch in roles.items():
+                    tp = TopicPartition(topic, int(partition))
+                    unified = self.log_manager.get_log(topic, partition)
+                    if unified is None:
+                        raise KeyError(f"no log for partition {topic}-{partition}")
+                    if not unified.remote_log_enabled:
+                        continue
+                    old = self._partitions.get(tp)
+                    if old is not None and old.is_leader == is_leader and \
+                            (epoch is None or old.leader_epoch == epoch):
+                        continue
+                    if old is not None:
+                        self._forget(tp)
+                    st = self._new_state(tp, unified, epoch, is_leader)
+                    self._partitions[tp] = st
+                    self._explicit_roles.add(tp)
+                    out.append(st)
+        self.rlmm.on_partition_leadership_changes([s.tip for s in lead],
+                                                  [s.tip for s in follow])
+        if self._scheduler is not None:
+            for st in lead + follow:
+                self._schedule(st)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the pools and schedules every tiered partition's tasks (first run at
+        once); serves the metrics when `engine.metrics.port` is set. Idempotent."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("start on a closed RemoteLogManager")
+            if self._scheduler is not None:
+                return
+            cfg = self.config
+            self._copier_pool = WorkerPool(cfg["remote.log.manager.copier.thread.pool.size"],
+                                           name="kafka-rlm-copier")
+            self._expiration_pool = WorkerPool(
+                cfg["remote.log.manager.expiration.thread.pool.size"],
+                name="kafka-rlm-expiration")
+            self._follower_pool = WorkerPool(cfg.follower_thread_pool_size,
+                                             name="kafka-rlm-follower")
+            self._scheduler = TaskScheduler()
+            port = cfg["engine.metrics.port"]
+            if port is not None:
+                self.metrics_port = self.metrics.serve(port, cfg["engine.metrics.host"])
+            states = list(self._partitions.values())
+        for st in states:
+            self._schedule(st)
+        self._scheduler.schedule("sync-partitions", self._scheduled_sync,
+                                 self._follower_pool)
+
+    def _scheduled_sync(self) -> int:
+        self._sync_partitions()
+        return self.interval_ms
+
+    def _schedule(self, st: PartitionState) -> None:
+        sched = self._scheduler
+        if st.is_leader:
+            sched.schedule(f"copy:{st.name}", lambda: self._scheduled_copy(st),
+                           self._copier_pool)
+            sched.schedule(f"expiration:{st.name}", lambda: self._scheduled_expiration(st),
+                           self._expiration_pool)
+        else:
+            sched.schedule(f"follower:{st.name}", lambda: self._scheduled_follower(st),
+                           self._follower_pool)
+
+    def _scheduled_copy(self, st: PartitionState) -> int:
+        if not self.rlmm.is_ready(st.tip):
+            return self.interval_ms
+        with st.copy_lock:
+            delay, _, _ = self._copy_once(st, honour_backoff=False)
+        self._delete_local(st)
+        return delay
+
+    def _scheduled_expiration(self, st: PartitionState) -> int:
+        if self.rlmm.is_ready(st.tip):
+            with st.expiration_lock:
+                self._expire_once(st)
+        return self.interval_ms
+
+    def _scheduled_follower(self, st: PartitionState) -> int:
+        if self.rlmm.is_ready(st.tip):
+            self._follow_once(st)
+        return self.interval_ms
+
+    # -- task bodies -----------------------------------------------------------------------
+
+    def _initialise_leader(self, st: PartitionState) -> None:
+        """First copy run as leader: the log start offset from the remote tier, and the
+        highest copied offset of the lineage (no duplicate uploads after a leader change)."""
+        unified = st.log
+        entries = unified.leader_epoch_cache.entries
+        start = find_log_start_offset(self.rlmm, st.tip, entries)
+        if start is not None and start > unified.log_start_offset:
+            unified.maybe_increment_log_start_offset(start, "SegmentDeletion")
+        offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
+                                                   unified.log_end_offset)
+        st.copied_offset, st.copied_epoch = offset, epoch
+        unified.update_highest_offset_in_remote_storage(offset)
+        st.initialised = True
+        log.info("%s: leader epoch %d, highest copied offset %d (epoch %d)", st.name,
+                 st.leader_epoch, offset, epoch)
+
+    def _copy_once(self, st: PartitionState, honour_backoff: bool) -> tuple[int, int, int]:
+        """One copy run with error handling. Returns (delay ms before the next run, segments
+        copied, bytes copied)."""
+        now = self.clock()
+        if honour_backoff and now < st.next_copy_attempt_ms:
+            return st.next_copy_attempt_ms - now, 0, 0
+        progress = [0, 0]
+        try:
+            copier.run_copy(self, st, progress)
+        except Exception as exc:
+            self.metrics.mark("RemoteCopyErrorsPerSec", st.topic)
+            st.last_copy_error = f"{type(exc).__name__}: {exc}"
+            delay = self.backoff.backoff(st.copy_failures)
+            st.copy_failures += 1
+            st.next_copy_attempt_ms = self.clock() + delay
+            log.warning("Copy task of %s failed (attempt %d; retry in %d ms): %s", st.name,
+                        st.copy_failures, delay, st.last_copy_error)
+            return delay, progress[0], progress[1]
+        st.copy_failures = 0
+        st.next_copy_attempt_ms = 0
+        st.last_copy_error = None
+        return self.interval_ms, progress[0], progress[1]
+
+    def _delete_local(self, st: PartitionState) -> int:
+        try:
+            return st.log.delete_old_segments()
+        except Exception as exc:
+            log.warning("Local retention of %s failed: %s", st.name, exc)
+            return 0
+
+    def _expire_once(self, st: PartitionState) -> tuple[int, list[Exception]]:
+        try:
+            deleted, errors = expiration.run_expiration(self, st)
+        except Exception as exc:
+            deleted, errors = 0, [exc]
+        st.last_expiration_error = (f"{type(errors[-1]).__name__}: {errors[-1]}"
+                                    if errors else None)
+        return deleted, errors
+
+    def _follow_once(self, st: PartitionState) -> None:
+        """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current so
+        local retention never deletes what is not tiered."""
+        offset, _ = find_highest_remote_offset(self.rlmm, st.tip,
+                                               st.log.leader_epoch_cache.entries,
+                                               st.log.log_end_offset)
+        st.log.update_highest_offset_in_remote_storage(offset)
+
+    # -- remote segment deletion (shared by copier, expiration, partition deletion) --------
+
+    def mark_delete_started(self, md: RemoteLogSegmentMetadata,
+                            custom: bytes | None) -> RemoteLogSegmentMetadata:
+        update = RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, self.clock(), custom,
+            RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id)
+        self.rlmm.update_remote_log_segment_metadata(update)
+        return md.create_with_updates(update)
+
+    def mark_delete_finished(self, md: RemoteLogSegmentMetadata) -> None:
+        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, self.clock(), md.custom_metadata,
+            RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
+
+    def remove_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
+        self.index_cache.remove(md.remote_log_segment_id.id)
+
+    def delete_remote_segment(self, st: PartitionState, md: RemoteLogSegmentMetadata,
+                              custom: bytes | None) -> None:
+        """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
+        DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
+        stays DELETE_SEGMENT_STARTED."""
+        started = self.mark_delete_started(md, custom)
+        self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
+        try:
+            self.rsm.delete_log_segment_data(started)
+        except Exception:
+            self.metrics.mark("RemoteDeleteErrorsPerSec", st.topic)
+            raise
+        self.remove_from_index_cache(md)
+        self.mark_delete_finished(started)
+
+    # -- synchronous pass ------------------------------------------------------------------
+
+    def run_once(self) -> RunSummary:
+        """Runs every partition's tasks once on this thread: copy (honouring a pending retry
+        backoff), local retention, expiration (leaders); follower tasks. A task of a
+        partition that is still running on the scheduler (e.g. a hung copy) is waited for
+        up to 30 s, then skipped with an error in the summary."""
+        summary = RunSummary()
+        for st in self._sync_partitions():
+            if not self.rlmm.is_ready(st.tip):
+                summary.errors.append(f"{st.name}: remote log metadata not ready")
+                continue
+            if not st.is_leader:
+                self._follow_once(st)
+                continue
+            if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+                try:
+                    _, copied, nbytes = self._copy_once(st, honour_backoff=True)
+                finally:
+                    st.copy_lock.release()
+                summary.copied_segments += copied
+                summary.copied_bytes += nbytes
+                if st.last_copy_error and st.copy_failures:
+                    summary.errors.append(f"{st.name}: copy: {st.last_copy_error}")
+            else:
+                summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
+            summary.deleted_local_segments += self._delete_local(st)
+            if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+                try:
+                    deleted, errors = self._expire_once(st)
+                finally:
+                    st.expiration_lock.release()
+                summary.deleted_remote_segments += deleted
+                summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
+                                   for e in errors]
+        return summary
+
+    def is_idle(self) -> bool:
+        """True when no partition has a segment left to copy, a copy in progress or a
+        remote segment to delete (a copy that keeps failing is not idle)."""
+        for st in self._sync_partitions():
+            if not st.is_leader:
+                continue
+            if st.copy_in_progress is not None:
+                return False
+            if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
+                if not st.initialised:
+                    with st.copy_lock:
+                        if not st.initialised:
+                            self._initialise_leader(st)
+                lso = st.log.last_stable_offset
+                if copier.candidate_segments(st.log, st.copied_offset, lso):
+                    return False
+            segments = list(self.rlmm.list_remote_log_segments(st.tip))
+            if expiration.plan_expiration(st, segments, self.clock(),
+                                          self.started_ms).to_delete:
+                return False
+        return True
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def _log_and_state(self, topic: str, partition: int):
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise KeyError(f"no log for partition {topic}-{partition}")
+        st = self._partitions.get(TopicPartition(topic, int(partition)))
+        if st is None and unified.remote_log_enabled:
+            st = next((s for s in self._sync_partitions()
+                       if (s.topic, s.partition) == (topic, int(partition))), None)
+        return unified, st
+
+    @staticmethod
+    def _check_read_args(max_bytes: int, isolation: str) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, got {isolation!r}")
+
+    def _plan_read(self, topic, partition, offset, max_bytes, min_one_message, isolation):
+        """A local result, or (state, callable) for a remote read."""
+        self._check_read_args(max_bytes, isolation)
+        unified, st = self._log_and_state(topic, partition)
+        start, end = unified.log_start_offset, unified.log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"fetch offset {offset} of partition {topic}-{partition} is out of range: "
+                f"valid offsets are [{start}, {end}] (log start offset, log end offset)",
+                offset=offset, log_start_offset=start, log_end_offset=end)
+        if offset >= unified.local_log_start_offset or st is None:
+            try:
+                return self._read_local(unified, topic, partition, offset, max_bytes,
+                                        min_one_message, isolation)
+            except OffsetOutOfRangeError:
+                if st is None or offset < unified.log_start_offset:
+                    raise  # else local retention just removed it: read it remotely
+        throttle = self.fetch_rate.throttle_time_ms()
+        if throttle > 0:
+            self.fetch_quota_sensor.record(throttle)
+            return RemoteFetchResult(topic, int(partition), offset, b"", offset, True,
+                                     throttle_time_ms=throttle)
+        return st, lambda: self._read_remote(st, offset, max_bytes, min_one_message,
+                                             isolation)
+
+    def _read_local(self, unified, topic, partition, offset, max_bytes, min_one_message,
+                    isolation) -> RemoteFetchResult:
+        view, next_offset = unified.read(offset, max_bytes, min_one_message)
+        aborted = []
+        if isolation == "read_committed" and view.nbytes:
+            view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
+            if view.nbytes:
+                aborted = unified.collect_aborted_transactions(offset, next_offset)
+        return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False,
+                                 aborted)
+
+    def _read_remote(self, st: PartitionState, offset, max_bytes, min_one_message,
+                     isolation) -> RemoteFetchResult:
+        started = time.perf_counter()
+        try:
+            data, next_offset, aborted = reader.read_remote(self, st, offset, max_bytes,
+                                                            min_one_message, isolation)
+        except Exception as exc:
+            self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
+            st.last_fetch_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.metrics.mark("RemoteFetchRequestsPerSec", st.topic)
+        self.metrics.mark("RemoteFetchBytesPerSec", st.topic, len(data))
+        self.metrics.fetch_time.observe((time.perf_counter() - started) * 1000)
+        self.fetch_rate.record(len(data))
+        return RemoteFetchResult(st.topic, st.partition, offset, data, next_offset, True,
+                                 aborted)
+
+    def _submit(self, st: PartitionState, work) -> concurrent.futures.Future:
+        try:
+            return self.reader_pool.submit(work)
+        except Exception:
+            self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
+            raise
+
+    def _await(self, st: PartitionState, future, timeout_s: float, offset: int):
+        try:
+            return future.result(timeout=max(0.0, timeout_s))
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
+            raise RemoteFetchTimeoutError(
+                f"remote read of partition {st.name} at offset {offset} did not finish within "
+                f"remote.fetch.max.wait.ms ({self.fetch_max_wait_ms} ms)",
+                offset=offset) from None
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int,
+             min_one_message: bool = True,
+             isolation: str = "read_uncommitted") -> RemoteFetchResult:
+        """Whole batches from `offset`: from the local log when `offset` >= the local log
+        start offset, else from the remote tier on the reader pool (see engine.rlm.reader).
+        read_committed stops at the last stable offset and lists aborted transactions.
+
+        Raises:
+            OffsetOutOfRangeError: `offset` outside [log start offset, log end offset], or
+                not held by any copied segment.
+            RemoteLogReaderRejectedError: the reader queue is full.
+            RemoteFetchTimeoutError: the remote read took longer than
+                `remote.fetch.max.wait.ms`.
+            RemoteStorageError: the RSM failed.
+            KeyError: no such partition. ValueError: bad max_bytes or isolation.
+        """
+        planned = self._plan_read(topic, partition, offset, max_bytes, min_one_message,
+                                  isolation)
+        if isinstance(planned, RemoteFetchResult):
+            return planned
+        st, work = planned
+        future = self._submit(st, work)
+        return self._await(st, future, self.fetch_max_wait_ms / 1000.0, offset)
+
+    def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
+                  isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
+        """Reads several partitions: each request is (topic, partition, offset, max_bytes)
+        or (..., min_one_message). Remote reads run in parallel on the reader pool and are
+        all bounded by one `remote.fetch.max.wait.ms` deadline. Never raises for one
+        partition: a failed partition's result has `.error` set (OffsetOutOfRangeError,
+        RemoteLogReaderRejectedError, RemoteFetchTimeoutError, RemoteStorageError, ...)."""
+        results: list = []
+        pending = []
+        for i, request in enumerate(requests):
+            topic, partition, offset, max_bytes = request[:4]
+            one = request[4] if len(request) > 4 else min_one_message
+            try:
+                planned = self._plan_read(topic, partition, offset, max_bytes, one, isolation)
+                if not isinstance(planned, RemoteFetchResult):
+                    st, work = planned
+                    pending.append((i, st, offset, self._submit(st, work)))
+                    planned = None
+                results.append(planned)
+            except Exception as exc:
+                results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
+                                                 error=exc))
+        deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
+        for i, st, offset, future in pending:
+            try:
+                results[i] = self._await(st, future, deadline - time.monotonic(), offset)
+            except Exception as exc:
+                results[i] = RemoteFetchResult(st.topic, st.partition, offset, b"", offset,
+                                               True, error=exc)
+        return results
+
+    def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
+        """(offset, leader epoch) for `spec`: -2/"earliest", -1/"latest",
+        -4/"earliest-local", -5/"latest-tiered" or a timestamp in ms (see
+        engine.rlm.offsets). (-1, -1) when there is no such offset. A remote timestamp
+        search runs on the reader pool, bounded by `remote.list.offsets.request.timeout.ms`.
+        """
+        unified, st = self._log_and_state(topic, partition)
+        spec = offsets.parse_spec(spec)
+        if spec >= 0 and st is not None:
+            future = self._submit(st, lambda: offsets.list_offsets(self, unified, st, spec))
+            timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
+            try:
+                return future.result(timeout=timeout)
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                raise RemoteFetchTimeoutError(
+                    f"ListOffsets by timestamp {spec} of {st.name} did not finish within "
+                    f"remote.list.offsets.request.timeout.ms ({timeout * 1000:.0f} ms)"
+                ) from None
+        return offsets.list_offsets(self, unified, st, spec)
+
+    # -- status, deletion, close -----------------------------------------------------------
+
+    def status(self) -> list[dict]:
+        """One dict per tiered partition: offsets of both tiers, sizes, copy lag, the copy
+        in progress and the last errors."""
+        out = []
+        for st in self._sync_partitions():
+            unified = st.log
+            segments = list(self.rlmm.list_remote_log_segments(st.tip))
+            finished = [m for m in segments
+                        if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+            lag_bytes, lag_segments = copier.copy_lag(unified)
+            in_progress = st.copy_in_progress
+            out.append({
+                "topic": st.topic, "partition": st.partition, "topic_id": str(st.tip.topic_id),
+                "role": "leader" if st.is_leader else "follower",
+                "leader_epoch": st.leader_epoch,
+                "log_start_offset": unified.log_start_offset,
+                "local_log_start_offset": unified.local_log_start_offset,
+                "log_end_offset": unified.log_end_offset,
+                "highest_offset_in_remote_storage": unified.highest_offset_in_remote_storage,
+                "remote_log_start_offset": finished[0].start_offset if finished else -1,
+                "remote_log_end_offset": max((m.end_offset for m in finished), default=-1),
+                "remote_segments": len(finished),
+                "remote_metadata_entries": len(segments),
+                "remote_size_bytes": sum(m.segment_size_in_bytes for m in finished),
+                "local_segments": len(unified.segments),
+                "local_size_bytes": unified.size_in_bytes,
+                "copy_lag_bytes": lag_bytes, "copy_lag_segments": lag_segments,
+                "copy_disabled": bool(unified.remote_log_copy_disabled),
+                "copy_cancelled": st.copy_cancelled,
+                "copy_in_progress": None if in_progress is None else {
+                    "base_offset": in_progress[0],
+                    "running_ms": self.clock() - in_progress[1]},
+                "copy_failures": st.copy_failures,
+                "next_copy_retry_ms": max(0, st.next_copy_attempt_ms - self.clock()),
+                "last_copy_error": st.last_copy_error,
+                "last_expiration_error": st.last_expiration_error,
+                "last_fetch_error": st.last_fetch_error,
+            })
+        return out
+
+    def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:
+        """Deletes the partition's remote data (DELETE_PARTITION_MARKED -> STARTED -> every
+        segment deleted -> FINISHED) and, with `delete_local`, its local log
+        (LogManager.delete_partition). Returns the remote segments deleted. Calling again
+        after a failure resumes."""
+        tp = TopicPartition(topic, int(partition))
+        with self._lock:
+            st = self._partitions.get(tp)
+            self._forget(tp)
+            self._explicit_roles.discard(tp)
+        if st is not None:
+            tip = st.tip
+            # a running copy sees deleted_partition and stops after its current segment
+            with st.copy_lock, st.expiration_lock:
+                pass
+        else:
+            tip = self._find_tip(topic, int(partition))
+        deleted = expiration.delete_remote_partition(self, tip)
+        self.rlmm.on_stop_partitions([tip])
+        if delete_local and self.log_manager.get_log(topic, partition) is not None:
+            self.log_manager.delete_partition(topic, partition)
+        log.info("Deleted partition %s: %d remote segment(s)", tip, deleted)
+        return deleted
+
+    def _find_tip(self, topic: str, partition: int) -> TopicIdPartition:
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is not None and unified.partition_metadata.exists():
+            return TopicIdPartition(unified.partition_metadata.read().topic_id, topic, partition)
+        for tip in getattr(self.rlmm, "list_partitions", list)():
+            if (tip.topic, tip.partition) == (topic, partition):
+                return tip
+        raise KeyError(f"partition {topic}-{partition} has neither a local log with a topic id "
+                       "nor remote metadata")
+
+    def close(self) -> None:
+        """Stops the scheduler and pools (a thread stuck in a plugin call is abandoned: the
+        threads are daemons), the metrics server, the index cache it created, and the
+        plugins when `from_config` built them. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            scheduler = self._scheduler
+        if scheduler is not None:
+            scheduler.close()
+        for pool in (self._copier_pool, self._expiration_pool, self._follower_pool,
+                     self.reader_pool):
+            if pool is not None:
+                pool.close()
+        self.metrics.close()
+        if self._owns_index_cache:
+            self.index_cache.close()
+        if self._owns_plugins:
+            for plugin in (self.rlmm, self.rsm):
+                try:
+                    plugin.close()
+                except Exception as exc:
+                    log.warning("Closing %s failed: %s", type(plugin).__name__, exc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _trim_to(view: memoryview, limit: int, offset: int,
+             next_offset: int) -> tuple[memoryview, int]:
+    """The batches of `view` starting below `limit` (read_committed stops at the last stable
+    offset), and the next offset after them."""
+    if next_offset <= limit:
+        return view, next_offset
+    headers, _ = _records.scan(view, False)
+    keep = headers[headers["base_offset"] < limit]
+    if not len(keep):
+        return view[:0], offset
+    end = int(keep["position"][-1] + keep["size"][-1])
+    return view[:end], int(keep["last_offset"][-1]) + 1

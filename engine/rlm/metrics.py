@@ -1,0 +1,90 @@
+"""The RemoteLogManager's metrics under Kafka's names (kafka-reference.md §5), through
+prometheus-client, in a registry of their own per RemoteLogManager.
+
+Kafka's meters (`...PerSec`: a count and rates) are Prometheus counters here (exposed as
+`<name>_total`; the scraper derives the rate), labelled by `topic`. Kafka's per-partition
+gauges carry `topic` and `partition` labels. Pool and quota metrics are unlabelled gauges:
+`RemoteLogReaderTaskQueueSize`, `RemoteLogReaderAvgIdlePercent`,
+`RemoteLogManagerTasksAvgIdlePercent` (copier pool), and the KIP-956 throttle-time sensors
+`remote-copy-throttle-time-avg/-max` and `remote-fetch-throttle-time-avg/-max` (named with
+underscores, as Prometheus requires). `RemoteLogReaderFetchRateAndTimeMs` is a histogram of
+remote read times in ms.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = ["RLMMetrics"]
+
+_METERS = {
+    "RemoteCopyBytesPerSec": "Bytes copied to remote storage",
+    "RemoteFetchBytesPerSec": "Bytes read from remote storage",
+    "RemoteCopyRequestsPerSec": "Segment copy attempts",
+    "RemoteFetchRequestsPerSec": "Remote reads",
+    "RemoteCopyErrorsPerSec": "Failed segment copies",
+    "RemoteFetchErrorsPerSec": "Failed remote reads",
+    "RemoteDeleteRequestsPerSec": "Remote segment deletes",
+    "RemoteDeleteErrorsPerSec": "Failed remote segment deletes",
+}
+_PARTITION_GAUGES = {
+    "RemoteCopyLagBytes": "Bytes of local inactive segments not yet copied",
+    "RemoteCopyLagSegments": "Local inactive segments not yet copied",
+    "RemoteDeleteLagBytes": "Bytes of remote segments due for deletion, not yet deleted",
+    "RemoteDeleteLagSegments": "Remote segments due for deletion, not yet deleted",
+    "RemoteLogMetadataCount": "Remote segment metadata entries of the partition",
+    "RemoteLogSizeBytes": "Bytes of the partition's remote segments",
+    "RemoteLogSizeComputationTime": "ms spent computing the remote size for retention",
+}
+
+
+class RLMMetrics:
+    """All metrics of one RemoteLogManager. `value(name, **labels)` reads one back."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.meters = {name: Counter(name, doc, ["topic"], registry=self.registry)
+                       for name, doc in _METERS.items()}
+        self.gauges = {name: Gauge(name, doc, ["topic", "partition"], registry=self.registry)
+                       for name, doc in _PARTITION_GAUGES.items()}
+        self.fetch_time = Histogram(
+            "RemoteLogReaderFetchRateAndTimeMs", "Remote read time in ms",
+            registry=self.registry,
+            buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000))
+        self._server = None
+
+    def mark(self, name: str, topic: str, amount: float = 1) -> None:
+        self.meters[name].labels(topic=topic).inc(amount)
+
+    def set_gauge(self, name: str, topic: str, partition: int, value: float) -> None:
+        self.gauges[name].labels(topic=topic, partition=str(partition)).set(value)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        for gauge in self.gauges.values():
+            try:
+                gauge.remove(topic, str(partition))
+            except KeyError:
+                pass
+
+    def gauge_function(self, name: str, doc: str, fn) -> None:
+        """An unlabelled gauge whose value is `fn()` at collection."""
+        Gauge(name, doc, registry=self.registry).set_function(fn)
+
+    def value(self, name: str, **labels) -> float | None:
+        """Current value of a metric (a meter by its Kafka name), None if never set."""
+        labels = {k: str(v) for k, v in labels.items()}
+        if name in self.meters:
+            return self.registry.get_sample_value(f"{name}_total", labels)
+        return self.registry.get_sample_value(name, labels)
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serves the registry over HTTP (Prometheus text format); returns the port."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        return server.server_address[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,221 @@
+"""Remote reads (Kafka's RemoteLogManager.read and RemoteLogReader, kafka-reference.md §3.7).
+
+For a fetch offset below the local log start: the epoch of the offset -> the RLMM's
+COPY_SEGMENT_FINISHED segment holding it -> the start position from the segment's remote
+offset index (RemoteIndexCache) -> batch headers read from there (each batch ending before
+the offset is skipped by its header alone) -> the first batch with last offset >= the fetch
+offset -> whole batches up to `max_bytes`, read with one bounded range read. When the segment
+holds no such batch the next segment is tried. Kafka's rules for the first batch: when it is
+larger than `max_bytes` it is returned whole with `min_one_message`, and nothing is returned
+without. Unlike Kafka (which may end on a partial batch the client drops), only whole
+batches are returned, as a local read does.
+
+read_committed: the aborted transactions overlapping [fetch offset, next offset) come from
+this segment's transaction index, then later remote segments' (skipping those whose
+metadata says their index is empty, KIP-1058) until one search is complete, then the local
+log's.
+
+Byte ranges are read with the RSM's `read_range(md, start, end_exclusive)` when it has one
+(the filesystem tier), else through `fetch_log_segment` streams closed after each use.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from engine._native import records as _records
+from engine.errors import OffsetOutOfRangeError
+from engine.log.transaction_index import AbortedTxn
+from engine.remote.metadata import RemoteLogSegmentMetadata
+
+__all__ = ["RemoteFetchResult", "RemoteSegmentReader", "read_remote", "remote_aborted_txns"]
+
+#: offset (8) + length (4) + leader epoch/crc (4) + magic (1) + crc/attributes (6) + last
+#: offset delta (4) + base timestamp (8) + max timestamp (8): enough for every field used.
+_HEADER_PROBE = 43
+_MIN_HEADER = 17
+_LOG_OVERHEAD = 12
+_HEAD = struct.Struct(">qi")
+_DELTA = struct.Struct(">i")
+_MAX_TS = struct.Struct(">q")
+#: bytes read at once while walking batch headers forward from an index position
+_WALK_WINDOW = 64 * 1024
+
+
+@dataclass
+class RemoteFetchResult:
+    """One partition's answer to a read.
+
+    `records` holds whole batches (bytes for a remote read, a zero-copy view of the segment
+    for a local one); `next_offset` is the offset after the last batch returned (the fetch
+    offset when none is); `aborted_transactions` is filled for read_committed;
+    `throttle_time_ms` > 0 means the fetch quota refused the remote read (records empty);
+    `error` is set (and records empty) for a partition of `read_many` that failed.
+    """
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    records: bytes | memoryview = b""
+    next_offset: int = -1
+    from_remote: bool = False
+    aborted_transactions: list[AbortedTxn] = field(default_factory=list)
+    throttle_time_ms: int = 0
+    error: Exception | None = None
+
+    @property
+    def size_in_bytes(self) -> int:
+        return memoryview(self.records).nbytes
+
+
+class RemoteSegmentReader:
+    """Byte ranges of one remote segment's `.log`, keeping the last range read so that
+    header walks within it cost no further read."""
+
+    def __init__(self, rsm, metadata: RemoteLogSegmentMetadata):
+        self.rsm = rsm
+        self.metadata = metadata
+        self.size = metadata.segment_size_in_bytes
+        self._start = 0
+        self._buf = b""
+        self.bytes_read = 0
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        read_range = getattr(self.rsm, "read_range", None)
+        if read_range is not None:
+            data = read_range(self.metadata, start, end)
+        else:
+            with self.rsm.fetch_log_segment(self.metadata, start, end - 1) as stream:
+                parts, left = [], end - start
+                while left > 0:
+                    chunk = stream.read(left)
+                    if not chunk:
+                        break
+                    parts.append(chunk)
+                    left -= len(chunk)
+                data = b"".join(parts)
+        self.bytes_read += len(data)
+        return data
+
+    def read(self, start: int, end: int) -> memoryview:
+        """Bytes [start, min(end, size)). Bytes of the kept range are reused: only what it
+        lacks is read."""
+        end = min(end, self.size)
+        if start >= end:
+            return memoryview(b"")
+        kept_end = self._start + len(self._buf)
+        if self._start <= start < kept_end:
+            if end <= kept_end:
+                return memoryview(self._buf)[start - self._start:end - self._start]
+            head = memoryview(self._buf)[start - self._start:]
+            self._buf = b"".join((head, self._fetch(kept_end, end)))
+        else:
+            self._buf = self._fetch(start, end)
+        self._start = start
+        return memoryview(self._buf)
+
+    def header(self, position: int, window: int = _WALK_WINDOW
+               ) -> tuple[int, int, int, int] | None:
+        """(base offset, batch size, last offset, max timestamp) of the batch at `position`,
+        None at the end of the segment. A header outside the kept range reads `window`
+        bytes from `position`."""
+        if position + _MIN_HEADER > self.size:
+            return None
+        end = min(self.size, position + _HEADER_PROBE)
+        if not (self._start <= position and end <= self._start + len(self._buf)):
+            self._buf, self._start = b"", position
+            self.read(position, position + max(window, _HEADER_PROBE))
+        view = self.read(position, end)
+        base, length = _HEAD.unpack_from(view, 0)
+        magic = view[16]
+        if magic >= 2 and len(view) >= _HEADER_PROBE:
+            last = base + _DELTA.unpack_from(view, 23)[0]
+            max_ts = _MAX_TS.unpack_from(view, 35)[0]
+        else:  # a legacy entry's offset is its last (inner) offset
+            last, max_ts = base, -1
+        return base, length + _LOG_OVERHEAD, last, max_ts
+
+    def find_batch(self, position: int, offset: int, window: int = _WALK_WINDOW
+                   ) -> tuple[int, int, int] | None:
+        """(position, size, last offset) of the first batch from `position` whose last offset
+        is >= `offset`, None if the segment has none."""
+        while True:
+            head = self.header(position, window)
+            if head is None:
+                return None
+            _, size, last, _ = head
+            if last >= offset:
+                return position, size, last
+            position += size
+
+
+def _out_of_range(st, offset: int, epoch) -> OffsetOutOfRangeError:
+    unified = st.log
+    return OffsetOutOfRangeError(
+        f"fetch offset {offset} of partition {st.name} does not exist in the remote tier "
+        f"(leader epoch {epoch}): no copied segment holds it", offset=offset,
+        log_start_offset=unified.log_start_offset, log_end_offset=unified.log_end_offset)
+
+
+def _segment_for(rlm, st, offset: int):
+    epoch = st.log.leader_epoch_cache.epoch_for_offset(offset)
+    if epoch is None:
+        return None, None
+    return epoch, rlm.rlmm.remote_log_segment_metadata(st.tip, epoch, offset)
+
+
+def _read_segment(rlm, md, offset: int, max_bytes: int,
+                  min_one_message: bool) -> tuple[bytes, int] | None:
+    """(whole batches, next offset) from `md`, or None if it holds no batch ending at or
+    after `offset`."""
+    reader = RemoteSegmentReader(rlm.rsm, md)
+    start = rlm.index_cache.lookup_offset(md, offset)
+    # the first read covers max_bytes past the index position: usually the whole answer
+    found = reader.find_batch(start, offset, max_bytes + _HEADER_PROBE)
+    if found is None:
+        return None
+    position, first_size, _ = found
+    if first_size > max_bytes and not min_one_message:
+        return b"", offset
+    want = max(max_bytes, first_size)
+    view = reader.read(position, position + want)
+    headers, valid = _records.scan(view, False)
+    if not len(headers):
+        return b"", offset
+    return bytes(view[:valid]), int(headers["last_offset"][-1]) + 1
+
+
+def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
+                isolation: str) -> tuple[bytes, int, list[AbortedTxn]]:
+    """(records, next offset, aborted transactions) from the remote tier. Raises
+    OffsetOutOfRangeError when no copied segment holds `offset`."""
+    epoch, md = _segment_for(rlm, st, offset)
+    if md is None:
+        raise _out_of_range(st, offset, epoch)
+    while md is not None:
+        got = _read_segment(rlm, md, offset, max_bytes, min_one_message)
+        if got is not None:
+            data, next_offset = got
+            aborted = []
+            if isolation == "read_committed" and data:
+                aborted = remote_aborted_txns(rlm, st, md, offset, next_offset)
+            return data, next_offset, aborted
+        _, md = _segment_for(rlm, st, md.end_offset + 1)
+    return b"", offset, []
+
+
+def remote_aborted_txns(rlm, st, md, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+    """Aborted transactions a read_committed fetch of [fetch_offset, upper_bound) reports:
+    from `md` and later remote segments until a search completes, then from local ones."""
+    out: list[AbortedTxn] = []
+    while md is not None:
+        if not md.txn_idx_empty:
+            entry = rlm.index_cache.get_index_entry(md)
+            result = entry.txn_index.collect_aborted_txns(fetch_offset, upper_bound)
+            out.extend(result.aborted_transactions)
+            if result.is_complete:
+                return out
+        _, md = _segment_for(rlm, st, md.end_offset + 1)
+    out.extend(st.log.collect_aborted_transactions(fetch_offset, upper_bound))
+    return out

@@ -1,0 +1,54 @@
+"""What the RemoteLogManager keeps per partition it serves."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from engine.log.unified_log import UnifiedLog
+from engine.remote.metadata import RemoteLogSegmentId, TopicIdPartition
+
+__all__ = ["PartitionState"]
+
+
+@dataclass(eq=False)
+class PartitionState:
+    """One partition: its log, role, copy progress and the errors of its last runs.
+
+    `copy_lock` / `expiration_lock` make a partition's copy (or expiration) runs exclusive:
+    the scheduler and `run_once` may both want to run them.
+    """
+
+    topic: str
+    partition: int
+    tip: TopicIdPartition
+    log: UnifiedLog
+    leader_epoch: int
+    is_leader: bool = True
+    #: (copied offset, epoch) of the last segment known to be copied (Kafka's copiedOffset)
+    copied_offset: int = -1
+    copied_epoch: int = -1
+    initialised: bool = False
+    #: why copying stopped until the next leadership change (custom metadata too large)
+    copy_cancelled: str | None = None
+    segment_ids_being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
+    #: copies of ours whose undo failed: the expiration task deletes them
+    abandoned_copy_ids: set[RemoteLogSegmentId] = field(default_factory=set)
+    #: (base offset, started at ms) of the segment being copied now
+    copy_in_progress: tuple[int, int] | None = None
+    copy_failures: int = 0
+    next_copy_attempt_ms: int = 0
+    last_copy_error: str | None = None
+    last_expiration_error: str | None = None
+    last_fetch_error: str | None = None
+    remote_segment_count: int = 0
+    remote_size_bytes: int = 0
+    copy_lag_bytes: int = 0
+    copy_lag_segments: int = 0
+    deleted_partition: bool = False
+    copy_lock: threading.Lock = field(default_factory=threading.Lock)
+    expiration_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"

@@ -1,0 +1,256 @@
+"""RemoteLogManager under plugin faults: an RSM that fails (retry with backoff, partial copy
+cleaned), hangs (other work goes on; remote reads fail within the wait bound), is slow;
+custom metadata over the limit; a full reader queue; an orphaned copy after a crash
+(kill -9 of a real process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from engine.errors import (
+    CustomMetadataSizeLimitExceededError,
+    RemoteFetchTimeoutError,
+    RemoteLogReaderRejectedError,
+)
+from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.remote.metadata import RemoteLogSegmentState
+from test_rlm_helpers import TOPIC, Env, read_all
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+WAIT_S = 60  # upper bound of a wait for the scheduler's progress, never a timing claim
+
+
+def _wait_for(predicate, what):
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class FaultyRSM(FileSystemRemoteStorageManager):
+    """The filesystem tier with faults injected per partition."""
+
+    def __init__(self, dirs):
+        super().__init__(dirs, fsync=False)
+        self.copy_fail_after_write = 0  # copies to fail after writing the files
+        self.copy_calls = 0
+        self.hang_copy = set()          # partitions whose copy blocks on `release`
+        self.hang_read = set()          # partitions whose reads block on `release`
+        self.custom = None
+        self.release = threading.Event()
+        self.copy_started = threading.Event()
+
+    def copy_log_segment_data(self, metadata, segment_data):
+        self.copy_calls += 1
+        if metadata.topic_id_partition.partition in self.hang_copy:
+            self.copy_started.set()
+            self.release.wait()
+        custom = super().copy_log_segment_data(metadata, segment_data)
+        if self.copy_fail_after_write:
+            self.copy_fail_after_write -= 1
+            raise OSError("injected failure after the files were written")
+        return self.custom if self.custom is not None else custom
+
+    def read_range(self, metadata, start, end_exclusive):
+        if metadata.topic_id_partition.partition in self.hang_read:
+            self.release.wait()
+        return super().read_range(metadata, start, end_exclusive)
+
+
+@pytest.fixture
+def faulty(tmp_path):
+    rsm = FaultyRSM([tmp_path / "remote"])
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1}, rsm=rsm,
+              broker={"remote.fetch.max.wait.ms": 300})
+    yield env, rsm
+    rsm.release.set()
+    env.close()
+
+
+def _segments(env, partition=0):
+    tip = env.rlm._partitions[(TOPIC, partition)].tip
+    return list(env.rlmm.list_remote_log_segments(tip))
+
+
+def test_failed_copy_is_cleaned_and_retried_with_backoff(faulty):
+    env, rsm = faulty
+    env.produce(8)
+    unified = env.log()
+    rsm.copy_fail_after_write = 2
+    summary = env.rlm.run_once()
+    assert summary.copied_segments == 0 and "injected failure" in summary.errors[0]
+    # the partial copy: metadata gone through DELETE_STARTED -> DELETE_FINISHED, files too
+    assert _segments(env) == []
+    assert not list((env.remote_dir).rglob("*.log"))
+    assert len(unified.segments) > 2  # nothing deleted locally
+    status = env.rlm.status()[0]
+    assert status["copy_failures"] == 1
+    assert 400 <= status["next_copy_retry_ms"] <= 600  # 500 ms, jitter 0.2
+    calls = rsm.copy_calls
+    env.rlm.run_once()  # within the backoff: no attempt
+    assert rsm.copy_calls == calls
+    env.clock.advance(600)
+    env.rlm.run_once()
+    status = env.rlm.status()[0]
+    assert status["copy_failures"] == 2
+    assert 800 <= status["next_copy_retry_ms"] <= 1200  # doubled
+    assert env.rlm.metrics.value("RemoteCopyErrorsPerSec", topic=TOPIC) == 2
+    env.clock.advance(1200)
+    env.rlm.run_once()
+    assert env.rlm.status()[0]["copy_failures"] == 0
+    assert all(m.state == FINISHED for m in _segments(env))
+    assert len(unified.segments) == 1
+    assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == env.acked[(TOPIC, 0)]
+
+
+def test_hung_copy_blocks_only_its_partition(faulty):
+    env, rsm = faulty
+    rsm.hang_copy = {0}
+    env.produce(8, partition=0)
+    env.produce(8, partition=1)
+    env.rlm.start()
+    assert rsm.copy_started.wait(WAIT_S)
+    _wait_for(lambda: _segments(env, 1) and env.log(TOPIC, 1).local_log_start_offset > 0,
+              "partition 1 to be tiered")
+    # partition 0: appends and local reads go on while its copy hangs
+    first, last = env.produce(3, partition=0)
+    got = env.rlm.read(TOPIC, 0, first, 10_000)
+    assert not got.from_remote and first < got.next_offset <= last + 1
+    status = {s["partition"]: s for s in env.rlm.status()}
+    assert status[0]["copy_in_progress"]["base_offset"] == 0
+    assert status[1]["copy_in_progress"] is None
+    # a remote read that hangs is given up after remote.fetch.max.wait.ms
+    rsm.hang_read = {1}
+    with pytest.raises(RemoteFetchTimeoutError, match="remote.fetch.max.wait.ms"):
+        env.rlm.read(TOPIC, 1, 0, 1000)
+    rsm.hang_read = set()
+    rsm.release.set()
+    _wait_for(lambda: env.rlm.status()[0]["copy_in_progress"] is None
+              and env.log(TOPIC, 0).local_log_start_offset > 0, "partition 0 to be tiered")
+    assert read_all(env.rlm, TOPIC, 0, 0, env.log(TOPIC, 0).log_end_offset) == \
+        env.acked[(TOPIC, 0)]
+
+
+def test_reader_queue_full_refuses_with_a_clear_error(tmp_path):
+    rsm = FaultyRSM([tmp_path / "remote"])
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1}, rsm=rsm,
+              broker={"remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 1,
+                      "remote.fetch.max.wait.ms": 200})
+    try:
+        env.produce(8)
+        env.rlm.run_once()
+        rsm.hang_read = {0}
+        results = env.rlm.read_many([(TOPIC, 0, 0, 100), (TOPIC, 0, 3, 100),
+                                     (TOPIC, 0, 6, 100)])
+        errors = [type(r.error) for r in results]
+        assert RemoteLogReaderRejectedError in errors
+        assert RemoteFetchTimeoutError in errors
+        rejected = next(r.error for r in results
+                        if isinstance(r.error, RemoteLogReaderRejectedError))
+        assert "remote.log.reader.max.pending.tasks" in str(rejected)
+        rsm.release.set()
+        rsm.hang_read = set()
+        _wait_for(lambda: env.rlm.reader_pool.queue_size() == 0, "the reader queue to drain")
+        assert env.rlm.read(TOPIC, 0, 0, 100).from_remote
+    finally:
+        rsm.release.set()
+        env.close()
+
+
+def test_slow_rsm_still_tiers_and_serves(tmp_path):
+    class SlowRSM(FileSystemRemoteStorageManager):
+        def copy_log_segment_data(self, metadata, segment_data):
+            time.sleep(0.05)
+            return super().copy_log_segment_data(metadata, segment_data)
+
+        def read_range(self, metadata, start, end_exclusive):
+            time.sleep(0.02)
+            return super().read_range(metadata, start, end_exclusive)
+
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1},
+              rsm=SlowRSM([tmp_path / "remote"], fsync=False),
+              broker={"remote.fetch.max.wait.ms": 30_000})
+    try:
+        env.produce(8)
+        env.rlm.start()
+        unified = env.log()
+        _wait_for(lambda: len(unified.segments) == 1, "every segment to be tiered")
+        assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == env.acked[(TOPIC, 0)]
+    finally:
+        env.close()
+
+
+def test_custom_metadata_over_the_limit_undoes_the_copy_and_cancels(faulty):
+    env, rsm = faulty
+    env.produce(8)
+    rsm.custom = b"m" * 129  # limit 128 (Kafka's default)
+    summary = env.rlm.run_once()
+    assert "CustomMetadataSizeLimitExceededError" in summary.errors[0]
+    assert _segments(env) == []
+    assert not list(env.remote_dir.rglob("*.log"))
+    assert env.rlm.status()[0]["copy_cancelled"]
+    calls = rsm.copy_calls
+    env.clock.advance(100_000)
+    env.rlm.run_once()
+    assert rsm.copy_calls == calls  # cancelled until the leadership changes
+    rsm.custom = b"m" * 128
+    env.rlm.on_leadership_change({(TOPIC, 0): 1})
+    env.rlm.run_once()
+    segments = _segments(env)
+    assert segments and all(m.custom_metadata == b"m" * 128 for m in segments)
+    assert issubclass(CustomMetadataSizeLimitExceededError, ValueError)
+
+
+_CRASH_SCRIPT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[2])
+    from test_rlm_helpers import Env, FakeClock
+    from engine.remote.filesystem import FileSystemRemoteStorageManager
+    import pathlib
+
+    class Hang(FileSystemRemoteStorageManager):
+        def copy_log_segment_data(self, metadata, segment_data):
+            super().copy_log_segment_data(metadata, segment_data)
+            print("copying", flush=True)
+            time.sleep(3600)
+
+    tmp = pathlib.Path(sys.argv[1])
+    env = Env(tmp, rsm=Hang([tmp / "remote"], fsync=False), clock=FakeClock(10**12))
+    env.produce(8)
+    env.lm.flush_all()
+    env.rlm.run_once()
+""")
+
+
+def test_orphaned_copy_of_a_killed_process_is_cleaned(tmp_path):
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen([sys.executable, "-c", _CRASH_SCRIPT, str(tmp_path), tests_dir],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "copying"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
+    env = Env(tmp_path)  # restart on the same dirs; its clock is later than the crash
+    try:
+        unified = env.log()
+        env.rlm.run_once()
+        tip = env.rlm._partitions[(TOPIC, 0)].tip
+        segments = list(env.rlmm.list_remote_log_segments(tip))
+        # the orphan is gone, every segment copied once by the new process
+        assert all(m.state == FINISHED for m in segments)
+        assert [m.start_offset for m in segments] == \
+            [s.base_offset for s in unified.segments[:-1]]
+        assert len(list(env.remote_dir.rglob("*.log"))) == len(segments)
+        assert env.rlm.metrics.value("RemoteDeleteRequestsPerSec", topic=TOPIC) == 1
+    finally:
+        env.close()

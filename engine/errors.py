@@ -73,6 +73,12 @@ class CustomMetadataSizeLimitExceededError(KafkaEngineError, ValueError):
     partition's copy task cancelled until its leadership changes."""
 
 
+class CorruptRemoteLogMetadataError(KafkaEngineError, ValueError):
+    """A remote-log metadata file (the embedded RemoteLogMetadataManager's log or snapshot)
+    is damaged somewhere other than its torn tail, or was written by a newer format.
+    `file` and `position` name the bad entry."""
+
+
 __all__ = [
     "KafkaEngineError",
     "CorruptRecordError",
@@ -92,4 +98,5 @@ __all__ = [
     "RemoteLogReaderRejectedError",
     "RemoteFetchTimeoutError",
     "CustomMetadataSizeLimitExceededError",
+    "CorruptRemoteLogMetadataError",
 ]

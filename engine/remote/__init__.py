@@ -1,7 +1,12 @@
 """KIP-405 tiered storage: metadata types, the RemoteStorageManager and
 RemoteLogMetadataManager interfaces, and their implementations."""
 
-from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
+from engine.errors import (
+    CorruptRemoteLogMetadataError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.factory import (
     create_remote_log_metadata_manager,
     create_remote_storage_manager,
@@ -18,16 +23,20 @@ from engine.remote.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
+from engine.remote.metadata_cache import RemoteLogMetadataCache
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 __all__ = [
+    "CorruptRemoteLogMetadataError",
+    "EmbeddedRemoteLogMetadataManager",
     "FileSystemRemoteStorageManager",
     "IllegalStateTransitionError",
     "IndexType",
     "LogSegmentData",
     "RemoteIndexCache",
     "RemoteIndexCacheEntry",
+    "RemoteLogMetadataCache",
     "RemoteLogMetadataManager",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",

@@ -322,9 +322,9 @@ def test_unclean_leader_epoch_segments_are_swept(tmp_path):
         assert now and all(m.segment_leader_epochs.keys() == {5} for m in now)
         old_ids = {m.remote_log_segment_id for m in old}
         assert not old_ids & {m.remote_log_segment_id for m in now}
+        # the new leader's records, from the tier and the local log
         assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == \
-            env.acked[(TOPIC, 0)][-len(read_all(env.rlm, TOPIC, 0, 0,
-                                                unified.log_end_offset)):]
+            env.acked[(TOPIC, 0)][30:]
     finally:
         env.close()
 
@@ -395,5 +395,78 @@ def test_metrics_after_a_run_and_served_on_a_port(tmp_path):
             f"http://127.0.0.1:{env.rlm.metrics_port}/metrics", timeout=10).read().decode()
         assert f'RemoteCopyBytesPerSec_total{{topic="{TOPIC}"}} {float(size)}' in body
         assert "RemoteLogReaderAvgIdlePercent" in body
+    finally:
+        env.close()
+
+
+def test_copy_waits_while_over_the_copy_quota(tmp_path):
+    env = Env(tmp_path, broker={"remote.log.manager.copy.max.bytes.per.second": 1000,
+                                "remote.log.manager.copy.quota.window.num": 2,
+                                "remote.log.manager.copy.quota.window.size.seconds": 1})
+    try:
+        env.produce(12)
+        start = env.clock()
+        summary = env.rlm.run_once()
+        assert summary.copied_segments >= 3
+        # the clock only moves while a copier waits for the quota: ~1 s per segment after
+        # the first (segments are ~1.1 KB, the quota 1000 B/s)
+        waited = env.clock() - start
+        assert waited >= 1000 * (summary.copied_segments - 1)
+        assert env.rlm.metrics.value("remote_copy_throttle_time_max") > 0
+    finally:
+        env.close()
+
+
+def test_fetch_over_quota_returns_empty_records_with_throttle_time(tmp_path):
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1},
+              broker={"remote.log.manager.fetch.max.bytes.per.second": 100,
+                      "remote.log.manager.fetch.quota.window.num": 2,
+                      "remote.log.manager.fetch.quota.window.size.seconds": 1})
+    try:
+        env.produce(10)
+        env.rlm.run_once()
+        first = env.rlm.read(TOPIC, 0, 0, 5000)
+        assert first.size_in_bytes > 200 and first.throttle_time_ms == 0
+        throttled = env.rlm.read(TOPIC, 0, 0, 5000)
+        assert throttled.size_in_bytes == 0 and throttled.throttle_time_ms > 0
+        assert throttled.next_offset == 0 and throttled.from_remote
+        assert env.rlm.metrics.value("remote_fetch_throttle_time_max") > 0
+        local = env.log().local_log_start_offset
+        assert env.rlm.read(TOPIC, 0, local, 5000).size_in_bytes > 0  # local: no quota
+        env.clock.advance(60_000)
+        assert env.rlm.read(TOPIC, 0, 0, 5000).size_in_bytes == first.size_in_bytes
+    finally:
+        env.close()
+
+
+def test_partition_without_topic_id_gets_one_written(env):
+    unified = env.log()
+    assert not unified.partition_metadata.exists()
+    env.produce(6)
+    env.rlm.run_once()
+    written = unified.partition_metadata.read().topic_id
+    assert env.rlm.status()[0]["topic_id"] == str(written)
+    _, remote = _remote(env)
+    assert remote and all(m.topic_id_partition.topic_id == written for m in remote)
+
+
+def test_follower_tracks_the_highest_remote_offset_without_copying(tmp_path):
+    env = Env(tmp_path)
+    try:
+        env.produce(10)
+        env.rlm.run_once()
+        highest = env.log().highest_offset_in_remote_storage
+        env.produce(10)
+        # a second RLM over the same logs and metadata acts as a follower
+        from engine.rlm import RemoteLogManager
+        env.rlm.close()
+        env.log().update_highest_offset_in_remote_storage(-1)  # no-op: never lowered
+        follower = RemoteLogManager(env.config, env.lm, env.rsm, env.rlmm, clock=env.clock)
+        env.rlm = follower
+        follower.on_leadership_change({}, followers={(TOPIC, 0): 0})
+        follower.run_once()
+        _, remote = _remote(env)
+        assert remote[-1].end_offset == highest  # nothing copied by a follower
+        assert follower.status()[0]["role"] == "follower"
     finally:
         env.close()

@@ -588,9 +588,10 @@ class RemoteLogManager:
             st.last_fetch_error = f"{type(exc).__name__}: {exc}"
             raise
         self.metrics.mark("RemoteFetchRequestsPerSec", st.topic)
-        self.metrics.mark("RemoteFetchBytesPerSec", st.topic, len(data))
+        nbytes = memoryview(data).nbytes
+        self.metrics.mark("RemoteFetchBytesPerSec", st.topic, nbytes)
         self.metrics.fetch_time.observe((time.perf_counter() - started) * 1000)
-        self.fetch_rate.record(len(data))
+        self.fetch_rate.record(nbytes)
         return RemoteFetchResult(st.topic, st.partition, offset, data, next_offset, True,
                                  aborted)
 

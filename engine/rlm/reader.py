@@ -47,8 +47,8 @@ _WALK_WINDOW = 64 * 1024
 class RemoteFetchResult:
     """One partition's answer to a read.
 
-    `records` holds whole batches (bytes for a remote read, a zero-copy view of the segment
-    for a local one); `next_offset` is the offset after the last batch returned (the fetch
+    `records` holds whole batches (a view of the bytes read for a remote read, a zero-copy
+    view of the segment for a local one); `next_offset` is the offset after the last batch returned (the fetch
     offset when none is); `aborted_transactions` is filled for read_committed;
     `throttle_time_ms` > 0 means the fetch quota refused the remote read (records empty);
     `error` is set (and records empty) for a partition of `read_many` that failed.
@@ -115,6 +115,15 @@ class RemoteSegmentReader:
         self._start = start
         return memoryview(self._buf)
 
+    def read_exact(self, start: int, end: int) -> memoryview:
+        """Bytes [start, min(end, size)): a slice of the kept range when it covers them, else
+        one read of exactly those bytes (no copy of what was kept)."""
+        end = min(end, self.size)
+        if self._start <= start and end <= self._start + len(self._buf):
+            return memoryview(self._buf)[start - self._start:end - self._start]
+        self._buf, self._start = b"", start
+        return self.read(start, end)
+
     def header(self, position: int, window: int = _WALK_WINDOW
                ) -> tuple[int, int, int, int] | None:
         """(base offset, batch size, last offset, max timestamp) of the batch at `position`,
@@ -166,29 +175,32 @@ def _segment_for(rlm, st, offset: int):
 
 
 def _read_segment(rlm, md, offset: int, max_bytes: int,
-                  min_one_message: bool) -> tuple[bytes, int] | None:
+                  min_one_message: bool) -> tuple[memoryview | bytes, int] | None:
     """(whole batches, next offset) from `md`, or None if it holds no batch ending at or
     after `offset`."""
     reader = RemoteSegmentReader(rlm.rsm, md)
     start = rlm.index_cache.lookup_offset(md, offset)
-    # the first read covers max_bytes past the index position: usually the whole answer
-    found = reader.find_batch(start, offset, max_bytes + _HEADER_PROBE)
+    # batch headers are walked in a window of at most 64 KiB from the index position (the
+    # target is within index.interval.bytes of it); the answer is then one exact read,
+    # or a slice of the window when the window holds it
+    found = reader.find_batch(start, offset, min(max_bytes, _WALK_WINDOW) + _HEADER_PROBE)
     if found is None:
         return None
     position, first_size, _ = found
     if first_size > max_bytes and not min_one_message:
         return b"", offset
     want = max(max_bytes, first_size)
-    view = reader.read(position, position + want)
+    view = reader.read_exact(position, position + want)
     headers, valid = _records.scan(view, False)
     if not len(headers):
         return b"", offset
-    return bytes(view[:valid]), int(headers["last_offset"][-1]) + 1
+    return view[:valid], int(headers["last_offset"][-1]) + 1
 
 
 def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
-                isolation: str) -> tuple[bytes, int, list[AbortedTxn]]:
-    """(records, next offset, aborted transactions) from the remote tier. Raises
+                isolation: str) -> tuple[memoryview | bytes, int, list[AbortedTxn]]:
+    """(records: a view of whole batches, next offset, aborted transactions) from the
+    remote tier. Raises
     OffsetOutOfRangeError when no copied segment holds `offset`."""
     epoch, md = _segment_for(rlm, st, offset)
     if md is None:
@@ -198,7 +210,7 @@ def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
         if got is not None:
             data, next_offset = got
             aborted = []
-            if isolation == "read_committed" and data:
+            if isolation == "read_committed" and len(data):
                 aborted = remote_aborted_txns(rlm, st, md, offset, next_offset)
             return data, next_offset, aborted
         _, md = _segment_for(rlm, st, md.end_offset + 1)

@@ -1,0 +1,261 @@
+"""Side by side: remote reads through the RemoteLogManager against local reads of the same
+bytes, and the remote tier's read and copy throughput at 1, 2 and 4 threads, in one process.
+
+    /work/venv/bin/python bench/compare_remote_read.py                  # 64 MiB a partition
+    /work/venv/bin/python bench/compare_remote_read.py --mb 16 --markdown /tmp/remote.md
+
+Set-up (files under --dir, default a temporary directory on the disk holding /tmp, so both
+tiers read from the page cache; no fsync is timed): bench/segment.py's uncompressed segment
+(batches of 100 realistic records) appended to topic `tiered` (4 partitions, segments of
+1/8 of a partition, tiering on) and to topic `local` (1 partition, tiering off): the same batches at
+the same offsets. The filesystem tier (FileSystemRemoteStorageManager, fsync off) and the
+embedded RLMM hold the remote copies.
+
+Sections:
+  (a) copy: the RLM's scheduled copy tasks (start()) tier every inactive segment of the 4
+      partitions with `remote.log.manager.copier.thread.pool.size` = 1, 2, 4 (a fresh tier
+      and RLMM each time); aggregate MB/s and speed-up.
+  (b) remote vs local read, same offsets: RemoteLogManager.read(tiered-0, offset, 1 MiB)
+      chunk after chunk over the whole partition (local copies deleted, so every read is
+      remote: reader pool hand-off, RLMM lookup, warm RemoteIndexCache, bounded preads)
+      against UnifiedLog reads of local-0 at the same offsets (zero-copy views). Each
+      returned chunk is touched (one byte per 4 KiB page), and again with every byte read.
+      Target: remote >= 0.8x local.
+      Also shown: the remote path without the reader pool (engine.rlm.reader.read_remote on
+      the calling thread).
+  (c) remote read throughput: 1, 2, 4 threads each reading a whole tiered partition through
+      RemoteLogManager.read (remote.log.reader.threads = 4); aggregate MB/s and speed-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `engine` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from bench.compare_log import measure_group, split_batches, touch, touch_all
+from bench.compare_records import Report
+from bench.segment import segment
+from engine.config import BrokerConfig
+from engine.log import LogManager
+from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
+from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.rlm import RemoteLogManager
+from engine.rlm.reader import read_remote
+
+PARTITIONS = 4
+MAX_BYTES = 1 << 20
+THREADS = (1, 2, 4)
+
+
+class Setup:
+    def __init__(self, root: Path, buf: bytes):
+        self.root = root
+        self.segment_bytes = max(1 << 20, len(buf) // 8)
+        self.log_dir = root / "logs"
+        self.config_props = {"log.dirs": str(self.log_dir),
+                             "remote.log.storage.system.enable": "true",
+                             "rsm.config.dirs": str(root / "tier"),
+                             "remote.log.manager.task.interval.ms": "10",
+                             "remote.log.reader.threads": "4",
+                             "remote.log.reader.max.pending.tasks": "100",
+                             "remote.fetch.max.wait.ms": "60000"}
+        config = BrokerConfig(self.config_props)
+        self.lm = LogManager([self.log_dir], broker_config=config)
+        tiered = {"remote.storage.enable": "true", "segment.bytes": str(self.segment_bytes),
+                  "retention.ms": "-1"}
+        batches = split_batches(buf)
+        for p in range(PARTITIONS):
+            log = self.lm.get_or_create_log("tiered", p, topic_config=tiered)
+            for b in batches:
+                log.append_as_leader(b, 0)
+        local = self.lm.get_or_create_log("local", 0, topic_config={
+            "segment.bytes": str(self.segment_bytes), "retention.ms": "-1"})
+        for b in batches:
+            local.append_as_leader(b, 0)
+        self.lm.flush_all()
+        self.rlm = None
+
+    def new_rlm(self, copier_threads: int) -> RemoteLogManager:
+        if self.rlm is not None:
+            self.close_rlm()
+        for name in ("tier", "meta", "index-cache"):
+            shutil.rmtree(self.root / name, ignore_errors=True)
+        props = dict(self.config_props)
+        props["remote.log.manager.copier.thread.pool.size"] = str(copier_threads)
+        self.rsm = FileSystemRemoteStorageManager([self.root / "tier"], fsync=False)
+        self.rlmm = EmbeddedRemoteLogMetadataManager(self.root / "meta")
+        shutil.rmtree(self.log_dir / "remote-log-index-cache", ignore_errors=True)
+        self.rlm = RemoteLogManager(BrokerConfig(props), self.lm, self.rsm, self.rlmm)
+        return self.rlm
+
+    def close_rlm(self) -> None:
+        self.rlm.close()
+        self.rlmm.close()
+        self.rsm.close()
+        self.rlm = None
+
+    def close(self) -> None:
+        if self.rlm is not None:
+            self.close_rlm()
+        self.lm.shutdown()
+
+
+def section_a(rep: Report, s: Setup) -> None:
+    print("(a) copy through the scheduled copy tasks", flush=True)
+    logs = [s.lm.get_log("tiered", p) for p in range(PARTITIONS)]
+    targets = {p: log.segments[-1].base_offset - 1 for p, log in enumerate(logs)}
+    total = sum(seg.size_in_bytes for log in logs for seg in log.segments[:-1])
+    base = None
+    for threads in THREADS:
+        rlm = s.new_rlm(threads)
+        t0 = time.perf_counter()
+        rlm.start()
+        while not all(st.copied_offset >= targets[st.partition]
+                      for st in list(rlm._partitions.values())) or \
+                len(rlm._partitions) < PARTITIONS:
+            time.sleep(0.002)
+        dt = time.perf_counter() - t0
+        rate = total / dt / 1e6
+        base = base or rate
+        rep.add("(a)", f"copy 4 partitions, {threads} copier thread(s)", rate, "MB/s")
+        if threads > 1:
+            rep.ratio(f"(a) copy {threads} threads / 1 thread", rate / base)
+
+
+def _chunk_starts(log, end: int) -> list[int]:
+    starts, offset = [], 0
+    while offset < end:
+        starts.append(offset)
+        _, offset = log.read(offset, MAX_BYTES)
+    return starts
+
+
+def section_b(rep: Report, s: Setup, repeat: int) -> None:
+    print("(b) remote read vs local read, same offsets", flush=True)
+    rlm = s.rlm
+    tiered = s.lm.get_log("tiered", 0)
+    local = s.lm.get_log("local", 0)
+    end = tiered.local_log_start_offset
+    starts = _chunk_starts(local, end)
+    st = rlm._partitions[("tiered", 0)]
+    nbytes = sum(local.read(o, MAX_BYTES)[0].nbytes for o in starts)
+
+    def run_local():
+        for o in starts:
+            touch(local.read(o, MAX_BYTES)[0])
+
+    def run_remote():
+        for o in starts:
+            touch(rlm.read("tiered", 0, o, MAX_BYTES).records)
+
+    def run_remote_direct():
+        for o in starts:
+            touch(read_remote(rlm, st, o, MAX_BYTES, True, "read_uncommitted")[0])
+
+    def run_local_all():
+        for o in starts:
+            touch_all(local.read(o, MAX_BYTES)[0])
+
+    def run_remote_all():
+        for o in starts:
+            touch_all(rlm.read("tiered", 0, o, MAX_BYTES).records)
+
+    assert rlm.read("tiered", 0, 0, MAX_BYTES).from_remote
+    t = measure_group({"local": run_local, "remote": run_remote,
+                       "remote_direct": run_remote_direct, "local_all": run_local_all,
+                       "remote_all": run_remote_all}, repeat)
+    names = {"local": "UnifiedLog.read (local)", "remote": "RemoteLogManager.read (remote)",
+             "remote_direct": "reader.read_remote on the caller (remote, no pool)",
+             "local_all": "UnifiedLog.read, every byte read",
+             "remote_all": "RemoteLogManager.read, every byte read"}
+    for k, v in t.items():
+        rep.add("(b)", f"{names[k]}, {len(starts)} x 1 MiB", nbytes / v / 1e6, "MB/s")
+    rep.ratio("(b) remote read / local read, same offsets", t["local"] / t["remote"], 0.8,
+              "warm index cache")
+    rep.ratio("(b) remote read without the reader pool / local read",
+              t["local"] / t["remote_direct"])
+    rep.ratio("(b) remote read / local read, every byte read", t["local_all"] / t["remote_all"],
+              0.8)
+
+
+def section_c(rep: Report, s: Setup, repeat: int) -> None:
+    print("(c) remote read throughput by threads", flush=True)
+    rlm = s.rlm
+    ends = [s.lm.get_log("tiered", p).local_log_start_offset for p in range(PARTITIONS)]
+
+    def read_partition(p):
+        offset, got = 0, 0
+        while offset < ends[p]:
+            r = rlm.read("tiered", p, offset, MAX_BYTES)
+            touch(r.records)
+            got += r.size_in_bytes
+            offset = r.next_offset
+        return got
+
+    per_partition = read_partition(0)
+    base = None
+    for threads in THREADS:
+        def run(threads=threads):
+            workers = [threading.Thread(target=read_partition, args=(p,))
+                       for p in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        dt = measure_group({"run": run}, repeat)["run"]
+        rate = per_partition * threads / dt / 1e6
+        base = base or rate
+        rep.add("(c)", f"remote read, {threads} thread(s), one partition each", rate, "MB/s")
+        if threads > 1:
+            rep.ratio(f"(c) remote read {threads} threads / 1 thread", rate / base)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=64, help="MiB of records per partition")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--markdown", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    rep = Report()
+    header = [f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical "
+              f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition"]
+    print(header[0], flush=True)
+    buf = segment("none", args.mb << 20)
+    root = Path(tempfile.mkdtemp(prefix="remote-read-", dir=args.dir))
+    s = Setup(root, buf)
+    try:
+        section_a(rep, s)
+        s.lm.update_topic_config("tiered", {"remote.storage.enable": "true",
+                                            "segment.bytes": str(s.segment_bytes),
+                                            "retention.ms": "-1",
+                                            "local.retention.bytes": "1"})
+        for p in range(PARTITIONS):
+            s.lm.get_log("tiered", p).delete_old_segments()
+        s.rlm.run_once()
+        section_b(rep, s, args.repeat)
+        section_c(rep, s, args.repeat)
+    finally:
+        s.close()
+        shutil.rmtree(root, ignore_errors=True)
+    print(rep.text_tables())
+    if args.markdown:
+        Path(args.markdown).write_text(rep.markdown(header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

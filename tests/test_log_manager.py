@@ -405,7 +405,16 @@ def test_produce_demo_then_dump_log_verify_every_partition_dir(tmp_path):
                             if n.startswith("orders-"))
     assert len(partition_dirs) == 4
     for pdir in partition_dirs:
-        assert len([n for n in os.listdir(pdir) if n.endswith(".log")]) >= 2
+        names = os.listdir(pdir)
+        logs = [n for n in names if n.endswith(".log")]
+        assert len(logs) >= 2
+        # A snapshot at each rolled segment's base and at the log end (clean shutdown), and
+        # the aborted transactions in the .txnindex of the segments holding their markers.
+        snapshots = {n[:20] for n in names if n.endswith(".snapshot")}
+        assert {n[:20] for n in logs} - {"0" * 20} <= snapshots and len(snapshots) == len(logs)
+        aborts = sum(os.path.getsize(os.path.join(pdir, n)) // 34 for n in names
+                     if n.endswith(".txnindex"))
+        assert aborts >= 1
         check = _engine("dump-log", "--verify", pdir)
         assert check.returncode == 0, check.stderr
         assert "verify: OK" in check.stderr

@@ -127,3 +127,169 @@ def test_real_kafka_snapshots(tmp_path, commit, partition, offset):
     assert read_snapshot(copy) == entries
     listed = [o for o, _ in list_snapshot_files(directory)]
     assert offset in listed and listed == sorted(listed)
+
+
+# ---- producer state kept by UnifiedLog ------------------------------------------------------
+
+import logging  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from engine.log import AbortedTxn, UnifiedLog  # noqa: E402
+from engine.log.producer_state import ProducerStateManager  # noqa: E402
+from engine.records import RecordBatchBuilder, build_end_txn_marker  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = 1_700_000_000_000
+
+
+def _data(producer_id=-1, epoch=-1, seq=-1, n=2, txn=False, ts=T0):
+    b = RecordBatchBuilder(producer_id=producer_id, producer_epoch=epoch, base_sequence=seq,
+                           is_transactional=txn)
+    for i in range(n):
+        b.append(b"v%d" % i, key=b"k", timestamp=ts + i)
+    return b.build()
+
+
+def _marker(producer_id, commit, *, epoch=0, coordinator_epoch=7, ts=T0 + 100):
+    return build_end_txn_marker(commit, base_offset=0, producer_id=producer_id,
+                                producer_epoch=epoch, timestamp=ts,
+                                coordinator_epoch=coordinator_epoch)
+
+
+def _txn_indexes(log):
+    return {s.base_offset: s.txn_index.all_aborted_txns() for s in log.segments}
+
+
+def _scenario(log):
+    """Idempotent producer 1, transactions of 2 (aborted) and 3 (committed) interleaved,
+    with rolls in between. Returns the offsets of interest."""
+    log.append_as_leader(_data(1, 0, 0, n=3), 0)                     # 0-2
+    first2, _ = log.append_as_leader(_data(2, 5, 0, txn=True), 0)    # 3-4
+    assert log.last_stable_offset == 3 and log.high_watermark == 5
+    log.roll()
+    first3, _ = log.append_as_leader(_data(3, 1, 10, txn=True), 0)   # 5-6
+    log.append_as_leader(_data(1, 0, 3, n=2), 0)                     # 7-8
+    abort2, _ = log.append_as_leader(_marker(2, False, epoch=5), 0)  # 9
+    assert log.last_stable_offset == first3 == 5
+    log.roll()
+    log.append_as_leader(_data(2, 6, 2, txn=True), 1)                # 10-11 (new txn)
+    commit3, _ = log.append_as_leader(_marker(3, True, epoch=1), 1)  # 12
+    abort2b, _ = log.append_as_leader(_marker(2, False, epoch=6), 1)  # 13
+    assert log.last_stable_offset == log.high_watermark == 14
+    return first2, first3, abort2, abort2b
+
+
+def test_log_tracks_producers_transactions_and_the_txn_index(tmp_path):
+    log = UnifiedLog.open(tmp_path / "t-0")
+    first2, first3, abort2, abort2b = _scenario(log)
+    assert _txn_indexes(log) == {
+        0: [], 5: [AbortedTxn(2, first2, abort2, first3)], 10: [AbortedTxn(2, 10, abort2b, 14)]}
+    assert log.collect_aborted_transactions(0, 14) == [AbortedTxn(2, 3, 9, 5),
+                                                        AbortedTxn(2, 10, 13, 14)]
+    assert log.collect_aborted_transactions(10, 12) == [AbortedTxn(2, 10, 13, 14)]
+    # Snapshots at each roll, named by the new segment's base offset, hold the state then.
+    at5 = {e.producer_id: e for e in read_snapshot(log.producer_snapshot_file(5))}
+    assert at5[1].last_sequence == 2 and at5[1].last_offset == 2
+    assert at5[2].current_txn_first_offset == 3 and at5[2].producer_epoch == 5
+    at10 = {e.producer_id: e for e in read_snapshot(log.producer_snapshot_file(10))}
+    assert at10[1].last_sequence == 4 and at10[1].last_offset == 8
+    assert at10[1].offset_delta == 1
+    assert at10[2].current_txn_first_offset == -1 and at10[2].coordinator_epoch == 7
+    assert at10[3].current_txn_first_offset == 5 and at10[3].last_sequence == 11
+    assert log.producer_snapshot_file(7) is None
+    state = log.producer_state.snapshot_entries()
+    log.close()
+    assert read_snapshot(tmp_path / "t-0" / "00000000000000000014.snapshot") == state
+
+
+def test_recovery_rebuilds_producer_state_and_txn_indexes(tmp_path, caplog):
+    d = tmp_path / "t-0"
+    log = UnifiedLog.open(d)
+    _scenario(log)
+    log.append_as_leader(_data(4, 0, 0, txn=True), 1)  # left open: 14-15
+    expected_txns, expected_state = _txn_indexes(log), log.producer_state.snapshot_entries()
+    log.close()
+    for p in list(d.glob("*.txnindex")) + [d / "00000000000000000016.snapshot"]:
+        p.unlink()
+    log = UnifiedLog.open(d, recovery_point=0)  # unclean: every segment is scanned
+    assert _txn_indexes(log) == expected_txns
+    assert log.producer_state.snapshot_entries() == expected_state
+    log.close()
+    # Recovery from offset 10: the state starts from the snapshot at 10; a damaged one is
+    # deleted and the one at 5 is used instead.
+    (d / "00000000000000000016.snapshot").unlink()
+    (d / "00000000000000000010.txnindex").unlink()
+    (d / "00000000000000000010.snapshot").write_bytes(b"\x00\x01garbage")
+    with caplog.at_level(logging.WARNING):
+        log = UnifiedLog.open(d, recovery_point=10)
+    assert "unreadable producer snapshot" in caplog.text
+    assert not (d / "00000000000000000010.snapshot").exists()
+    assert _txn_indexes(log) == expected_txns
+    assert log.producer_state.snapshot_entries() == expected_state
+    assert log.last_stable_offset == 14
+    # Truncation into the open transaction and before the second abort rebuilds too.
+    log.truncate_to(12)  # the COMMIT of 3 is gone: its transaction (from 5) is open again
+    assert log.last_stable_offset == 5 and _txn_indexes(log)[10] == []
+    assert {p.name for p in d.glob("*.snapshot")} == {"00000000000000000005.snapshot"}
+    log.append_as_leader(_marker(2, False, epoch=6), 1)
+    assert _txn_indexes(log)[10] == [AbortedTxn(2, 10, 12, 5)]
+    log.close()
+
+
+def test_snapshots_go_with_their_segments(tmp_path):
+    log = UnifiedLog.open(tmp_path / "t-0", config={"retention.ms": -1})
+    _scenario(log)
+    log.delete_records(10)
+    assert log.delete_old_segments() == 2
+    names = sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot"))
+    assert names == ["00000000000000000010.snapshot"]  # 5 went with segment 5
+    log.close()
+    log = UnifiedLog.open(tmp_path / "t-0", log_start_offset=10)
+    assert log.last_stable_offset == 14 and 3 in {e.producer_id for e in
+                                                  log.producer_state.snapshot_entries()}
+    log.close()
+
+
+def test_manager_state_machine_directly(tmp_path):
+    state = ProducerStateManager(tmp_path)
+    state.update(9, 0, 2**31 - 2, 100, 104, T0, False)  # the sequence wraps past int32 max
+    assert state.producers[9].last_sequence == 2
+    assert state.end_txn(9, 0, 105, T0, 3, True) is None  # no transaction open: nothing
+    state.update(9, 0, 3, 106, 106, T0, True)
+    assert state.first_unstable_offset() == 106
+    state.take_snapshot()
+    again = ProducerStateManager(tmp_path)
+    again.load_snapshot(tmp_path / "00000000000000000107.snapshot")
+    assert again.snapshot_entries() == state.snapshot_entries()
+    assert again.first_unstable_offset() == 106
+
+
+def _dump_verify(path):
+    return subprocess.run([sys.executable, "-m", "engine", "dump-log", "--verify", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_dump_log_verify_checks_snapshots_and_txn_indexes_against_the_log(tmp_path):
+    d = tmp_path / "t-0"
+    log = UnifiedLog.open(d)
+    _scenario(log)
+    log.close()
+    ok = _dump_verify(d)
+    assert ok.returncode == 0, ok.stderr
+    snap = d / "00000000000000000010.snapshot"
+    entries = read_snapshot(snap)
+    tampered = [e if e.producer_id != 3 else ProducerSnapshotEntry(
+        3, 1, 11, 6, 1, e.timestamp, -1, -1) for e in entries]  # transaction 3 not open
+    write_snapshot(snap, tampered)
+    bad = _dump_verify(d)
+    assert bad.returncode == 1 and "producer 3" in bad.stderr and snap.name in bad.stderr
+    write_snapshot(snap, entries)
+    txn = d / "00000000000000000005.txnindex"
+    data = bytearray(txn.read_bytes())
+    data[26:34] = (6).to_bytes(8, "big")  # a wrong last stable offset
+    txn.write_bytes(bytes(data))
+    bad = _dump_verify(d)
+    assert bad.returncode == 1 and "last stable offset" in bad.stderr, bad.stderr
+    assert os.path.basename(txn) in bad.stderr

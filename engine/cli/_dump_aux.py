@@ -4,6 +4,14 @@ Verification follows kafka-dump-log.sh's: an offset-index entry must point at th
 batch whose last offset is the entry's offset; a time-index entry (T, O) must name the batch
 where the segment's running max timestamp first reached T; a transaction-index entry must end
 at an abort marker of the segment.
+
+Producer state (files in a partition directory): the directory's batches are replayed
+(`engine.log.producer_state.apply_batches`, from the latest snapshot at or below the first
+segment when there is one, else from nothing when the log starts at 0). Every `.snapshot`
+must then hold exactly the producers the replay has at its offset, and every `.txnindex`
+exactly the aborted transactions (first offset, last offset, last stable offset) whose
+markers are in its segment. When the history before the first segment is missing (the log
+was trimmed and no snapshot covers it), these two checks are reported as not done.
 """
 
 from __future__ import annotations
@@ -14,6 +22,12 @@ import numpy as np
 
 from engine.cli.dump_log import DumpContext, base_offset_of
 from engine.errors import KafkaEngineError
+from engine.log.producer_state import (
+    ProducerStateManager,
+    apply_batches,
+    list_snapshot_files,
+    offset_from_snapshot_file,
+)
 from engine.log import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
@@ -143,15 +157,111 @@ def dump_txn_index(path: str, ctx: DumpContext) -> None:
             ctx.problem(path, f"entry {i}: the control batch at offset {t.last_offset} is "
                               f"not an ABORT of producer {t.producer_id}")
             return
+    replay = _replay(os.path.dirname(path) or ".", ctx)
+    if replay is None:
+        return
+    expected = [(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                for t in replay.aborted.get(base_offset_of(path), [])]
+    got = [(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+           for t in entries]
+    if got != expected:
+        ctx.problem(path, f"aborted transactions (producer id, first offset, last offset, "
+                          f"last stable offset) {got} differ from those the segment's markers "
+                          f"give {expected}")
 
 
 def dump_snapshot(path: str, ctx: DumpContext) -> None:
-    for e in read_snapshot(path):  # CRC and layout are checked on every read
+    entries = read_snapshot(path)  # CRC and layout are checked on every read
+    for e in entries:
         ctx.line(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
                  f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
                  f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp} "
                  f"coordinatorEpoch: {e.coordinator_epoch} "
                  f"currentTxnFirstOffset: {e.current_txn_first_offset}")
+    if not ctx.verify:
+        return
+    replay = _replay(os.path.dirname(path) or ".", ctx)
+    if replay is None:
+        return
+    offset = offset_from_snapshot_file(path)
+    if offset < replay.start_offset:
+        ctx.line(f"{path}: not verified: below the replay's start at offset "
+                 f"{replay.start_offset}")
+        return
+    if offset not in replay.snapshots:
+        ctx.problem(path, f"snapshot offset {offset} is beyond the log end offset "
+                          f"{replay.log_end_offset}")
+        return
+    expected = {e.producer_id: e for e in replay.snapshots[offset]}
+    got = {e.producer_id: e for e in entries}
+    for producer_id in sorted(set(expected) | set(got)):
+        if expected.get(producer_id) != got.get(producer_id):
+            ctx.problem(path, f"producer {producer_id}: snapshot has {got.get(producer_id)}, "
+                              f"the log up to offset {offset} gives "
+                              f"{expected.get(producer_id)}")
+            return
+
+
+class _Replay:
+    """Producer state of a partition directory replayed from its segments."""
+
+    def __init__(self):
+        self.snapshots: dict[int, list] = {}   # snapshot offset -> expected entries
+        self.aborted: dict[int, list] = {}     # segment base -> expected AbortedTxns
+        self.log_end_offset = 0
+        self.start_offset = 0
+
+
+def _replay(directory: str, ctx: DumpContext) -> _Replay | None:
+    """The replay of `directory` (cached per directory), None when it cannot be complete."""
+    from engine.cli.dump_log import partition_dir_files_of_kind
+
+    cache = ctx.__dict__.setdefault("_producer_replays", {})
+    key = os.path.abspath(directory)
+    if key in cache:
+        return cache[key]
+    logs = partition_dir_files_of_kind(directory, ".log")
+    first = base_offset_of(logs[0]) if logs else 0
+    state = ProducerStateManager(directory)
+    snapshots = list_snapshot_files(directory)
+    start = [path for offset, path in snapshots if offset <= first]
+    replay: _Replay | None = _Replay()
+    if start:
+        try:
+            state.load_snapshot(start[-1])
+        except KafkaEngineError:
+            start = []  # reported by its own dump
+    if not start and first > 0:
+        ctx.line(f"{directory}: producer state not verified: the log starts at offset "
+                 f"{first} and no snapshot covers what came before")
+        replay = None
+    if replay is not None:
+        replay.start_offset = state.map_end_offset
+    pending = [offset for offset, _ in snapshots if offset >= state.map_end_offset]
+    for path in logs:
+        if replay is None:
+            break
+        base = base_offset_of(path)
+        with open(path, "rb") as f:
+            data = f.read()
+        headers = MemoryRecords(data, file=path).scan()
+        headers = headers[headers["base_offset"] >= state.map_end_offset]
+        aborted = replay.aborted.setdefault(base, [])
+        done = 0
+        while pending and done <= len(headers):
+            cut = done + int(np.searchsorted(headers["base_offset"][done:], pending[0]))
+            apply_batches(state, data, headers[done:cut], aborted.append)
+            done = cut
+            if cut == len(headers):
+                break
+            replay.snapshots[pending.pop(0)] = state.snapshot_entries()
+        apply_batches(state, data, headers[done:], aborted.append)
+    if replay is not None:
+        replay.log_end_offset = state.map_end_offset
+        while pending and pending[0] <= state.map_end_offset:
+            replay.snapshots[pending.pop(0)] = state.snapshot_entries()
+    cache[key] = replay
+    return replay
 
 
 def dump_leader_epoch_checkpoint(path: str, ctx: DumpContext) -> None:

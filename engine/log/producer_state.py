@@ -21,12 +21,15 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from engine.errors import CorruptSnapshotError
 from engine.log.checkpoint import write_file_atomically
+from engine.log.transaction_index import AbortedTxn
 
 __all__ = [
     "NO_PRODUCER_ID",
@@ -34,6 +37,7 @@ __all__ = [
     "CompletedTxn",
     "ProducerStateEntry",
     "ProducerStateManager",
+    "apply_batches",
     "SNAPSHOT_VERSION",
     "ProducerSnapshotEntry",
     "decode_snapshot",
@@ -337,3 +341,51 @@ class ProducerStateManager:
         for found, path in self.snapshot_files():
             if found > offset:
                 path.unlink(missing_ok=True)
+
+
+def _end_txn_marker(data, row) -> tuple[bool, int] | None:
+    """(is ABORT, coordinator epoch) of a control batch, None for other control types
+    (KRaft's) or a control batch without records."""
+    from engine.records import MemoryRecords
+    from engine.records.control import ControlRecordType, parse_control_record
+
+    pos, size = int(row["position"]), int(row["size"])
+    batch = next(MemoryRecords(memoryview(data)[pos:pos + size]).batches())
+    record = next(iter(batch.records()), None)
+    if record is None:
+        return None
+    control = parse_control_record(record.key, record.value)
+    if control.type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        return None
+    return control.type is ControlRecordType.ABORT, int(control.coordinator_epoch)
+
+
+def apply_batches(state: ProducerStateManager, data, headers,
+                  on_aborted: Callable[[AbortedTxn], None] | None = None) -> None:
+    """Applies whole batches to `state` in order (`headers` are their scan rows, positions
+    indexing `data`): data batches with a producer id update their producer, COMMIT/ABORT
+    markers complete transactions, and each aborted one is passed to `on_aborted` as the
+    transaction index records it (with the last stable offset at its completion)."""
+    if not len(headers):
+        return
+    for j in np.flatnonzero(headers["producer_id"] != NO_PRODUCER_ID):
+        row = headers[j]
+        producer_id = int(row["producer_id"])
+        if not row["is_control"]:
+            state.update(producer_id, int(row["producer_epoch"]), int(row["base_sequence"]),
+                         int(row["base_offset"]), int(row["last_offset"]),
+                         int(row["max_timestamp"]), bool(row["is_transactional"]))
+            continue
+        marker = _end_txn_marker(data, row)
+        if marker is None:
+            continue
+        completed = state.end_txn(producer_id, int(row["producer_epoch"]),
+                                  int(row["base_offset"]), int(row["max_timestamp"]),
+                                  marker[1], marker[0])
+        if completed is None:
+            continue
+        if completed.is_aborted and on_aborted is not None:
+            on_aborted(AbortedTxn(completed.producer_id, completed.first_offset,
+                                  completed.last_offset, state.last_stable_offset_of(completed)))
+        state.complete_txn(completed)
+    state.map_end_offset = max(state.map_end_offset, int(headers["last_offset"][-1]) + 1)

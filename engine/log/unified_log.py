@@ -88,10 +88,8 @@ from engine.log.checkpoint import (
     fsync_dir,
 )
 from engine.log.leader_epoch import LeaderEpochFileCache
-from engine.log.producer_state import NO_PRODUCER_ID, ProducerStateManager, snapshot_file
+from engine.log.producer_state import ProducerStateManager, apply_batches, snapshot_file
 from engine.log.transaction_index import AbortedTxn
-from engine.records import MemoryRecords
-from engine.records.control import ControlRecordType, parse_control_record
 from engine.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -510,48 +508,16 @@ class UnifiedLog:
 
     def _apply_producer_batches(self, data, headers: np.ndarray,
                                 segment: LogSegment | None) -> None:
-        """Updates the producer state with appended batches (`headers` positions index
-        `data`); aborted transactions completed by markers go to `segment`'s transaction
-        index when a segment is given."""
+        """Updates the producer state with appended batches; aborted transactions go to
+        `segment`'s transaction index when a segment is given."""
         if not len(headers):
             return
-        state = self._producer_state
-        rows = np.flatnonzero(headers["producer_id"] != NO_PRODUCER_ID)
-        for j in rows:
-            row = headers[j]
-            producer_id = int(row["producer_id"])
-            if not row["is_control"]:
-                state.update(producer_id, int(row["producer_epoch"]), int(row["base_sequence"]),
-                             int(row["base_offset"]), int(row["last_offset"]),
-                             int(row["max_timestamp"]), bool(row["is_transactional"]))
-                continue
-            marker = self._end_txn_marker(data, row)
-            if marker is None:
-                continue
-            completed = state.end_txn(producer_id, int(row["producer_epoch"]),
-                                      int(row["base_offset"]), int(row["max_timestamp"]),
-                                      marker[1], marker[0] is ControlRecordType.ABORT)
-            if completed is None:
-                continue
-            if completed.is_aborted and segment is not None:
-                segment.txn_index.append(AbortedTxn(
-                    completed.producer_id, completed.first_offset, completed.last_offset,
-                    state.last_stable_offset_of(completed)))
-            state.complete_txn(completed)
-        state.map_end_offset = max(state.map_end_offset, int(headers["last_offset"][-1]) + 1)
-
-    def _end_txn_marker(self, data, row) -> tuple[ControlRecordType, int] | None:
-        """(ABORT or COMMIT, coordinator epoch) of a control batch, None for other control
-        types (KRaft's) or a control batch without records."""
-        pos, size = int(row["position"]), int(row["size"])
-        batch = next(MemoryRecords(memoryview(data)[pos:pos + size]).batches())
-        record = next(iter(batch.records()), None)
-        if record is None:
-            return None
-        control = parse_control_record(record.key, record.value)
-        if control.type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-            return None
-        return control.type, int(control.coordinator_epoch)
+        if headers["producer_id"].max() < 0:  # no idempotent/transactional batch: fast path
+            state = self._producer_state
+            state.map_end_offset = max(state.map_end_offset, int(headers["last_offset"][-1]) + 1)
+            return
+        apply_batches(self._producer_state, data, headers,
+                      None if segment is None else segment.txn_index.append)
 
     @property
     def producer_state(self) -> ProducerStateManager:

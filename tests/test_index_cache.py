@@ -255,3 +255,50 @@ def test_close_keeps_files_and_refuses_lookups(tmp_path, remote):
         cache.lookup_offset(mds[0], 0)
     with pytest.raises(ValueError):
         RemoteIndexCache(rsm, tmp_path / "other", 0)
+
+
+def test_lookups_stay_correct_while_another_thread_evicts(tmp_path, local, remote):
+    rsm, mds = remote
+    cache = RemoteIndexCache(rsm, tmp_path / "cache", entry_bytes(local[0][0]) * 2)
+    want = {}
+    for (data, base, last, _), md in zip(local, mds):
+        offsets = OffsetIndex(data.offset_index, base, writable=False)
+        want[md.remote_log_segment_id.id] = [(o, offsets.lookup(o).position)
+                                             for o in range(base, last + 1, 37)]
+    stop = threading.Event()
+    errors = []
+
+    def reader(k):
+        try:
+            while not stop.is_set():
+                for md in mds[k:] + mds[:k]:
+                    entry = cache.get_index_entry(md)
+                    for offset, position in want[md.remote_log_segment_id.id]:
+                        assert entry.lookup_offset(offset) == position
+                    entry.txn_index.all_aborted_txns()
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
+            errors.append(exc)
+            stop.set()
+
+    def evictor():
+        for i in range(60):
+            if stop.is_set():
+                break
+            if i % 3:
+                cache.remove(mds[i % 3].remote_log_segment_id.id)
+            else:  # everything out, then room again
+                cache.resize(1 if i % 2 else 1 << 30)
+            threading.Event().wait(0.001)
+        stop.set()
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+    threads.append(threading.Thread(target=evictor))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    assert cache.loads > 3  # entries really were evicted and loaded again
+    cache.remove_all()
+    gc.collect()
+    assert not list((tmp_path / "cache").iterdir())

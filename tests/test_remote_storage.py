@@ -1,6 +1,7 @@
 """FileSystemRemoteStorageManager: layout, round trips, ranged reads, checksums, crash safety."""
 
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -213,14 +214,37 @@ def test_log_crc_is_checked_once_per_segment_and_size_always(tmp_path, segment):
     rsm.read_range(md, 0, 4)
     with pytest.raises(RemoteStorageError, match="CRC32C mismatch"):  # ... a new process checks
         FileSystemRemoteStorageManager([tmp_path]).read_range(md, 0, 4)
-    with open(path, "ab") as f:  # a size change is caught on every read
+    with open(path, "ab") as f:  # a size change is caught whenever the file is opened
         f.write(b"x")
+    size_only = FileSystemRemoteStorageManager([tmp_path], log_read_verification="size")
     with pytest.raises(RemoteStorageError, match="bytes, its checksum record says"):
-        rsm.read_range(md, 0, 4)
-    size_only = FileSystemRemoteStorageManager(
-        [tmp_path], log_read_verification="size")
-    with pytest.raises(RemoteStorageError, match="checksum record"):
         size_only.read_range(md, 0, 4)
+    with pytest.raises(RemoteStorageError, match="bytes, its checksum record says"):
+        rsm.fetch_log_segment(md, 0)  # streams open the file afresh
+    with pytest.raises(ValueError, match="outside"):  # the open file keeps the recorded size
+        rsm.read_range(md, 0, md.segment_size_in_bytes + 1)
+
+
+def test_open_log_cache_never_closes_a_file_under_a_reader(tmp_path, segment):
+    from engine.remote import filesystem
+
+    rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
+    rsm._open_logs = filesystem._OpenLogCache(2)
+    mds = [copied(rsm, segment) for _ in range(4)]
+    log = segment[0].log_segment.read_bytes()
+    held = rsm._acquire_log(mds[0])
+    for md in mds[1:]:  # evicts mds[0]'s file from the cache while it is held
+        assert rsm.read_range(md, 0, 100) == log[:100]
+    assert os.pread(held.fd, 100, 0) == log[:100]
+    rsm._open_logs.release(held)
+    with pytest.raises(OSError):  # closed once released
+        os.fstat(held.fd)
+    rsm.delete_log_segment_data(mds[3])  # a deleted segment's open file is dropped
+    with pytest.raises(RemoteResourceNotFoundError):
+        rsm.read_range(mds[3], 0, 1)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    rsm.close()
+    assert len(os.listdir("/proc/self/fd")) == open_fds - 1  # mds[2], the one still cached
 
 
 def test_delete_is_idempotent_and_removes_empty_partition_dir(tmp_path, segment):
@@ -311,6 +335,19 @@ def test_concurrent_copies_reads_and_deletes(tmp_path, segment):
         t.join()
     assert not errors, errors[0]
     assert len(list(tmp_path.rglob("*.log"))) == 6 * 3
+
+
+def test_pickled_manager_reads_in_another_process(tmp_path, segment):
+    rsm = FileSystemRemoteStorageManager([tmp_path / "a", tmp_path / "b"], fsync=False,
+                                         log_read_verification="size", broker_id=4)
+    md = copied(rsm, segment)
+    code = ("import pickle, sys; rsm, md = pickle.loads(sys.stdin.buffer.read()); "
+            "sys.stdout.buffer.write(rsm.read_range(md, 0, md.segment_size_in_bytes)); "
+            "assert (rsm._fsync, rsm._verification, rsm.broker_id) == (False, 'size', 4)")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((rsm, md)),
+                         capture_output=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+    assert out.stdout == segment[0].log_segment.read_bytes()
 
 
 def test_closed_manager_refuses_work(tmp_path, segment):

@@ -36,12 +36,13 @@ stored file (`SegmentChecksums`, at most 56 bytes, under Kafka's default 128-byt
 
 Reads check them when the metadata carries them (a COPY_SEGMENT_FINISHED segment does):
 `fetch_index` reads the whole file and checks its size and CRC every time; `.log` reads
-(`fetch_log_segment`, `read_range`) check the file size on every open and, with
-`log.read.verification=full` (the default), the CRC of the whole `.log` on the first read of
-the segment in this process; the verdict is cached per segment id and (inode, size, mtime), so
-later ranged reads cost one fstat. A mismatch raises RemoteStorageError naming the file.
-Metadata without custom metadata (another RSM's, or a segment still being copied) is read
-unchecked.
+check the file size whenever they open the file and, with `log.read.verification=full` (the
+default), the CRC of the whole `.log` on the first read of the segment in this process; the
+verdict is cached per segment id and (inode, size, mtime). `read_range` keeps the `.log`
+files of the 128 most recently read segments open (reference-counted, so eviction never
+closes a file under a read; deleting a segment drops its file), so a ranged read is one
+pread. A mismatch raises RemoteStorageError naming the file. Metadata without custom
+metadata (another RSM's, or a segment still being copied) is read unchecked.
 
 Errors: a missing file raises RemoteResourceNotFoundError, any other OSError
 RemoteStorageError; both name the path.
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import mmap
 import os
@@ -93,7 +95,11 @@ _TMP = ".tmp"
 # copy_file_range in slices this size, each CRC'd right after from the still-cache-hot source
 # pages: 0.9x a plain kernel copy on one core, where copy-then-CRC was 0.77x (bench/).
 _COPY_SLICE = 256 << 10
+# Map sources with every page at once: faulting 4 KiB pages one by one cost 0.6x a raw copy
+# with 4 copier threads on 2 cores, populated mappings 1.3x (bench/compare_remote_copy.py).
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 _VERIFY_CACHE_SIZE = 8192
+_OPEN_LOG_CACHE_SIZE = 128
 _VERIFY_LOCK_STRIPES = 64
 _NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
                        getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
@@ -158,10 +164,92 @@ class SegmentChecksums:
         if metadata.custom_metadata is None:
             return None
         try:
-            return cls.decode(metadata.custom_metadata)
+            return _decode_checksums(metadata.custom_metadata)
         except ValueError as exc:
             raise RemoteStorageError(f"custom metadata of {metadata.remote_log_segment_id} "
                                      f"was not written by the filesystem tier: {exc}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_checksums(data: bytes) -> SegmentChecksums:
+    return SegmentChecksums.decode(data)
+
+
+# ---- open .log files ---------------------------------------------------------------------
+
+class _OpenLog:
+    """An open, checked `.log`. `refs` counts the cache's hold plus each read in progress;
+    the fd is closed when it drops to 0, so eviction never closes it under a reader."""
+
+    __slots__ = ("fd", "path", "refs", "size")
+
+    def __init__(self, fd: int, path: Path, size: int):
+        self.fd, self.path, self.size, self.refs = fd, path, size, 1
+
+
+class _OpenLogCache:
+    """The `.log` files of recently read segments, kept open (LRU, `capacity` files): a read
+    then costs one pread instead of open + fstat + pread + close."""
+
+    def __init__(self, capacity: int):
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._files: OrderedDict = OrderedDict()
+
+    def acquire(self, key) -> _OpenLog | None:
+        with self._lock:
+            f = self._files.get(key)
+            if f is not None:
+                f.refs += 1
+                self._files.move_to_end(key)
+            return f
+
+    def insert(self, key, f: _OpenLog) -> _OpenLog:
+        """Caches `f` (opened by the caller, who holds its one reference) and returns it,
+        or the file another thread cached meanwhile (then `f` is closed)."""
+        closing = []
+        with self._lock:
+            existing = self._files.get(key)
+            if existing is not None:
+                existing.refs += 1
+                f.refs -= 1
+                closing.append(f)
+                f = existing
+            else:
+                f.refs += 1  # the cache's hold
+                self._files[key] = f
+                while len(self._files) > self._capacity:
+                    closing.append(self._files.popitem(last=False)[1])
+            closing = [c for c in closing if self._drop(c)]
+        for c in closing:
+            os.close(c.fd)
+        return f
+
+    def release(self, f: _OpenLog) -> None:
+        with self._lock:
+            closing = self._drop(f)
+        if closing:
+            os.close(f.fd)
+
+    def discard(self, segment_id) -> None:
+        """Forgets the segment's open files (closed once their reads end)."""
+        self._discard(lambda key: key[0] == segment_id)
+
+    def clear(self) -> None:
+        self._discard(lambda key: True)
+
+    def _discard(self, match) -> None:
+        with self._lock:
+            keys = [k for k in self._files if match(k)]
+            closing = [f for f in (self._files.pop(k) for k in keys) if self._drop(f)]
+        for f in closing:
+            os.close(f.fd)
+
+    @staticmethod
+    def _drop(f: _OpenLog) -> bool:
+        """Drops one reference (lock held); True if the fd must now be closed."""
+        f.refs -= 1
+        return f.refs == 0
 
 
 # ---- configuration -----------------------------------------------------------------------
@@ -214,13 +302,16 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
         self._verified: OrderedDict = OrderedDict()
         self._verified_lock = threading.Lock()
         self._verify_locks = [threading.Lock() for _ in range(_VERIFY_LOCK_STRIPES)]
+        self._open_logs = _OpenLogCache(_OPEN_LOG_CACHE_SIZE)
         self._closed = False
         if dirs is not None:
             self._set_dirs(_parse_dirs(list(map(str, dirs))))
 
     def configure(self, configs: Mapping[str, str]) -> None:
-        """Raises ConfigError naming the key for a missing or invalid value, or a dir that
-        cannot be created."""
+        """Creates each dir's `kafka-tiered-storage` root (and a missing dir: the broker's
+        config file loader, engine.config.load_broker_config, already requires them to
+        exist). Raises ConfigError naming the key for a missing or invalid value or a root
+        that cannot be created."""
         mode = str(configs.get("log.read.verification", "full")).strip()
         if mode not in _VERIFICATION_MODES:
             raise ConfigError("log.read.verification", configs["log.read.verification"],
@@ -421,28 +512,42 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
                    end_exclusive: int) -> bytes:
         """`.log` bytes [start, end_exclusive) in one pread (GIL released). Requires
         0 <= start <= end_exclusive <= size: ValueError otherwise."""
-        fd, path = self._open_stored(metadata, LOG)
+        f = self._acquire_log(metadata)
         try:
-            size = self._checked_log_size(metadata, fd, path)
-            _check_range(start, end_exclusive, size, path, inclusive=False)
-            return _pread_exact(fd, end_exclusive - start, start, path)
+            _check_range(start, end_exclusive, f.size, f.path, inclusive=False)
+            return _pread_exact(f.fd, end_exclusive - start, start, f.path)
         finally:
-            os.close(fd)
+            self._open_logs.release(f)
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
                         buffer) -> int:
         """Fills the writable `buffer` with `.log` bytes from `start` (preadv, GIL
         released); the range must lie inside the file. Returns the bytes read."""
         view = memoryview(buffer).cast("B")
-        fd, path = self._open_stored(metadata, LOG)
+        f = self._acquire_log(metadata)
         try:
-            size = self._checked_log_size(metadata, fd, path)
-            _check_range(start, start + len(view), size, path, inclusive=False)
-            _preadv_exact(fd, view, start, path)
+            _check_range(start, start + len(view), f.size, f.path, inclusive=False)
+            _preadv_exact(f.fd, view, start, f.path)
             return len(view)
         finally:
             view.release()
+            self._open_logs.release(f)
+
+    def _acquire_log(self, metadata: RemoteLogSegmentMetadata) -> _OpenLog:
+        """The segment's open, checked `.log` (from the open-file cache when possible);
+        the caller releases it."""
+        self._check_open()
+        key = (metadata.remote_log_segment_id.id, metadata.custom_metadata)
+        f = self._open_logs.acquire(key)
+        if f is not None:
+            return f
+        fd, path = self._open_stored(metadata, LOG)
+        try:
+            size = self._checked_log_size(metadata, fd, path)
+        except BaseException:
             os.close(fd)
+            raise
+        return self._open_logs.insert(key, _OpenLog(fd, path, size))
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata,
                     index_type: IndexType) -> io.BytesIO:
@@ -507,6 +612,7 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
         """Removes the segment's files (and leftover `.tmp` files) from every dir, then the
         partition directory if that left it empty. Idempotent."""
         self._check_open()
+        self._open_logs.discard(metadata.remote_log_segment_id.id)
         self._remove_segment_files(metadata, self._ranked_roots(metadata.topic_id_partition),
                                    missing_ok=True, quiet=False)
 
@@ -532,9 +638,21 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
 
     def close(self) -> None:
         self._closed = True
+        self._open_logs.clear()
+
+    def __reduce__(self):
+        # Spark ships the manager to executors: rebuild it there from its settings (the
+        # verification cache and locks are per process)
+        return (_rebuild, (type(self), [str(d) for d in self.dirs], self._fsync,
+                           self._verification, self.broker_id))
 
     def __repr__(self):
         return f"FileSystemRemoteStorageManager(dirs={[str(d) for d in self.dirs]})"
+
+
+def _rebuild(cls, dirs, fsync, verification, broker_id):
+    return cls(dirs or None, fsync=fsync, log_read_verification=verification,
+               broker_id=broker_id)
 
 
 # ---- file helpers ------------------------------------------------------------------------
@@ -660,7 +778,7 @@ def _crc_of_fd(fd: int, size: int, path: Path) -> int:
     if size == 0:
         return crc32c(b"")
     try:
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
+        with mmap.mmap(fd, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ) as mapped:
             return crc32c(mapped)
     except OSError as exc:
         raise _storage_error(exc, f"cannot read {path} to check its CRC32C") from None
@@ -688,7 +806,7 @@ def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
         size = os.fstat(src).st_size
         if size == 0:
             return crc32c(b""), 0
-        with mmap.mmap(src, size, access=mmap.ACCESS_READ) as mapped, \
+        with mmap.mmap(src, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ) as mapped, \
                 memoryview(mapped) as view:
             crc, done = 0, 0
             kernel_copy = hasattr(os, "copy_file_range")

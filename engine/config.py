@@ -1009,7 +1009,8 @@ class TopicConfigStore:
         both = sorted(set(add) & set(delete))
         if both:
             raise ConfigError(both[0], add[both[0]], "cannot be both added and deleted")
-        with self._locked():
+
+        def plan() -> tuple[dict, dict]:
             topics = self.read()
             before = topics.get(topic, {})
             after = {k: v for k, v in before.items() if k not in delete}
@@ -1024,12 +1025,18 @@ class TopicConfigStore:
                     "remote.storage.enable", False,
                     "disabling tiering needs remote.log.delete.on.disable=true (deletes the "
                     "remote data); to keep it read-only set remote.log.copy.disable=true")
+            changed = dict(topics)
             if after:
-                topics[topic] = dict(sorted(after.items()))
+                changed[topic] = dict(sorted(after.items()))
             else:
-                topics.pop(topic, None)
-            if topics != self.read():
-                self._write(topics)
+                changed.pop(topic, None)
+            return changed if changed != topics else None, after
+
+        plan()  # refuse bad input before creating the lock file
+        with self._locked():
+            changed, after = plan()  # again under the lock: another writer may have won
+            if changed is not None:
+                self._write(changed)
             return after
 
     def remove_topic(self, topic: str) -> bool:

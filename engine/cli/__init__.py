@@ -5,8 +5,14 @@ Commands:
                      checkpoint files, in the spirit of kafka-dump-log.sh
   produce-demo       fill partition logs over several log dirs with realistic records and
                      transactions (some aborted), shut down cleanly, summarize
-  demo               the main job until tiering exists: generate a realistic segment in
-                     several codecs, validate and decode it, print what was found and how fast
+  demo               the main job: produce a multi-partition topic over two log dirs, tier it
+                     with the RemoteLogManager, read every offset back, summarize
+  run                the RemoteLogManager over a broker's log dirs (--config FILE)
+  fetch              records of a partition from local or remote data, as dump-log --json
+  list-offsets       earliest / latest / earliest-local / latest-tiered / by timestamp
+  status             per partition local and remote offsets, sizes, copy lag, last error
+  configs            durable per-topic overrides (kafka-configs.sh --alter / --describe)
+  codec-demo         the former main job: one segment per codec, validated and decoded
 """
 
 from __future__ import annotations
@@ -48,14 +54,28 @@ def _parser() -> argparse.ArgumentParser:
                          help="segment.bytes of the topic (default Kafka's 1 GiB)")
     produce.add_argument("--seed", type=int, default=1)
 
-    demo = sub.add_parser("demo", help="generate, validate and decode a realistic segment")
-    demo.add_argument("--records", type=int, default=200_000,
-                      help="records per codec (default 200000)")
-    demo.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd")
-    demo.add_argument("--dir", default=None,
-                      help="where to write the partition directory (default: a temp dir)")
-    demo.add_argument("--seed", type=int, default=1)
+    codec_demo = sub.add_parser("codec-demo",
+                                help="generate, validate and decode a realistic segment")
+    codec_demo.add_argument("--records", type=int, default=200_000,
+                            help="records per codec (default 200000)")
+    codec_demo.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd")
+    codec_demo.add_argument("--dir", default=None,
+                            help="where to write the partition directory (default: a temp dir)")
+    codec_demo.add_argument("--seed", type=int, default=1)
+
+    from engine.cli._tiered_args import add_tiered_commands
+    add_tiered_commands(sub)
     return parser
+
+
+def tiered_commands() -> dict:
+    """Command name -> run function of the tiered-storage commands (imported lazily)."""
+    import importlib
+
+    modules = {"demo": "demo", "run": "run", "fetch": "fetch",
+               "list-offsets": "list_offsets", "status": "status", "configs": "configs"}
+    return {name: (lambda args, m=m: importlib.import_module(f"engine.cli.{m}").run(args))
+            for name, m in modules.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "produce-demo":
             from engine.cli.produce_demo import run
             return run(args)
-        if args.command == "demo":
-            from engine.cli.demo import run
+        if args.command == "codec-demo":
+            from engine.cli.codec_demo import run
             return run(args)
+        if args.command in tiered_commands():
+            return tiered_commands()[args.command](args)
     except BrokenPipeError:  # `| head` closed the pipe: not an error
         sys.stderr.close()
         return 0

@@ -1,111 +1,255 @@
-"""The main job until tiering exists: write a realistic partition directory with one
-segment per codec, then validate, decode and verify it, printing what was found and how
-fast. (The tiering issue replaces this with the RemoteLogManager's run.)"""
+"""`demo`, the README's main job: tiered storage end to end on this machine.
+
+1. Writes a broker file for two log dirs and a filesystem tier with aggressive tiering
+   settings (small segments, small `log.local.retention.bytes`, no time retention: the
+   generated timestamps are in 2023) and loads it with engine.config.load_broker_config.
+2. Produces a realistic topic over several partitions with produce-demo's generator
+   (JSON-like values, keys, headers, transactions with aborts, two leader epochs), then
+   records every batch's (base offset, last offset, CRC) as the reference.
+3. Tiers it: RemoteLogManager passes (run_once) until idle; local retention deletes the
+   tiered segments beyond the local size limit.
+4. Reads every offset back through RemoteLogManager.read(): a sequential sweep per
+   partition whose batches must tile [log start, log end) exactly and match the reference
+   CRCs (every batch CRC verified), then random single-offset reads for latency figures.
+5. Prints a summary: segments and bytes tiered, local bytes left, sweep throughput and
+   point-read latency percentiles, local vs remote. Exit status 1 on any mismatch.
+
+Progress lines go to stderr (--quiet drops them); the summary to stdout.
+"""
 
 from __future__ import annotations
 
 import os
+import random
+import sys
 import tempfile
 import time
 
-from engine.log import (
-    EpochEntry,
-    LeaderEpochCheckpointFile,
-    PartitionMetadataFile,
-    Uuid,
-    rebuild_indexes,
-)
-from engine.log.index_rebuild import write_offset_index, write_time_index
-from engine.records import CompressionType, MemoryRecords, scan_batches
-from engine.records.sample import sample_batches
+import numpy as np
 
-__all__ = ["run", "write_partition"]
+from engine.cli._broker import BrokerSession
+from engine.cli.produce_demo import produce_partition
+from engine.config import load_broker_config
+from engine.log.checkpoint import Uuid
+from engine.records import CompressionType, scan_batches
 
+__all__ = ["run", "write_broker_file"]
 
-def write_partition(directory: str, records_per_codec: int, codecs: list[CompressionType],
-                    seed: int = 1) -> list[str]:
-    """Writes one segment per codec with the offset and time indexes Kafka's recovery would
-    build, a leader-epoch checkpoint and partition.metadata; returns the .log paths."""
-    os.makedirs(directory, exist_ok=True)
-    paths, base = [], 0
-    for codec in codecs:
-        path = os.path.join(directory, f"{base:020d}.log")
-        with open(path, "wb") as f:
-            for batch in sample_batches(records_per_codec, codec, base_offset=base,
-                                        seed=seed + int(codec)):
-                f.write(batch)
-        with open(path, "rb") as f:
-            headers = MemoryRecords(f.read(), file=path).scan()
-        offsets, times = rebuild_indexes(headers, base)
-        stem = path[: -len(".log")]
-        write_offset_index(stem + ".index", offsets, base, sync=False)
-        write_time_index(stem + ".timeindex", times, base, sync=False)
-        paths.append(path)
-        base += records_per_codec
-    LeaderEpochCheckpointFile(os.path.join(directory, "leader-epoch-checkpoint")).write(
-        [EpochEntry(0, 0)], sync=False)
-    PartitionMetadataFile(os.path.join(directory, "partition.metadata")).write(
-        Uuid.random(), sync=False)
-    return paths
+TOPIC = "clickstream"
 
 
-def _rate(n: float, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
+def write_broker_file(base: str, segment_bytes: int, local_retention_bytes: int) -> str:
+    """The demo's broker file under `base` (its log dirs and tier are created)."""
+    dirs = [os.path.join(base, name) for name in ("logs-1", "logs-2", "tier")]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    path = os.path.join(base, "server.properties")
+    with open(path, "w") as f:
+        f.write(f"""# written by `python -m engine demo`
+log.dirs={dirs[0]},{dirs[1]}
+remote.log.storage.system.enable=true
+rsm.config.dirs={dirs[2]}
+remote.storage.enable=true
+log.segment.bytes={segment_bytes}
+log.local.retention.bytes={local_retention_bytes}
+log.retention.ms=-1
+remote.log.manager.task.interval.ms=200
+""")
+    return path
+
+
+class _Progress:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+
+    def __call__(self, text: str) -> None:
+        if not self.quiet:
+            print(f"[{time.perf_counter() - self.t0:6.1f}s] {text}", file=sys.stderr,
+                  flush=True)
+
+
+def _reference(session: BrokerSession, partition: int) -> np.ndarray:
+    """(base_offset, last_offset, crc) of every batch, read locally before tiering."""
+    unified = session.log(TOPIC, partition)
+    rows, offset = [], unified.log_start_offset
+    while offset < unified.log_end_offset:
+        data, _ = session.log_manager.read(TOPIC, partition, offset, 8 << 20)
+        h = scan_batches(bytes(data), verify_crc=True).headers
+        if not len(h):
+            break
+        rows.append(np.stack([h["base_offset"], h["last_offset"], h["crc"].astype(np.int64)],
+                             axis=1))
+        offset = int(h["last_offset"][-1]) + 1
+    return np.concatenate(rows) if rows else np.zeros((0, 3), np.int64)
+
+
+def _percentiles(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    p50, p90, p99 = np.percentile(np.array(values) * 1e3, [50, 90, 99])
+    return f"p50 {p50:.2f} ms  p90 {p90:.2f} ms  p99 {p99:.2f} ms  ({len(values)} reads)"
+
+
+def _rate(nbytes: int, seconds: float) -> str:
+    return f"{nbytes / seconds / 2**20:.0f} MiB/s" if seconds > 0 and nbytes else "n/a"
+
+
+def _tier(session: BrokerSession, progress: _Progress) -> dict:
+    rlm = session.remote_log_manager()
+    manager = session.log_manager
+    totals = dict(segments=0, bytes=0, deleted_local=0, passes=0)
+    while True:
+        summary = rlm.run_once()
+        manager.cleanup_logs()
+        totals["passes"] += 1
+        totals["segments"] += summary.copied_segments
+        totals["bytes"] += summary.copied_bytes
+        totals["deleted_local"] += summary.deleted_local_segments
+        if summary.errors:
+            raise RuntimeError(f"tiering failed: {summary.errors[0]}")
+        local = sum(session.log(TOPIC, p).size_in_bytes for p in _partitions(session))
+        progress(f"tiering pass {totals['passes']}: {totals['segments']} segments "
+                 f"({totals['bytes'] / 2**20:.1f} MiB) in the remote tier, "
+                 f"{local / 2**20:.1f} MiB left locally")
+        if rlm.is_idle():
+            return totals
+
+
+def _partitions(session: BrokerSession) -> list[int]:
+    return [tp.partition for tp in session.log_manager.partitions() if tp.topic == TOPIC]
+
+
+def _sweep(session, partition, reference, stats) -> str | None:
+    """Reads the partition from its log start to its end through read(); checks the batches
+    tile the range and match the reference. Returns a problem or None."""
+    rlm = session.remote_log_manager()
+    unified = session.log(TOPIC, partition)
+    start, end = unified.log_start_offset, unified.log_end_offset
+    ref = reference[reference[:, 1] >= start]
+    i, offset = 0, start
+    while offset < end:
+        t = time.perf_counter()
+        result = rlm.read(TOPIC, partition, offset, 1 << 20)
+        data = bytes(result.records)  # a consumer gets bytes: local reads are views until now
+        elapsed = time.perf_counter() - t
+        h = scan_batches(data, verify_crc=True).headers
+        if not len(h):
+            return f"partition {partition}: read at {offset} returned no batch"
+        where = "remote" if result.from_remote else "local"
+        stats[where + "_bytes"] += int(h["size"].sum())
+        stats[where + "_seconds"] += elapsed
+        for row in h:
+            if not row["crc_valid"]:
+                return f"partition {partition}: bad CRC in batch at {row['base_offset']}"
+            if i >= len(ref) or (int(row["base_offset"]), int(row["last_offset"]),
+                                 int(row["crc"])) != tuple(int(x) for x in ref[i]):
+                return (f"partition {partition}: batch {int(row['base_offset'])}-"
+                        f"{int(row['last_offset'])} read at {offset} does not match the "
+                        "batch produced there")
+            i += 1
+            stats["records"] += int(row["record_count"])
+        offset = int(h["last_offset"][-1]) + 1
+    if i != len(ref):
+        return f"partition {partition}: {len(ref) - i} produced batches never read back"
+    stats["offsets"] += end - start
+    return None
+
+
+def _point_reads(session, references, count, seed, latencies) -> str | None:
+    rlm = session.remote_log_manager()
+    rng = random.Random(seed)
+    parts = sorted(references)
+    for _ in range(count):
+        p = rng.choice(parts)
+        unified = session.log(TOPIC, p)
+        offset = rng.randrange(unified.log_start_offset, unified.log_end_offset)
+        t = time.perf_counter()
+        result = rlm.read(TOPIC, p, offset, 64 << 10)
+        data = bytes(result.records)
+        elapsed = time.perf_counter() - t
+        h = scan_batches(data, verify_crc=True).headers
+        ref = references[p]
+        row = ref[(ref[:, 0] <= offset) & (ref[:, 1] >= offset)]
+        if not len(h) or not len(row) or int(h["crc"][0]) != int(row[0][2]):
+            return f"partition {p}: point read at {offset} returned the wrong batch"
+        latencies["remote" if result.from_remote else "local"].append(elapsed)
+    return None
 
 
 def run(args) -> int:
-    codecs = [CompressionType[name.upper()] for name in args.codecs.split(",") if name]
+    codec = CompressionType[args.codec.upper()]
+    if args.partitions < 1 or args.records < args.partitions:
+        print("error: need --partitions >= 1 and --records >= --partitions", file=sys.stderr)
+        return 2
     owner = None
     if args.dir is None:
         owner = tempfile.TemporaryDirectory(prefix="engine-demo-")
-        directory = os.path.join(owner.name, "demo-0")
+        base = owner.name
     else:
-        directory = os.path.join(args.dir, "demo-0")
+        base = args.dir
+    progress = _Progress(args.quiet)
     try:
-        t0 = time.perf_counter()
-        paths = write_partition(directory, args.records, codecs, args.seed)
-        print(f"wrote {len(paths)} segments of {args.records} records to {directory} "
-              f"in {time.perf_counter() - t0:.1f} s")
-        print(f"{'codec':7} {'batches':>8} {'records':>9} {'MiB':>8} {'scan GB/s':>10} "
-              f"{'records/s':>11} {'columns rec/s':>14}")
-        for codec, path in zip(codecs, paths):
-            with open(path, "rb") as f:
-                data = f.read()
-            t = time.perf_counter()
-            scan = scan_batches(data, verify_crc=True)
-            t_scan = time.perf_counter() - t
-            bad = int((~scan.headers["crc_valid"]).sum())
-            mr = MemoryRecords(data, file=path)
-            t = time.perf_counter()
-            n = 0
-            for r in mr.records():
-                n += 1
-            t_rec = time.perf_counter() - t
-            t_col = float("inf")
-            cols = None
-            for _ in range(2):  # the second run shows the steady state (buffers reused)
-                cols = None  # drop the previous result first, so its buffers can be reused
-                t = time.perf_counter()
-                cols = mr.decode_columns()
-                t_col = min(t_col, time.perf_counter() - t)
-            if bad or n != args.records or cols.num_records != args.records:
-                print(f"{codec.name}: problem: {bad} bad CRCs, {n} records decoded, "
-                      f"{cols.num_records} in columns (expected {args.records})")
-                return 1
-            print(f"{codec.name.lower():7} {len(scan):>8} {n:>9} {len(data) / 2**20:>8.1f} "
-                  f"{_rate(len(data), t_scan) / 1e9:>10.2f} {_rate(n, t_rec):>11,.0f} "
-                  f"{_rate(n, t_col):>14,.0f}")
-        from engine.cli.dump_log import DumpContext, dump_file
+        config_path = write_broker_file(base, args.segment_bytes, args.local_retention_bytes)
+        broker = load_broker_config(config_path)
+        with BrokerSession(broker, config_path) as session:
+            manager = session.log_manager
+            topic_id = Uuid.random()
+            t0 = time.perf_counter()
+            references, produced = {}, dict(records=0, aborted=0, transactions=0)
+            for p in range(args.partitions):
+                n = args.records // args.partitions + (p < args.records % args.partitions)
+                manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
+                stats = produce_partition(manager, TOPIC, p, n, codec, args.seed)
+                for k in produced:
+                    produced[k] += stats[k]
+                references[p] = _reference(session, p)
+                unified = session.log(TOPIC, p)
+                progress(f"produced {TOPIC}-{p} in {manager.log_dir_of(TOPIC, p)}: "
+                         f"{stats['records']} records, {len(unified.segments)} segments, "
+                         f"{unified.size_in_bytes / 2**20:.1f} MiB")
+            t_produce = time.perf_counter() - t0
+            produced_bytes = sum(session.log(TOPIC, p).size_in_bytes for p in references)
 
-        ctx = DumpContext(out=open(os.devnull, "w"), verify=True)
-        files = sorted(os.path.join(directory, f) for f in os.listdir(directory))
-        for path in files:
-            dump_file(path, ctx)
-        ctx.out.close()
-        if ctx.problems:
-            print("verify: " + ctx.problems[0])
-            return 1
-        print(f"verify: {len(files)} files OK (every CRC, record and index entry)")
+            t0 = time.perf_counter()
+            totals = _tier(session, progress)
+            t_tier = time.perf_counter() - t0
+
+            stats = dict(records=0, offsets=0, local_bytes=0, local_seconds=0.0,
+                         remote_bytes=0, remote_seconds=0.0)
+            for p in sorted(references):
+                problem = _sweep(session, p, references[p], stats)
+                if problem:
+                    print("problem: " + problem)
+                    return 1
+                progress(f"read back {TOPIC}-{p}: every offset, batches match")
+            latencies = {"local": [], "remote": []}
+            problem = _point_reads(session, references, args.point_reads, args.seed, latencies)
+            if problem:
+                print("problem: " + problem)
+                return 1
+            progress(f"{args.point_reads} random point reads checked")
+
+            local_left = sum(session.log(TOPIC, p).size_in_bytes for p in references)
+            local_segments = sum(len(session.log(TOPIC, p).segments) for p in references)
+            print(f"produced  {produced['records']} records in {args.partitions} partitions "
+                  f"over 2 log dirs ({produced_bytes / 2**20:.1f} MiB {codec.name.lower()}, "
+                  f"{produced['transactions']} transactions, {produced['aborted']} aborted) "
+                  f"in {t_produce:.1f} s")
+            print(f"tiered    {totals['segments']} segments, "
+                  f"{totals['bytes'] / 2**20:.1f} MiB in {totals['passes']} passes "
+                  f"({t_tier:.1f} s); {totals['deleted_local']} local segments deleted")
+            print(f"local     {local_left / 2**20:.1f} MiB left in {local_segments} segments "
+                  f"(local.retention.bytes {args.local_retention_bytes})")
+            print(f"read back {stats['offsets']} offsets ({stats['records']} records incl. "
+                  "markers), every batch CRC and position checked")
+            print(f"sweep     remote {_rate(stats['remote_bytes'], stats['remote_seconds'])}"
+                  f" ({stats['remote_bytes'] / 2**20:.1f} MiB), local "
+                  f"{_rate(stats['local_bytes'], stats['local_seconds'])} "
+                  f"({stats['local_bytes'] / 2**20:.1f} MiB)")
+            print(f"point     remote {_percentiles(latencies['remote'])}")
+            print(f"point     local  {_percentiles(latencies['local'])}")
+            print(f"files     {base}" + (" (temporary, removed)" if owner else ""))
         return 0
     finally:
         if owner is not None:

@@ -1,0 +1,83 @@
+"""Arguments of the tiered-storage commands (kept apart from engine.cli's own parser)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_tiered_commands"]
+
+
+def _offset_spec(text: str) -> str:
+    if text in ("earliest", "latest", "earliest-local", "latest-tiered"):
+        return text
+    try:
+        int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected earliest, latest, earliest-local, latest-tiered or a "
+            "timestamp in ms") from None
+    return text
+
+
+def add_tiered_commands(sub) -> None:
+    demo = sub.add_parser(
+        "demo", help="produce a topic over two log dirs, tier it, read every offset back")
+    demo.add_argument("--records", type=int, default=200_000,
+                      help="data records in all (default 200000)")
+    demo.add_argument("--partitions", type=int, default=4)
+    demo.add_argument("--segment-bytes", type=int, default=1 << 20,
+                      help="segment.bytes of the topic (default 1 MiB)")
+    demo.add_argument("--local-retention-bytes", type=int, default=2 << 20,
+                      help="local.retention.bytes of the topic (default 2 MiB)")
+    demo.add_argument("--codec", default="zstd", help="none, gzip, snappy, lz4 or zstd")
+    demo.add_argument("--point-reads", type=int, default=2000,
+                      help="random single-offset reads for the latency figures")
+    demo.add_argument("--dir", default=None,
+                      help="where to put log dirs, tier and broker file (default: temp dir)")
+    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    run = sub.add_parser("run", help="run the RemoteLogManager over a broker's log dirs")
+    run.add_argument("--config", required=True, metavar="FILE",
+                     help="broker .properties file")
+    run.add_argument("--until-idle", action="store_true",
+                     help="exit once nothing is left to copy or expire")
+
+    fetch = sub.add_parser("fetch", help="records of a partition, local or remote")
+    fetch.add_argument("--config", required=True, metavar="FILE")
+    fetch.add_argument("--topic", required=True)
+    fetch.add_argument("--partition", type=int, required=True)
+    fetch.add_argument("--offset", type=int, required=True)
+    size = fetch.add_mutually_exclusive_group()
+    size.add_argument("--max-bytes", type=int, default=1 << 20,
+                      help="bytes of one fetch (default 1 MiB; whole first batch always)")
+    size.add_argument("--to-end", action="store_true",
+                      help="keep fetching up to the high watermark (or last stable offset)")
+    fetch.add_argument("--json", action="store_true",
+                       help="one JSON object per record, keys as dump-log --json")
+    fetch.add_argument("--isolation-level", default="read_uncommitted",
+                       choices=("read_uncommitted", "read_committed"))
+
+    offsets = sub.add_parser("list-offsets", help="offsets by spec or timestamp")
+    offsets.add_argument("--config", required=True, metavar="FILE")
+    offsets.add_argument("--topic", required=True)
+    offsets.add_argument("--partition", type=int, required=True)
+    offsets.add_argument("--time", required=True, type=_offset_spec,
+                         help="earliest, latest, earliest-local, latest-tiered or epoch ms")
+    offsets.add_argument("--json", action="store_true")
+
+    status = sub.add_parser("status", help="local and remote state of every partition")
+    status.add_argument("--config", required=True, metavar="FILE")
+    status.add_argument("--json", action="store_true")
+
+    configs = sub.add_parser("configs", help="per-topic overrides (kafka-configs.sh)")
+    configs.add_argument("--config", required=True, metavar="FILE")
+    configs.add_argument("--entity-type", default="topics", choices=("topics",))
+    configs.add_argument("--entity-name", "--topic", dest="entity_name", default=None)
+    configs.add_argument("--alter", action="store_true")
+    configs.add_argument("--describe", action="store_true")
+    configs.add_argument("--add-config", default=None, metavar="K=V[,K=V]")
+    configs.add_argument("--delete-config", default=None, metavar="K[,K]")
+    configs.add_argument("--all", action="store_true",
+                         help="with --describe: every config with its source")
+    configs.add_argument("--json", action="store_true")

@@ -1,0 +1,118 @@
+"""`run`: the RemoteLogManager over a broker's existing log dirs.
+
+    python -m engine run --config FILE [--until-idle]
+
+Loads and validates the broker file and the stored topic overrides (nothing is opened on
+a bad one), locks the log dirs, opens the logs (recovering them after a crash), and:
+
+- long-lived (default): starts the RLM's copy and expiration tasks (every
+  `remote.log.manager.task.interval.ms`), runs local retention (`LogManager.cleanup_logs`)
+  every `log.retention.check.interval.ms`, checkpoints log start offsets after it, and
+  applies topic overrides changed with `configs --alter` while it runs. SIGTERM or SIGINT
+  stops it: the RLM is closed first (its current copy finishes or is aborted, leaving
+  COPY_SEGMENT_STARTED that the next run cleans up), then the logs are closed cleanly.
+- `--until-idle`: synchronous passes (`run_once`) until nothing is left to copy or expire,
+  then the same clean shutdown. A signal stops it after the current pass.
+
+Progress goes to stderr, one line per pass that did something; exit status 0 on a clean
+stop, 1 when the last pass still had errors.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from engine.cli._broker import apply_topic_overrides, cli_errors, open_broker
+from engine.config import ConfigError, load_broker_config
+
+__all__ = ["run"]
+
+
+def _install_stop_handlers(stop: threading.Event) -> dict:
+    previous = {}
+
+    def handler(signum, frame):
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def _store_stamp(path: str):
+    try:
+        st = os.stat(path)
+        return st.st_mtime_ns, st.st_size, st.st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _summary_line(summary) -> str:
+    return (f"copied {summary.copied_segments} segment(s) ({summary.copied_bytes} bytes), "
+            f"deleted {summary.deleted_remote_segments} remote and "
+            f"{summary.deleted_local_segments} local segment(s)"
+            + (f", {len(summary.errors)} error(s): {summary.errors[0]}"
+               if summary.errors else ""))
+
+
+@cli_errors
+def run(args) -> int:
+    broker = load_broker_config(args.config)
+    if not broker["remote.log.storage.system.enable"]:
+        raise ConfigError("remote.log.storage.system.enable", False,
+                          "run needs tiered storage enabled", file=args.config)
+    stop = threading.Event()
+    previous = _install_stop_handlers(stop)
+    status = 0
+    try:
+        with open_broker(args.config) as session:
+            rlm = session.remote_log_manager()
+            manager = session.log_manager
+            print(f"run: {len(manager.partitions())} partition(s) in "
+                  f"{', '.join(map(str, manager.log_dirs))}", file=sys.stderr, flush=True)
+            if args.until_idle:
+                passes = 0
+                while not stop.is_set():
+                    summary = rlm.run_once()
+                    passes += 1
+                    if (summary.copied_segments or summary.deleted_remote_segments
+                            or summary.deleted_local_segments or summary.errors):
+                        print(f"pass {passes}: {_summary_line(summary)}", file=sys.stderr,
+                              flush=True)
+                    status = 1 if summary.errors else 0
+                    if rlm.is_idle():
+                        break
+                    if summary.errors:  # back off as the RLM's retry does
+                        stop.wait(broker["remote.log.manager.task.retry.backoff.ms"] / 1000)
+            else:
+                rlm.start()
+                retention_every = broker["log.retention.check.interval.ms"] / 1000
+                next_cleanup = time.monotonic() + retention_every
+                stamp = _store_stamp(session.store.path)
+                while not stop.wait(min(1.0, retention_every)):
+                    new_stamp = _store_stamp(session.store.path)
+                    if new_stamp != stamp:
+                        stamp = new_stamp
+                        try:
+                            session.store.read()
+                            for topic in apply_topic_overrides(manager, session.store):
+                                print(f"run: applied topic config of {topic}",
+                                      file=sys.stderr, flush=True)
+                        except ConfigError as exc:  # keep running on the last good config
+                            print(f"run: topic config not applied: {exc}", file=sys.stderr,
+                                  flush=True)
+                    if time.monotonic() >= next_cleanup:
+                        manager.cleanup_logs()
+                        manager.checkpoint_log_start_offsets()
+                        next_cleanup = time.monotonic() + retention_every
+            print("run: stopping: closing the remote log manager and the logs",
+                  file=sys.stderr, flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("run: stopped cleanly", file=sys.stderr, flush=True)
+    return status

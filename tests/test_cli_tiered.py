@@ -1,0 +1,270 @@
+"""The operator's commands: configs, run, fetch, list-offsets, status (most in-process
+through engine.cli.main; a few as real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.cli import main
+from engine.cli.configs import parse_add_config
+from engine.config import TOPIC_CONFIG_STORE_FILE, ConfigError
+from engine.log.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BROKER = """\
+log.dirs={d1},{d2}
+remote.log.storage.system.enable=true
+rsm.config.dirs={tier}
+log.segment.bytes=4096
+log.retention.ms=-1
+log.local.retention.bytes=8192
+remote.log.manager.task.interval.ms=100
+"""
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """A broker file over two log dirs and a filesystem tier, with topic `orders` (two
+    partitions) created and shut down cleanly."""
+    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
+    for d in dirs.values():
+        d.mkdir()
+    path = tmp_path / "server.properties"
+    path.write_text(BROKER.format(**dirs))
+    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
+        for p in (0, 1):
+            manager.get_or_create_log("orders", p)
+    return str(path), dirs
+
+
+def _snapshot(dirs) -> dict:
+    """Every file's name and bytes under the log dirs (to show nothing was touched)."""
+    out = {}
+    for key in ("d1", "d2"):
+        for root, _, files in os.walk(dirs[key]):
+            for name in files:
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    out[path] = f.read()
+    return out
+
+
+def test_parse_add_config_kafka_syntax():
+    assert parse_add_config("a=1,b=[x,y],c=") == {"a": "1", "b": "x,y", "c": ""}
+    for bad in ("novalue", "a=[x,y", "a=[x]y", "=1"):
+        with pytest.raises(ConfigError):
+            parse_add_config(bad)
+
+
+def test_configs_alter_describe_delete(broker, capsys):
+    path, dirs = broker
+    assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
+                 "--add-config", "remote.storage.enable=true,local.retention.ms=60000,"
+                 "retention.ms=600000,cleanup.policy=[delete]"]) == 0
+    assert "Completed updating config for topic orders." in capsys.readouterr().out
+    stored = json.loads((dirs["d1"] / TOPIC_CONFIG_STORE_FILE).read_text())
+    assert stored["topics"]["orders"] == {
+        "cleanup.policy": "delete", "local.retention.ms": "60000", "remote.storage.enable":
+        "true", "retention.ms": "600000"}
+    assert main(["configs", "--config", path, "--topic", "orders", "--describe"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Dynamic configs for topic orders are:"
+    assert "  local.retention.ms=60000" in out
+    assert main(["configs", "--config", path, "--entity-name", "orders", "--describe",
+                 "--all", "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)["orders"]
+    assert described["local.retention.ms"] == {"value": 60000, "source":
+                                               "DYNAMIC_TOPIC_CONFIG",
+                                               "source_key": "local.retention.ms"}
+    assert described["segment.bytes"]["source_key"] == "log.segment.bytes"
+    assert described["local.retention.bytes"]["value"] == 8192
+    assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
+                 "--delete-config", "local.retention.ms,cleanup.policy"]) == 0
+    stored = json.loads((dirs["d1"] / TOPIC_CONFIG_STORE_FILE).read_text())
+    assert stored["topics"]["orders"] == {"remote.storage.enable": "true",
+                                          "retention.ms": "600000"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--entity-name", "../x", "--alter", "--add-config", "retention.ms=1"], "illegal"),
+    (["--entity-name", "a/b", "--alter", "--add-config", "retention.ms=1"], "illegal"),
+    (["--entity-name", "nosuch", "--alter", "--add-config", "retention.ms=1"],
+     "does not exist"),
+    (["--entity-name", "orders", "--alter", "--add-config", "retention.mss=1"],
+     "did you mean 'retention.ms'"),
+    (["--entity-name", "orders", "--alter", "--add-config", "segment.bytes=big"],
+     "segment.bytes"),
+    (["--entity-name", "orders", "--alter", "--add-config",
+      "remote.storage.enable=true,retention.ms=1000,local.retention.ms=5000"],
+     "must be at most retention.ms"),
+    (["--entity-name", "orders", "--alter", "--add-config",
+      "remote.storage.enable=true,remote.log.copy.disable=true"],
+     "when copy is disabled"),
+    (["--entity-name", "orders", "--alter"], "--add-config or --delete-config"),
+    (["--entity-name", "orders", "--alter", "--describe"], "exactly one"),
+])
+def test_configs_bad_input_is_a_clear_error_and_touches_nothing(broker, capsys, argv,
+                                                                message):
+    path, dirs = broker
+    before = _snapshot(dirs)
+    assert main(["configs", "--config", path, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert _snapshot(dirs) == before
+    assert not (dirs["d1"] / TOPIC_CONFIG_STORE_FILE).exists()
+    assert not os.path.exists(os.path.join(os.path.dirname(path), "x"))
+
+
+def test_configs_needs_the_tiering_system_for_remote_storage(broker, tmp_path, capsys):
+    path, dirs = broker
+    off = tmp_path / "off.properties"
+    off.write_text(f"log.dirs={dirs['d1']},{dirs['d2']}\n")
+    assert main(["configs", "--config", str(off), "--entity-name", "orders", "--alter",
+                 "--add-config", "remote.storage.enable=true"]) == 2
+    assert "remote.log.storage.system.enable=true" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--until-idle"],
+    ["fetch", "--topic", "orders", "--partition", "0", "--offset", "0"],
+    ["list-offsets", "--topic", "orders", "--partition", "0", "--time", "latest"],
+    ["status"],
+])
+@pytest.mark.parametrize("edit, message", [
+    (lambda text: text + "log.retention.byte=5\n", "did you mean 'log.retention.bytes'"),
+    (lambda text: text + "retention.ms=5\n", "is a topic config"),
+    (lambda text: text.replace("/d2", "/d3"), "does not exist"),
+    (lambda text: text + "log.local.retention.bytes=x\n", "expected a long"),
+])
+def test_commands_refuse_a_bad_broker_file_before_opening_anything(broker, capsys, command,
+                                                                   edit, message):
+    path, dirs = broker
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(edit(text))
+    before = _snapshot(dirs)
+    assert (dirs["d1"] / CLEAN_SHUTDOWN_FILE).exists()
+    assert main([command[0], "--config", path, *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and path in err, err
+    assert _snapshot(dirs) == before  # the clean-shutdown markers are still there
+
+
+def test_commands_refuse_path_like_topics(broker, capsys):
+    path, dirs = broker
+    before = _snapshot(dirs)
+    for command in (["fetch", "--offset", "0"], ["list-offsets", "--time", "earliest"]):
+        assert main([command[0], "--config", path, "--topic", "../orders", "--partition", "0",
+                     *command[1:]]) == 2
+        assert "illegal" in capsys.readouterr().err
+    assert _snapshot(dirs) == before
+
+
+def test_stored_override_that_no_longer_passes_stops_the_start(broker, capsys):
+    path, dirs = broker
+    store = dirs["d1"] / TOPIC_CONFIG_STORE_FILE
+    store.write_text(json.dumps({"version": 1, "topics": {
+        "orders": {"remote.storage.enable": "true", "retention.ms": "1000",
+                   "local.retention.ms": "5000"}}}))
+    before = _snapshot(dirs)
+    assert main(["status", "--config", path]) == 2
+    err = capsys.readouterr().err
+    assert str(store) in err and "local.retention.ms" in err
+    assert _snapshot(dirs) == before
+
+
+def test_second_process_on_the_same_log_dirs_is_refused(broker):
+    """A live `run` holds the log dirs; `status` beside it fails at once, naming the dir."""
+    path, dirs = broker
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from engine.cli._broker import open_broker\n"
+         "s = open_broker(sys.argv[1])\nprint('ready', flush=True)\nsys.stdin.read()\n"
+         "s.close()\n", path],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        proc = subprocess.run([sys.executable, "-m", "engine", "status", "--config", path],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2
+        assert "in use by another process" in proc.stderr and str(dirs["d1"]) in proc.stderr
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=120) == 0
+    assert (dirs["d1"] / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def _fill(path, topic="orders", batches=60):
+    """Appends `batches` batches of 5 records to each partition of `topic` (4 KiB
+    segments: many of them), then shuts the logs down cleanly."""
+    from engine.config import load_broker_config
+    from engine.records import RecordBatchBuilder
+
+    broker = load_broker_config(path)
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        for tp in manager.partitions():
+            for _ in range(batches):
+                builder = RecordBatchBuilder()
+                for _ in range(5):
+                    builder.append(b"v" * 100, timestamp=1_600_000_000_000)
+                manager.append_as_leader(tp.topic, tp.partition, builder.build(), 0)
+
+
+def _tier_logs(dirs) -> int:
+    return sum(name.endswith(".log") for _, _, files in os.walk(dirs["tier"])
+               for name in files)
+
+
+@pytest.mark.parametrize("when", ["idle", "copying"])
+def test_run_stops_cleanly_on_sigterm(broker, when):
+    """`run` (long-lived) tiers in the background; SIGTERM stops it with status 0, the
+    logs closed cleanly (.kafka_cleanshutdown in both dirs), and a later run finds
+    nothing broken: every segment not yet copied gets copied, nothing is copied twice."""
+    import signal
+    import time
+
+    path, dirs = broker
+    assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
+                 "--add-config", "remote.storage.enable=true"]) == 0
+    _fill(path)
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--config", path],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        target = 1 if when == "copying" else 10
+        while _tier_logs(dirs) < target and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if when == "idle":  # wait for the copies to settle
+            last = -1
+            while _tier_logs(dirs) != last and time.monotonic() < deadline:
+                last = _tier_logs(dirs)
+                time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped cleanly" in err
+    for d in ("d1", "d2"):
+        assert (dirs[d] / CLEAN_SHUTDOWN_FILE).exists()
+    first = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
+                            "--until-idle"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr
+    status = subprocess.run([sys.executable, "-m", "engine", "status", "--config", path,
+                             "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    rows = json.loads(status.stdout)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["copy_lag_segments"] == 0 and row["remote_segments"] >= 5
+        assert row["remote_metadata_entries"] >= row["remote_segments"]
+    if when == "idle":  # everything was copied before the stop: the restart copies nothing
+        assert "copied" not in first.stderr

@@ -11,7 +11,7 @@ Kafka's rules kept here:
   during loading or later is never taken for a clean shutdown; every `<topic>-<partition>`
   directory opens as a `UnifiedLog` with the dir's recovery point and log start offset for
   it (a missing or unreadable checkpoint means 0: everything is scanned). Directories whose
-  names are not partition names (such as `<topic>-<partition>.<id>-delete`) are skipped.
+  names are not partition names are skipped, and so is KRaft's `__cluster_metadata-0`.
 - Placement: a new partition goes to the online dir holding the fewest partitions; ties
   go to the dir listed first (Kafka's nextLogDirs).
 - Topic names: Kafka's rules (`validate_topic_name`).
@@ -88,6 +88,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _INT32_MAX = 2**31 - 1
+#: KRaft's metadata topic: its log is the raft layer's, never loaded here (Kafka's rule).
+METADATA_TOPIC = "__cluster_metadata"
 #: `<topic>-<partition>.<32 hex uuid>-delete`: a partition directory being deleted.
 _DELETE_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-delete$")
 
@@ -225,6 +227,11 @@ class LogManager:
                 tp = parse_partition_dir_name(name)
                 if tp is None:
                     log.info("Skipping %s in log dir %s: not a partition directory", name,
+                             log_dir)
+                    continue
+                if tp.topic == METADATA_TOPIC:
+                    # KRaft's metadata log belongs to the raft layer, not to the LogManager.
+                    log.info("Skipping %s in log dir %s: the KRaft metadata log", name,
                              log_dir)
                     continue
                 found.append(tp)

@@ -337,6 +337,10 @@ class UnifiedLog:
         else:
             self._log_start_offset = max(first, int(log_start_offset or 0))
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
+        # Kafka's LogLoader: after a clean shutdown with nothing recovered, everything up to
+        # the log end is known to be flushed.
+        if clean_shutdown and not recovered:
+            self.recovery_point = self.log_end_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)

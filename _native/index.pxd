@@ -54,6 +54,7 @@ cdef extern from "src/index.h" nogil:
         IX_TIME_INDEX_FULL
         IX_TIME_OFFSET_DECREASING
         IX_SIZE_INVALID
+        IX_TIME_DECREASING
 
     int ix_rebuild(const int64_t *sizes, const int64_t *last_offsets,
                    const int64_t *max_timestamps, ptrdiff_t n, int64_t base_offset,
@@ -61,3 +62,10 @@ cdef extern from "src/index.h" nogil:
                    ptrdiff_t max_time_entries, int64_t *offset_keys, int64_t *offset_positions,
                    ptrdiff_t *n_offset, int64_t *time_keys, int64_t *time_offsets,
                    ptrdiff_t *n_time, ptrdiff_t *failed)
+    int ix_append_offsets(uint8_t *entries, ptrdiff_t n, ptrdiff_t capacity,
+                          int64_t base_offset, const int64_t *offsets,
+                          const int64_t *positions, ptrdiff_t m, ptrdiff_t *failed)
+    int ix_maybe_append_times(uint8_t *entries, ptrdiff_t n, ptrdiff_t capacity,
+                              int64_t base_offset, const int64_t *timestamps,
+                              const int64_t *offsets, ptrdiff_t m, int skip_full_check,
+                              ptrdiff_t *appended, ptrdiff_t *failed)

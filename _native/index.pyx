@@ -26,7 +26,12 @@ bases of `engine.log.OffsetIndex` / `TimeIndex`, which add file handling and app
 """
 
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (
+    PyBUF_SIMPLE,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
 from libc.stddef cimport ptrdiff_t
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint64_t
 
@@ -39,7 +44,7 @@ from engine._native.errors import IndexFullError, InvalidOffsetError
 __all__ = [
     "OffsetPosition", "TimestampOffset", "OffsetIndexCore", "TimeIndexCore", "IndexFullError",
     "OFFSET_ENTRY_SIZE", "TIME_ENTRY_SIZE", "WARM_BYTES", "NO_TIMESTAMP",
-    "offset_index_slots", "time_index_slots", "rebuild_entries",
+    "offset_index_slots", "time_index_slots", "rebuild_entries", "append_status_message",
 ]
 
 OFFSET_ENTRY_SIZE = IX_OFFSET_ENTRY_SIZE
@@ -52,6 +57,8 @@ cdef enum:
     _TABLE_MIN_ENTRIES = 2048
     # A table is built once the searches since the last decision reach entries / this.
     _TABLE_CREDIT_DIVISOR = 8
+    # Bulk appends of at least this many entries release the GIL.
+    _NOGIL_MIN_ENTRIES = 4096
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +171,22 @@ cdef str _rebuild_message(int status):
     return "batch size below the 12-byte log overhead"
 
 
+def append_status_message(int status):
+    """Words for an IX status of `_append_entry` / `_maybe_append_entry` and friends."""
+    if status == IX_TIME_DECREASING:
+        return "timestamp below the last entry's"
+    return _rebuild_message(status)
+
+
+STATUS_OFFSET_NOT_INCREASING = IX_OFFSET_NOT_INCREASING
+STATUS_OFFSET_OVERFLOW = IX_OFFSET_OVERFLOW
+STATUS_POSITION_OVERFLOW = IX_POSITION_OVERFLOW
+STATUS_OFFSET_INDEX_FULL = IX_OFFSET_INDEX_FULL
+STATUS_TIME_INDEX_FULL = IX_TIME_INDEX_FULL
+STATUS_TIME_OFFSET_DECREASING = IX_TIME_OFFSET_DECREASING
+STATUS_TIME_DECREASING = IX_TIME_DECREASING
+
+
 def rebuild_entries(const int64_t[::1] sizes, const int64_t[::1] last_offsets,
                     const int64_t[::1] max_timestamps, int64_t base_offset,
                     int64_t interval_bytes, Py_ssize_t max_offset_entries,
@@ -237,6 +260,7 @@ cdef class _IndexCore:
     cdef Py_buffer _view
     cdef bint _bound
     cdef const uint8_t *_data
+    cdef uint8_t *_wdata           # _data when the export is writable, else NULL
     cdef ptrdiff_t _entries
     cdef ptrdiff_t _capacity
     cdef ptrdiff_t _entry_size
@@ -254,6 +278,7 @@ cdef class _IndexCore:
     def __cinit__(self, *args, **kwargs):
         self._bound = False
         self._data = NULL
+        self._wdata = NULL
         self._table = NULL
         self._refused_at = -1
 
@@ -284,6 +309,7 @@ cdef class _IndexCore:
             PyBuffer_Release(&self._view)
             self._bound = False
         self._data = NULL
+        self._wdata = NULL
         self._entries = 0
         self._capacity = 0
         return 0
@@ -294,8 +320,13 @@ cdef class _IndexCore:
         ValueError if the buffer holds fewer entries; BufferError if a search runs.
         """
         cdef Py_buffer view
+        cdef bint writable = True
         self._check_idle()
-        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
+        except Exception:  # read-only exporter (bytes, ACCESS_READ mmap): searches only
+            writable = False
+            PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
         capacity = view.len // self._entry_size
         if entries < 0 or entries > capacity:
             PyBuffer_Release(&view)
@@ -304,6 +335,7 @@ cdef class _IndexCore:
         self._view = view
         self._bound = True
         self._data = <const uint8_t *>view.buf
+        self._wdata = <uint8_t *>view.buf if writable else NULL
         self._capacity = capacity
         self._entries = entries
         self._base_offset = base_offset
@@ -321,6 +353,23 @@ cdef class _IndexCore:
     def _idle(self):
         """True when no search runs without the GIL (none can start while draining)."""
         return self._readers == 0
+
+    cdef int _check_writable(self) except -1:
+        if self._wdata == NULL:
+            raise ValueError("append to an index whose buffer is closed or read-only")
+        return 0
+
+    cdef void _publish(self, ptrdiff_t appended) noexcept:
+        """Counts entries just written past the end (searches never read past the count, so
+        they see either none or all of them)."""
+        if appended > 0:
+            self._entries += appended
+            self._refused_at = -1
+
+    @property
+    def _buffer_writable(self):
+        """Whether the bound buffer accepts appends."""
+        return self._wdata != NULL
 
     def _set_entries(self, ptrdiff_t entries):
         """Sets the entry count after an append (grow) or truncation (shrink; BufferError while
@@ -560,6 +609,41 @@ cdef class OffsetIndexCore(_IndexCore):
             return None
         return self._at(slot)
 
+    def _append_entry(self, int64_t offset, int64_t position):
+        """OffsetIndex.append's checks and write in one step; returns an IX status (0 when
+        appended; see `append_status_message`). The caller serializes mutations."""
+        cdef ptrdiff_t failed
+        self._check_writable()
+        cdef int status = ix_append_offsets(self._wdata, self._entries, self._capacity,
+                                            self._base_offset, &offset, &position, 1, &failed)
+        if status == IX_OK:
+            self._publish(1)
+        return status
+
+    def _append_entries(self, const int64_t[::1] offsets, const int64_t[::1] positions):
+        """`_append_entry` for every pair, all or nothing: returns (status, failed entry or
+        -1). GIL released for long arrays."""
+        cdef ptrdiff_t m = offsets.shape[0], failed = -1
+        cdef int status
+        if positions.shape[0] != m:
+            raise ValueError(f"{m} offsets but {positions.shape[0]} positions")
+        self._check_writable()
+        if m == 0:
+            return IX_OK, -1
+        if m < _NOGIL_MIN_ENTRIES:
+            status = ix_append_offsets(self._wdata, self._entries, self._capacity,
+                                       self._base_offset, &offsets[0], &positions[0], m, &failed)
+        else:
+            self._readers += 1  # holds off _bind/_unbind while the GIL is away
+            with nogil:
+                status = ix_append_offsets(self._wdata, self._entries, self._capacity,
+                                           self._base_offset, &offsets[0], &positions[0], m,
+                                           &failed)
+            self._readers -= 1
+        if status == IX_OK:
+            self._publish(m)
+        return status, failed
+
     def _count_below(self, int64_t offset):
         """Number of entries whose offset < `offset` (the entries truncate_to keeps)."""
         self._check_open()
@@ -634,6 +718,44 @@ cdef class TimeIndexCore(_IndexCore):
     def last_entry(self):
         """The last entry, or (-1, base_offset) when empty (Kafka's lastEntryFromIndexFile)."""
         return self._at(self._entries - 1)
+
+    def _maybe_append_entry(self, int64_t timestamp, int64_t offset, bint skip_full_check=False):
+        """TimeIndex.maybeAppend's checks and write in one step; returns an IX status (0 when
+        appended or skipped). The caller serializes mutations."""
+        cdef ptrdiff_t failed, appended
+        self._check_writable()
+        cdef int status = ix_maybe_append_times(self._wdata, self._entries, self._capacity,
+                                                self._base_offset, &timestamp, &offset, 1,
+                                                skip_full_check, &appended, &failed)
+        if status == IX_OK:
+            self._publish(appended)
+        return status
+
+    def _maybe_append_entries(self, const int64_t[::1] timestamps, const int64_t[::1] offsets,
+                              bint skip_full_check=False):
+        """`_maybe_append_entry` for every pair in turn, all or nothing: returns (status,
+        failed pair or -1). GIL released for long arrays."""
+        cdef ptrdiff_t m = timestamps.shape[0], failed = -1, appended = 0
+        cdef int status
+        if offsets.shape[0] != m:
+            raise ValueError(f"{m} timestamps but {offsets.shape[0]} offsets")
+        self._check_writable()
+        if m == 0:
+            return IX_OK, -1
+        if m < _NOGIL_MIN_ENTRIES:
+            status = ix_maybe_append_times(self._wdata, self._entries, self._capacity,
+                                           self._base_offset, &timestamps[0], &offsets[0], m,
+                                           skip_full_check, &appended, &failed)
+        else:
+            self._readers += 1
+            with nogil:
+                status = ix_maybe_append_times(self._wdata, self._entries, self._capacity,
+                                               self._base_offset, &timestamps[0], &offsets[0],
+                                               m, skip_full_check, &appended, &failed)
+            self._readers -= 1
+        if status == IX_OK:
+            self._publish(appended)
+        return status, failed
 
     def _count_below(self, int64_t offset):
         """Number of entries whose offset < `offset` (the entries truncate_to keeps)."""

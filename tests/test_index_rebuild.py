@@ -186,6 +186,26 @@ def test_rebuild_reproduces_real_kafka_indexes(commit, partition):
     assert encode_time_index(time_entries, 0) == segment.with_suffix(".timeindex").read_bytes()
 
 
+@pytest.mark.parametrize("commit, partition", [
+    ("510714e", "__cluster_metadata-0"), ("510714e", "foo-0"), ("e856b9a", "foo-0")])
+def test_segment_recovery_writes_kafkas_index_files(tmp_path, commit, partition):
+    # the whole recovery path (scan, rebuild, bulk writes into the mapped files, final time
+    # entry, trim on close) on a copy of the segment, with its index files deleted first
+    import shutil
+
+    from engine.log import LogSegment
+    source = DATADIR / commit / "kraft-combined-logs" / partition / "00000000000000000000"
+    if not source.with_suffix(".log").exists():
+        pytest.fail(f"conformance vectors not found at {source}")
+    shutil.copyfile(source.with_suffix(".log"), tmp_path / source.with_suffix(".log").name)
+    segment = LogSegment.open(tmp_path, 0)
+    assert segment.recover() == 0
+    segment.close()
+    for suffix in (".index", ".timeindex"):
+        assert (tmp_path / source.with_suffix(suffix).name).read_bytes() == \
+            source.with_suffix(suffix).read_bytes(), suffix
+
+
 def test_live_kafka_index_with_a_restart_differs_as_expected(tmp_path):
     # e856b9a's metadata log was written by two broker runs (leader epoch 2 starts at 81). A
     # clean shutdown appended the final time entry (max so far, offset 80) and the restart

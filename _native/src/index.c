@@ -334,3 +334,70 @@ int ix_rebuild(const int64_t *sizes, const int64_t *last_offsets, const int64_t 
     if (status != IX_OK) *failed = i;
     return status;
 }
+
+/* ---- appends ----------------------------------------------------------------------------- */
+
+int ix_append_offsets(uint8_t *entries, ptrdiff_t n, ptrdiff_t capacity, int64_t base_offset,
+                      const int64_t *offsets, const int64_t *positions, ptrdiff_t m,
+                      ptrdiff_t *failed)
+{
+    ptrdiff_t i;
+    int64_t last = INT64_MIN;
+    *failed = -1;
+    if (n < 0 || n > capacity) { *failed = 0; return IX_OFFSET_INDEX_FULL; }
+    if (n > 0) last = base_offset + kb_load_i32(entries + (n - 1) * IX_OFFSET_ENTRY_SIZE);
+    /* check everything first: nothing is written unless every entry fits */
+    for (i = 0; i < m; i++) {
+        int status = IX_OK;
+        if (n + i >= capacity) status = IX_OFFSET_INDEX_FULL;
+        else if ((n + i > 0) && offsets[i] <= last) status = IX_OFFSET_NOT_INCREASING;
+        else if (!ix_fits_relative(offsets[i], base_offset)) status = IX_OFFSET_OVERFLOW;
+        else if (positions[i] < 0 || positions[i] > INT32_MAX) status = IX_POSITION_OVERFLOW;
+        if (status != IX_OK) { *failed = i; return status; }
+        last = offsets[i];
+    }
+    for (i = 0; i < m; i++) {
+        uint8_t *e = entries + (n + i) * IX_OFFSET_ENTRY_SIZE;
+        kb_store_u32(e, (uint32_t)(offsets[i] - base_offset));
+        kb_store_u32(e + 4, (uint32_t)positions[i]);
+    }
+    return IX_OK;
+}
+
+int ix_maybe_append_times(uint8_t *entries, ptrdiff_t n, ptrdiff_t capacity, int64_t base_offset,
+                          const int64_t *timestamps, const int64_t *offsets, ptrdiff_t m,
+                          int skip_full_check, ptrdiff_t *appended, ptrdiff_t *failed)
+{
+    ptrdiff_t i, k = n;
+    int64_t last_ts = IX_NO_TIMESTAMP, last_offset = base_offset;
+    *failed = -1;
+    *appended = 0;
+    if (n < 0 || n > capacity) { *failed = 0; return IX_TIME_INDEX_FULL; }
+    if (n > 0) {
+        const uint8_t *e = entries + (n - 1) * IX_TIME_ENTRY_SIZE;
+        last_ts = kb_load_i64(e);
+        last_offset = base_offset + kb_load_i32(e + 8);
+    }
+    /* entries are written past the count as they pass, and the caller publishes them only
+     * when all did: a failure leaves the index as it was */
+    for (i = 0; i < m; i++) {
+        int status = IX_OK;
+        if (!skip_full_check && k >= capacity - 1) status = IX_TIME_INDEX_FULL;
+        else if (k > 0 && offsets[i] < last_offset) status = IX_TIME_OFFSET_DECREASING;
+        else if (k > 0 && timestamps[i] < last_ts) status = IX_TIME_DECREASING;
+        if (status != IX_OK) { *failed = i; return status; }
+        if (timestamps[i] <= last_ts)
+            continue; /* equal (or -1 on an empty index): nothing to record */
+        if (!ix_fits_relative(offsets[i], base_offset)) status = IX_OFFSET_OVERFLOW;
+        else if (k >= capacity) status = IX_TIME_INDEX_FULL;
+        if (status != IX_OK) { *failed = i; return status; }
+        uint8_t *e = entries + k * IX_TIME_ENTRY_SIZE;
+        kb_store_u64(e, (uint64_t)timestamps[i]);
+        kb_store_u32(e + 8, (uint32_t)(offsets[i] - base_offset));
+        last_ts = timestamps[i];
+        last_offset = offsets[i];
+        k++;
+    }
+    *appended = k - n;
+    return IX_OK;
+}

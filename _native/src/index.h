@@ -72,7 +72,8 @@ enum {
     IX_OFFSET_INDEX_FULL = 4,
     IX_TIME_INDEX_FULL = 5,
     IX_TIME_OFFSET_DECREASING = 6, /* a time-index offset below the previous entry's */
-    IX_SIZE_INVALID = 7            /* a batch size below the 12-byte log overhead */
+    IX_SIZE_INVALID = 7,           /* a batch size below the 12-byte log overhead */
+    IX_TIME_DECREASING = 8         /* a timestamp below the previous time-index entry's */
 };
 
 /*
@@ -84,5 +85,26 @@ int ix_rebuild(const int64_t *sizes, const int64_t *last_offsets, const int64_t 
                ptrdiff_t max_offset_entries, ptrdiff_t max_time_entries,
                int64_t *offset_keys, int64_t *offset_positions, ptrdiff_t *n_offset,
                int64_t *time_keys, int64_t *time_offsets, ptrdiff_t *n_time, ptrdiff_t *failed);
+
+/*
+ * OffsetIndex.append of m entries (absolute offsets) after the first n of an index of
+ * `capacity` slots: Kafka's checks (a free slot, offsets strictly increasing, offset - base
+ * and position within int32), all before anything is written. On IX_OK the caller publishes
+ * the count n + m; otherwise *failed is the entry that failed and nothing was written.
+ */
+int ix_append_offsets(uint8_t *entries, ptrdiff_t n, ptrdiff_t capacity, int64_t base_offset,
+                      const int64_t *offsets, const int64_t *positions, ptrdiff_t m,
+                      ptrdiff_t *failed);
+
+/*
+ * TimeIndex.maybeAppend of m (timestamp, offset) pairs in turn after the first n entries:
+ * the full check keeps the last slot free unless skip_full_check; an offset or timestamp
+ * below the last entry's fails; a timestamp not above the last one is skipped. Entries are
+ * written past the count; on IX_OK the caller publishes n + *appended, otherwise *failed is
+ * the pair that failed and the count must stay n.
+ */
+int ix_maybe_append_times(uint8_t *entries, ptrdiff_t n, ptrdiff_t capacity, int64_t base_offset,
+                          const int64_t *timestamps, const int64_t *offsets, ptrdiff_t m,
+                          int skip_full_check, ptrdiff_t *appended, ptrdiff_t *failed);
 
 #endif

@@ -199,7 +199,7 @@ class AbstractIndex:
 
     def is_full(self) -> bool:
         """True when no slot is free (the time index overrides: it keeps one in reserve)."""
-        return self.entries >= self.max_entries
+        return self.entries >= self._bound_capacity
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether offset - base_offset fits the int32 relative-offset field."""

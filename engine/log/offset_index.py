@@ -20,7 +20,16 @@ import struct
 
 import numpy as np
 
-from engine._native.index import IndexFullError, OffsetIndexCore, OffsetPosition
+from engine._native.index import (
+    STATUS_OFFSET_INDEX_FULL,
+    STATUS_OFFSET_NOT_INCREASING,
+    STATUS_OFFSET_OVERFLOW,
+    STATUS_POSITION_OVERFLOW,
+    IndexFullError,
+    OffsetIndexCore,
+    OffsetPosition,
+    append_status_message,
+)
 from engine.errors import CorruptIndexError, InvalidOffsetError
 from engine.log._abstract_index import INT32_MAX, AbstractIndex
 
@@ -61,22 +70,50 @@ class OffsetIndex(AbstractIndex, OffsetIndexCore):
         """
         with self._lock:
             self._require_writable("append")
-            n = self.entries
-            if n >= self.max_entries:
-                raise IndexFullError(f"cannot append to full {self.KIND} {self._file}: "
-                                     f"{n} entries of {self.max_entries}", file=self._file,
-                                     position=n * self.ENTRY_SIZE, offset=offset)
-            if n and offset <= self.last_offset:
-                raise InvalidOffsetError(
-                    f"cannot append offset {offset} at slot {n} of {self.KIND} {self._file}: "
-                    f"not above the last offset {self.last_offset}", file=self._file,
-                    position=n * self.ENTRY_SIZE, offset=offset)
-            relative = self._relative_offset(offset, InvalidOffsetError)
-            if not 0 <= position <= INT32_MAX:
+            try:
+                status = self._append_entry(offset, position)
+            except OverflowError:  # beyond int64: no field can hold it
+                self._relative_offset(offset, InvalidOffsetError)
                 raise ValueError(f"position {position} outside [0, {INT32_MAX}] for offset "
-                                 f"{offset} in {self.KIND} {self._file}")
-            _ENTRY.pack_into(self._mmap, n * self.ENTRY_SIZE, relative, position)
-            self._set_entries(n + 1)
+                                 f"{offset} in {self.KIND} {self._file}") from None
+            if status:
+                self._raise_append(status, offset, position, self.entries)
+
+    def append_entries(self, offsets, positions) -> None:
+        """`append` of every (offsets[i], positions[i]) in one native step (int64 arrays),
+        all or nothing: recovery writes a rebuilt index this way. Raises as `append`, naming
+        the first entry that does not fit."""
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        with self._lock:
+            self._require_writable("append")
+            status, failed = self._append_entries(offsets, positions)
+            if status:
+                n = self.entries + failed
+                self._raise_append(status, int(offsets[failed]), int(positions[failed]), n,
+                                   int(offsets[failed - 1]) if failed else self.last_offset)
+
+    def _raise_append(self, status: int, offset: int, position: int, slot: int,
+                      last: int | None = None) -> None:
+        where = slot * self.ENTRY_SIZE
+        if status == STATUS_OFFSET_INDEX_FULL:
+            raise IndexFullError(f"cannot append to full {self.KIND} {self._file}: "
+                                 f"{slot} entries of {self.max_entries}", file=self._file,
+                                 position=where, offset=offset)
+        if status == STATUS_OFFSET_NOT_INCREASING:
+            last = self.last_offset if last is None else last
+            raise InvalidOffsetError(
+                f"cannot append offset {offset} at slot {slot} of {self.KIND} {self._file}: "
+                f"not above the last offset {last}", file=self._file, position=where,
+                offset=offset)
+        if status == STATUS_OFFSET_OVERFLOW:
+            self._relative_offset(offset, InvalidOffsetError)  # raises with the details
+        if status == STATUS_POSITION_OVERFLOW:
+            raise ValueError(f"position {position} outside [0, {INT32_MAX}] for offset "
+                             f"{offset} in {self.KIND} {self._file}")
+        raise InvalidOffsetError(f"cannot append offset {offset} at slot {slot} of {self.KIND} "
+                                 f"{self._file}: {append_status_message(status)}",
+                                 file=self._file, position=where, offset=offset)
 
     def sanity_check(self) -> None:
         """Kafka's checks on a loaded offset index.

@@ -220,7 +220,7 @@ class LogSegment:
     # -- appending -----------------------------------------------------------------------
 
     def append(self, largest_offset: int, largest_timestamp: int,
-               shallow_offset_of_max_timestamp: int, records) -> None:
+               shallow_offset_of_max_timestamp: int, records, headers=None) -> None:
         """Appends whole batches (Kafka's LogSegment.append) at the end of the `.log`.
 
         Args:
@@ -228,44 +228,76 @@ class LogSegment:
             largest_timestamp: the max timestamp in `records` (ms, -1 for none).
             shallow_offset_of_max_timestamp: last offset of the batch holding it.
             records: the bytes of one or more whole batches.
+            headers: the caller's scan rows of `records` (BATCH_HEADER_DTYPE, positions
+                relative to `records`), saving a second scan. Each v2 batch is written with
+                the base offset and partition leader epoch of its row (the leader assigns
+                them in the rows, see `engine._native.records.assign_offsets`); the input
+                bytes are not modified. Without rows the bytes are written as they are.
 
         Raises:
             LogSegmentOffsetOverflowError: largest_offset does not fit relative to the base.
             InvalidRecordError: `records` does not end on a batch boundary.
+            ValueError: `headers` do not tile `records`.
             IndexFullError / InvalidOffsetError: from the indexes (the log should have rolled,
                 or offsets went backwards). Nothing is written to the `.log` then.
+            OSError: the write failed; the `.log` is cut back to its previous size.
         """
-        data = memoryview(records).cast("B")
-        if not data.nbytes:
+        if type(records) is not bytes and type(records) is not bytearray:
+            records = memoryview(records).cast("B")
+        size = len(records)
+        if not size:
             return
         with self._lock:
-            self._require_open("append")
-            self._ensure_offset_in_range(largest_offset)
-            headers, valid = _records.scan(data, False)
-            if valid != data.nbytes:
-                raise InvalidRecordError(
-                    f"records appended to {self._log_path} end with a partial batch: "
-                    f"{data.nbytes - valid} of {data.nbytes} bytes", file=self._log_path,
-                    position=self._size + valid)
+            if self._closed:
+                self._require_open("append")
+            if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+                self._ensure_offset_in_range(largest_offset)
+            if headers is None:
+                headers, valid = _records.scan(records, False)
+                if valid != size:
+                    raise InvalidRecordError(
+                        f"records appended to {self._log_path} end with a partial batch: "
+                        f"{size - valid} of {size} bytes", file=self._log_path,
+                        position=self._size + valid)
             position = self._size
-            if largest_timestamp > self._max_timestamp:
-                self._max_timestamp = largest_timestamp
-                self._shallow_offset_of_max_timestamp = shallow_offset_of_max_timestamp
-            if self._bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(largest_offset, position)
-                self.time_index.maybe_append(self._max_timestamp,
-                                             self._shallow_offset_of_max_timestamp)
-                self._bytes_since_last_index_entry = 0
-            self._write(data)
-            self._bytes_since_last_index_entry += data.nbytes
+            max_timestamp = self._max_timestamp
+            shallow = self._shallow_offset_of_max_timestamp
+            if largest_timestamp > max_timestamp:
+                max_timestamp = largest_timestamp
+                shallow = shallow_offset_of_max_timestamp
+            indexed = self._bytes_since_last_index_entry > self.index_interval_bytes
+            offset_entries = self.offset_index.entries
+            time_entries = self.time_index.entries
+            try:
+                if indexed:
+                    self._append_index_entries(largest_offset, position, max_timestamp, shallow)
+                written = _records.write_batches(self._fd, records, headers, position)
+            except BaseException as exc:
+                # Nothing of a failed append may stay: its index entries would point past the
+                # end, and bytes that reached the file would not end on a batch boundary.
+                self.offset_index._truncate_to_entries(offset_entries)
+                self.time_index._truncate_to_entries(time_entries)
+                if isinstance(exc, OSError):
+                    os.ftruncate(self._fd, position)
+                raise
+            self._max_timestamp = max_timestamp
+            self._shallow_offset_of_max_timestamp = shallow
+            self._size = position + written
+            self._bytes_since_last_index_entry = \
+                written if indexed else self._bytes_since_last_index_entry + written
             if len(headers):
                 self._next_offset = int(headers["last_offset"][-1]) + 1
 
-    def _write(self, data: memoryview) -> None:
-        written = 0
-        while written < data.nbytes:
-            written += os.pwrite(self._fd, data[written:], self._size + written)
-        self._size += written
+    def _append_index_entries(self, offset: int, position: int, timestamp: int,
+                              timestamp_offset: int) -> None:
+        """OffsetIndex.append and TimeIndex.maybe_append through their native cores: every
+        index mutation runs under this segment's lock, so the indexes' own locks are not
+        needed here. A refusal is raised by the public method with its full message."""
+        offset_index, time_index = self.offset_index, self.time_index
+        if offset_index._append_entry(offset, position):
+            offset_index.append(offset, position)
+        if time_index._maybe_append_entry(timestamp, timestamp_offset, False):
+            time_index.maybe_append(timestamp, timestamp_offset)
 
     def resize_indexes(self, size: int | None = None) -> None:
         """Resizes both indexes' files (default: `max_index_size`, for an active segment)."""
@@ -350,6 +382,9 @@ class LogSegment:
 
     def next_offset(self) -> int:
         """The offset after the last batch (the base offset when empty)."""
+        known = self._next_offset  # one attribute read: no lock needed on the append path
+        if known is not None:
+            return known
         with self._lock:
             if self._next_offset is None:
                 view = self._view()
@@ -475,11 +510,9 @@ class LogSegment:
             self.offset_index.reset()
             self.time_index.reset()
             self.txn_index.reset()
-            for entry in offsets:
-                self.offset_index.append(int(entry["offset"]), int(entry["position"]))
-            for entry in times:
-                self.time_index.maybe_append(int(entry["timestamp"]), int(entry["offset"]),
-                                             skip_full_check=True)
+            self.offset_index.append_entries(offsets["offset"], offsets["position"])
+            self.time_index.maybe_append_entries(times["timestamp"], times["offset"],
+                                                 skip_full_check=True)
             self._bytes_since_last_index_entry = _bytes_after_last_entry(headers, offsets)
             self._set_max_from(headers)
             if producer_state is not None:

@@ -22,7 +22,16 @@ import struct
 
 import numpy as np
 
-from engine._native.index import IndexFullError, TimeIndexCore, TimestampOffset
+from engine._native.index import (
+    STATUS_OFFSET_OVERFLOW,
+    STATUS_TIME_DECREASING,
+    STATUS_TIME_INDEX_FULL,
+    STATUS_TIME_OFFSET_DECREASING,
+    IndexFullError,
+    TimeIndexCore,
+    TimestampOffset,
+    append_status_message,
+)
 from engine.errors import CorruptIndexError, InvalidOffsetError
 from engine.log._abstract_index import AbstractIndex
 
@@ -53,7 +62,7 @@ class TimeIndex(AbstractIndex, TimeIndexCore):
 
     def is_full(self) -> bool:
         """True when only the reserved last slot is free: entries >= max_entries - 1."""
-        return self.entries >= self.max_entries - 1
+        return self.entries >= self._bound_capacity - 1
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Appends (timestamp, offset) if timestamp is above the last entry's (Kafka's
@@ -72,32 +81,63 @@ class TimeIndex(AbstractIndex, TimeIndexCore):
         """
         with self._lock:
             self._require_writable("append")
-            n = self.entries
-            if not skip_full_check and self.is_full():
+            try:
+                status = self._maybe_append_entry(timestamp, offset, skip_full_check)
+            except OverflowError:  # beyond int64: no field can hold it
+                self._relative_offset(offset, InvalidOffsetError)
+                raise InvalidOffsetError(f"timestamp {timestamp} does not fit the int64 field "
+                                         f"of {self.KIND} {self._file}", file=self._file,
+                                         offset=offset) from None
+            if status:
+                self._raise_append(status, timestamp, offset, self.entries, self.last_entry,
+                                   skip_full_check)
+
+    def maybe_append_entries(self, timestamps, offsets, skip_full_check: bool = False) -> None:
+        """`maybe_append` of every (timestamps[i], offsets[i]) in turn, in one native step
+        (int64 arrays), all or nothing: recovery writes a rebuilt index this way. Raises as
+        `maybe_append`, naming the first pair that does not fit."""
+        timestamps = np.ascontiguousarray(timestamps, dtype=np.int64)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        with self._lock:
+            self._require_writable("append")
+            status, failed = self._maybe_append_entries(timestamps, offsets, skip_full_check)
+            if status:
+                # the pairs before `failed` were checked against one another, not the file:
+                # name the last of them that the index would have held
+                prev, slot = self.last_entry, self.entries
+                for i in range(failed):
+                    if timestamps[i] > prev.timestamp:
+                        prev = TimestampOffset(int(timestamps[i]), int(offsets[i]))
+                        slot += 1
+                self._raise_append(status, int(timestamps[failed]), int(offsets[failed]),
+                                   slot, prev, skip_full_check)
+
+    def _raise_append(self, status: int, timestamp: int, offset: int, slot: int,
+                      last: TimestampOffset, skip_full_check: bool) -> None:
+        where = slot * self.ENTRY_SIZE
+        if status == STATUS_TIME_INDEX_FULL:
+            if not skip_full_check:
                 raise IndexFullError(
-                    f"cannot append to full {self.KIND} {self._file}: {n} entries of "
+                    f"cannot append to full {self.KIND} {self._file}: {slot} entries of "
                     f"{self.max_entries} (the last slot is reserved)", file=self._file,
-                    position=n * self.ENTRY_SIZE, offset=offset)
-            last = self.last_entry
-            if n and offset < last.offset:
-                raise InvalidOffsetError(
-                    f"cannot append offset {offset} at slot {n} of {self.KIND} {self._file}: "
-                    f"below the last offset {last.offset}", file=self._file,
-                    position=n * self.ENTRY_SIZE, offset=offset)
-            if n and timestamp < last.timestamp:
-                raise InvalidOffsetError(
-                    f"cannot append timestamp {timestamp} at slot {n} of {self.KIND} "
-                    f"{self._file}: below the last timestamp {last.timestamp}",
-                    file=self._file, position=n * self.ENTRY_SIZE, offset=offset)
-            if timestamp <= last.timestamp:
-                return
-            relative = self._relative_offset(offset, InvalidOffsetError)
-            if n >= self.max_entries:
-                raise IndexFullError(f"no slot left in {self.KIND} {self._file}: {n} entries",
-                                     file=self._file, position=n * self.ENTRY_SIZE,
-                                     offset=offset)
-            _ENTRY.pack_into(self._mmap, n * self.ENTRY_SIZE, timestamp, relative)
-            self._set_entries(n + 1)
+                    position=where, offset=offset)
+            raise IndexFullError(f"no slot left in {self.KIND} {self._file}: {slot} entries",
+                                 file=self._file, position=where, offset=offset)
+        if status == STATUS_TIME_OFFSET_DECREASING:
+            raise InvalidOffsetError(
+                f"cannot append offset {offset} at slot {slot} of {self.KIND} {self._file}: "
+                f"below the last offset {last.offset}", file=self._file, position=where,
+                offset=offset)
+        if status == STATUS_TIME_DECREASING:
+            raise InvalidOffsetError(
+                f"cannot append timestamp {timestamp} at slot {slot} of {self.KIND} "
+                f"{self._file}: below the last timestamp {last.timestamp}",
+                file=self._file, position=where, offset=offset)
+        if status == STATUS_OFFSET_OVERFLOW:
+            self._relative_offset(offset, InvalidOffsetError)  # raises with the details
+        raise InvalidOffsetError(f"cannot append offset {offset} at slot {slot} of {self.KIND} "
+                                 f"{self._file}: {append_status_message(status)}",
+                                 file=self._file, position=where, offset=offset)
 
     def sanity_check(self) -> None:
         """Kafka's checks on a loaded time index.

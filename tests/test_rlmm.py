@@ -601,3 +601,21 @@ def test_failed_write_is_cut_back_and_reported(tmp_path, monkeypatch):
     rlmm.close()
     with open_rlmm(tmp_path) as again:
         assert state_of(again) == after
+
+
+def test_a_damaged_partition_does_not_stop_the_others(tmp_path):
+    with open_rlmm(tmp_path) as rlmm:
+        fill(rlmm)
+        fill(rlmm, TIP2, n=2)
+        good = state_of(rlmm, TIP2)
+    damaged = next(tmp_path.glob("orders-0-*/*.log"))
+    data = bytearray(damaged.read_bytes())
+    data[40] ^= 0xFF                      # inside an early entry: damage in the middle
+    damaged.write_bytes(data)
+    with open_rlmm(tmp_path) as rlmm:
+        rlmm.on_partition_leadership_changes([TIP, TIP2], [])
+        assert not rlmm.is_ready(TIP) and rlmm.is_ready(TIP2)
+        assert state_of(rlmm, TIP2) == good
+        with pytest.raises(CorruptRemoteLogMetadataError):
+            rlmm.add_remote_log_segment_metadata(seg(900, 901, {4: 900}))
+        assert damaged.read_bytes() == data

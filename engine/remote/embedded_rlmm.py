@@ -336,9 +336,14 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
                                         follower_partitions: Iterable[TopicIdPartition]
                                         ) -> None:
-        """Loads these partitions' metadata (already loaded ones stay as they are)."""
+        """Loads these partitions' metadata (already loaded ones stay as they are). A
+        partition that fails to load is logged and skipped: the others still load, and its
+        own calls raise the error (is_ready says False)."""
         for tip in [*leader_partitions, *follower_partitions]:
-            self._loaded(tip)
+            try:
+                self._loaded(tip)
+            except (OSError, ValueError):   # damaged files: CorruptRemoteLogMetadataError
+                log.exception("Could not load the remote log metadata of %s", tip)
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         """Drops these partitions from memory; their files stay and load again on use."""

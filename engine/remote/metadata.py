@@ -204,8 +204,9 @@ class RemoteLogSegmentMetadata:
         if update.remote_log_segment_id != self.remote_log_segment_id:
             raise ValueError(f"update for {update.remote_log_segment_id} applied to "
                              f"{self.remote_log_segment_id}")
-        _check_transition(RemoteLogSegmentState, self.state, update.state,
-                          str(self.remote_log_segment_id))
+        if not RemoteLogSegmentState.is_valid_transition(self.state, update.state):
+            _check_transition(RemoteLogSegmentState, self.state, update.state,
+                              str(self.remote_log_segment_id))
         return replace(self, state=update.state, event_timestamp_ms=update.event_timestamp_ms,
                        broker_id=update.broker_id,
                        custom_metadata=(update.custom_metadata

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine.errors import RemoteResourceNotFoundError
+from engine.log.checkpoint import Uuid
 from engine.remote.metadata import (
     IllegalStateTransitionError,
     RemoteLogSegmentId,
@@ -68,7 +69,9 @@ class EpochStateSnapshot:
 
 
 class RemoteLogLeaderEpochState:
-    """The segments holding offsets of one leader epoch."""
+    """The segments holding offsets of one leader epoch. Segments are named by any hashable
+    key (the cache uses the segment id's Uuid: one partition per cache, and a Uuid hashes
+    far faster than the whole RemoteLogSegmentId)."""
 
     __slots__ = ("_offset_to_id", "_starts", "_unreferenced", "highest_offset")
 
@@ -153,7 +156,7 @@ class RemoteLogMetadataCache:
 
     def __init__(self, topic_id_partition: TopicIdPartition):
         self.topic_id_partition = topic_id_partition
-        self._segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
+        self._segments: dict[Uuid, RemoteLogSegmentMetadata] = {}   # by segment id's Uuid
         self._epochs: dict[int, RemoteLogLeaderEpochState] = {}
         self._delete_metadata: RemotePartitionDeleteMetadata | None = None
 
@@ -170,15 +173,16 @@ class RemoteLogMetadataCache:
             raise IllegalStateTransitionError(
                 f"partition {self.topic_id_partition} is deleted: cannot add "
                 f"{metadata.remote_log_segment_id}")
-        existing = self._segments.get(metadata.remote_log_segment_id)
-        check_segment_transition(None if existing is None else existing.state, metadata.state,
-                                 str(metadata.remote_log_segment_id))
+        existing = self._segments.get(metadata.remote_log_segment_id.id)
+        source = None if existing is None else existing.state
+        if not _S.is_valid_transition(source, metadata.state):  # message built only if needed
+            check_segment_transition(source, metadata.state, str(metadata.remote_log_segment_id))
 
     def add_copy_in_progress_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Adds a segment whose copy starts (state COPY_SEGMENT_STARTED); adding the same
         segment again while it is still STARTED replaces its metadata."""
         self.check_add(metadata)
-        segment_id = metadata.remote_log_segment_id
+        segment_id = metadata.remote_log_segment_id.id
         previous = self._segments.get(segment_id)
         if previous is not None:  # a retried add may carry other epochs: forget the old ones
             for epoch, _ in previous.leader_epochs:
@@ -191,7 +195,7 @@ class RemoteLogMetadataCache:
         """The segment's metadata after `update`; raises what
         update_remote_log_segment_metadata would raise and changes nothing."""
         self._check_partition(update.topic_id_partition)
-        existing = self._segments.get(update.remote_log_segment_id)
+        existing = self._segments.get(update.remote_log_segment_id.id)
         if existing is None:
             raise RemoteResourceNotFoundError(
                 f"no remote log segment metadata found for {update.remote_log_segment_id}")
@@ -201,7 +205,7 @@ class RemoteLogMetadataCache:
                                            ) -> RemoteLogSegmentMetadata:
         """Moves a segment to `update.state`; returns its new metadata."""
         metadata = self.check_update(update)
-        segment_id = metadata.remote_log_segment_id
+        segment_id = metadata.remote_log_segment_id.id
         state = metadata.state
         for epoch, start in metadata.leader_epochs:
             epoch_state = self._epoch_state(epoch)
@@ -265,7 +269,9 @@ class RemoteLogMetadataCache:
         return sorted(self._segments.values(), key=_start_offset)
 
     def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
-        return self._segments.get(segment_id)
+        if segment_id.topic_id_partition != self.topic_id_partition:
+            return None
+        return self._segments.get(segment_id.id)
 
     def __len__(self) -> int:
         return len(self._segments)
@@ -285,7 +291,18 @@ class RemoteLogMetadataCache:
         return iter(list(self._segments.values()))
 
     def epoch_states(self) -> list[EpochStateSnapshot]:
-        return [state.export(epoch) for epoch, state in sorted(self._epochs.items())]
+        """Every epoch's state, ascending, with full segment ids."""
+        out = []
+        for epoch, state in sorted(self._epochs.items()):
+            raw = state.export(epoch)
+            out.append(EpochStateSnapshot(
+                epoch, raw.highest_offset,
+                tuple((start, self._full_id(i)) for start, i in raw.referenced),
+                tuple(self._full_id(i) for i in raw.unreferenced)))
+        return out
+
+    def _full_id(self, uuid: Uuid) -> RemoteLogSegmentId:
+        return RemoteLogSegmentId(self.topic_id_partition, uuid)
 
     @classmethod
     def restore(cls, topic_id_partition: TopicIdPartition,
@@ -298,13 +315,16 @@ class RemoteLogMetadataCache:
         cache = cls(topic_id_partition)
         for metadata in segments:
             cache._check_partition(metadata.topic_id_partition)
-            cache._segments[metadata.remote_log_segment_id] = metadata
+            cache._segments[metadata.remote_log_segment_id.id] = metadata
         for snapshot in epoch_states:
             for segment_id in [i for _, i in snapshot.referenced] + list(snapshot.unreferenced):
-                if segment_id not in cache._segments:
+                if cache.segment(segment_id) is None:
                     raise ValueError(f"epoch {snapshot.epoch} names segment {segment_id}, "
                                      "which is not in the snapshot")
-            cache._epochs[snapshot.epoch] = RemoteLogLeaderEpochState.restore(snapshot)
+            cache._epochs[snapshot.epoch] = RemoteLogLeaderEpochState.restore(EpochStateSnapshot(
+                snapshot.epoch, snapshot.highest_offset,
+                tuple((start, i.id) for start, i in snapshot.referenced),
+                tuple(i.id for i in snapshot.unreferenced)))
         if delete_metadata is not None:
             cache._check_partition(delete_metadata.topic_id_partition)
         cache._delete_metadata = delete_metadata

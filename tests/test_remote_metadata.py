@@ -474,3 +474,29 @@ def test_directory_names():
     assert parse_partition_dir_name(partition_dir_name(dashed)) == dashed
     for name in (".lock", "topic-0", "topic-x-LWgrMmVrT0a__7a4SasuPA", "t-1-short"):
         assert parse_partition_dir_name(name) is None
+
+
+def test_bytes_match_the_documented_layout():
+    """docs/remote-log-metadata-format.md, assembled by hand."""
+    import struct
+
+    from engine.checksums import crc32c
+
+    sid = RemoteLogSegmentId(TIP, Uuid(5, 6))
+    md = RemoteLogSegmentMetadata(sid, 100, 199, 1234, 7, 99, 4096, {3: 100, 4: 150},
+                                  b"abc", txn_idx_empty=True)
+    body = (bytes([1, 0]) + bytes(Uuid(5, 6)) + struct.pack(">qqqiqi", 100, 199, 1234, 7, 99, 4096)
+            + bytes([0, 0b11]) + struct.pack(">i", 3) + b"abc" + struct.pack(">i", 2)
+            + struct.pack(">iqiq", 3, 100, 4, 150))
+    assert encode_event(md) == body
+    head = struct.pack(">II", len(body), crc32c(body))
+    assert encode_frame(body) == head + struct.pack(">I", crc32c(head)) + body
+    update = upd(md, S.DELETE_SEGMENT_FINISHED)                    # no custom metadata
+    assert encode_event(update) == (bytes([1, 1]) + bytes(Uuid(5, 6))
+                                    + struct.pack(">qibb", 2, 1, 3, 0))
+    delete = RemotePartitionDeleteMetadata(TIP, D.DELETE_PARTITION_STARTED, 77, 2)
+    assert encode_event(delete) == bytes([1, 2]) + struct.pack(">bqi", 1, 77, 2)
+    from engine.remote.metadata_log import _partition_body
+
+    assert _partition_body(TIP) == (bytes([1, 3]) + bytes(TIP.topic_id)
+                                    + struct.pack(">ih", 0, 3) + b"foo")

@@ -619,3 +619,40 @@ def test_a_damaged_partition_does_not_stop_the_others(tmp_path):
         with pytest.raises(CorruptRemoteLogMetadataError):
             rlmm.add_remote_log_segment_metadata(seg(900, 901, {4: 900}))
         assert damaged.read_bytes() == data
+
+
+def test_reader_follows_a_live_writer_process_through_compactions(tmp_path):
+    """A reader refreshing in a loop while a writer process appends and compacts every 3
+    events: no refresh fails, and no segment's state ever goes backwards."""
+    import rlmm_crash_writer
+
+    directory = tmp_path / METADATA_DIR_NAME
+    proc = subprocess.Popen([sys.executable, str(WRITER), str(directory), "--seed", "11",
+                             "--snapshot-interval", "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT, bufsize=0)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        reader = EmbeddedRemoteLogMetadataManager.open_read_only(directory)
+        seen: dict[str, int] = {}
+        bases: set[int] = set()      # snapshot numbers the reader went through
+        refreshes = 0
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline or refreshes < 20:
+            reader.refresh()
+            refreshes += 1
+            now = _recovered(reader, rlmm_crash_writer.PARTITIONS)
+            for sid, state in seen.items():
+                assert now.get(sid, 3) >= state, (sid, state, now.get(sid))
+            seen.update(now)
+            for sid in set(seen) - set(now):
+                seen[sid] = 3
+            bases.update(reader._entry(tip).files.base for tip in rlmm_crash_writer.PARTITIONS)
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.communicate()
+    reader.refresh()
+    with EmbeddedRemoteLogMetadataManager(directory) as writer:
+        assert _recovered(writer, rlmm_crash_writer.PARTITIONS) == _recovered(
+            reader, rlmm_crash_writer.PARTITIONS)
+    assert len(seen) > 5 and len(bases) > 3

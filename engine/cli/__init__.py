@@ -13,6 +13,8 @@ Commands:
   status             per partition local and remote offsets, sizes, copy lag, last error
   configs            durable per-topic overrides (kafka-configs.sh --alter / --describe)
   codec-demo         the former main job: one segment per codec, validated and decoded
+  export             a topic's tiered history to Parquet by partition and date, resumable
+                     (a Spark job; needs the [spark] extra)
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
 
     from engine.cli._tiered_args import add_tiered_commands
     add_tiered_commands(sub)
+    from engine.cli.export import add_parser as add_export
+    add_export(sub)
     return parser
 
 
@@ -89,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             return run(args)
         if args.command == "codec-demo":
             from engine.cli.codec_demo import run
+            return run(args)
+        if args.command == "export":
+            from engine.cli.export import run
             return run(args)
         if args.command in tiered_commands():
             return tiered_commands()[args.command](args)

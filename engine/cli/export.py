@@ -1,0 +1,84 @@
+"""`export`: a topic's tiered history to Parquet, partitioned by partition and date,
+resumable (see engine.spark.export).
+
+    python -m engine export --config FILE --topic T --out DIR [--format parquet]
+    spark-submit engine/cli/export.py --config FILE --topic T --out DIR
+
+Exit status: 0 done (everything tiered so far is exported), 1 a read or write failed
+(rerun to continue), 2 bad arguments or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["add_parser", "run", "main"]
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("export", help="write a topic's tiered history to Parquet (resumable)")
+    _arguments(p)
+    return p
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True,
+                   help="the engine's properties file (log.dirs, rsm.config.dirs, ...)")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--out", required=True, help="output directory (created; resumed if it "
+                                                "holds an earlier export of the topic)")
+    p.add_argument("--format", default="parquet", choices=["parquet"])
+    p.add_argument("--include-headers", action="store_true",
+                   help="add the headers column (array<struct<key,value>>)")
+    p.add_argument("--max-bytes-per-round", type=int, default=None,
+                   help="remote bytes per committed round (default 1 GiB)")
+    p.add_argument("--master", default=None,
+                   help="Spark master when not run by spark-submit (default: local[*])")
+
+
+def run(args) -> int:
+    from engine.config import ConfigError, load_properties
+    from engine.errors import KafkaEngineError
+    from engine.spark.export import DEFAULT_MAX_BYTES_PER_ROUND, run_export, spark_session
+
+    if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
+        print("error: --max-bytes-per-round must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        props = load_properties(args.config)
+    except FileNotFoundError:
+        print(f"error: --config {args.config}: file not found", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"error: --config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    spark = spark_session(args.master)
+    try:
+        state = run_export(spark, props, args.config, args.topic, args.out, fmt=args.format,
+                           max_bytes_per_round=args.max_bytes_per_round
+                           or DEFAULT_MAX_BYTES_PER_ROUND,
+                           include_headers=args.include_headers,
+                           log=lambda line: print(line, flush=True))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(f"exported {args.topic} to {args.out}: round {state.round}, next offsets " +
+          ", ".join(f"{args.topic}-{p}={o}" for p, o in sorted(state.offsets.items())),
+          flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="export", description=__doc__.split("\n")[0])
+    _arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # spark-submit engine/cli/export.py ...
+    sys.exit(main())

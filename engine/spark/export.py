@@ -1,0 +1,205 @@
+"""The export job: a topic's tiered history to Parquet, partitioned by partition and date,
+resumable without duplicates.
+
+Work goes in rounds of about `max_bytes_per_round` remote bytes. A round reads its offset
+ranges with the `kafka-tiered` source, Spark writes them under `<out>/_staging/`, the data
+files are fsynced and moved into `<out>/partition=P/date=D/` with names starting with
+`round-NNNNNNNN-`, and only then the state file `<out>/_export_state.json` (the next offset
+of every partition and the last round) is replaced atomically. A restart first deletes the
+staging directory and every data file of a round the state does not record, then continues
+from the recorded offsets: each row is written exactly once whatever point a crash hits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from engine.config import ConfigError
+from engine.errors import OffsetOutOfRangeError
+from engine.log.checkpoint import fsync_dir, write_file_atomically
+from engine.spark.planning import ChainLink, tier_bounds
+
+__all__ = ["ExportState", "plan_round", "run_export", "STATE_FILE"]
+
+STATE_FILE = "_export_state.json"
+STAGING_DIR = "_staging"
+DEFAULT_MAX_BYTES_PER_ROUND = 1 << 30
+_ROUND_FILE = re.compile(r"round-(\d{8})-.*\.parquet$")
+
+
+@dataclass
+class ExportState:
+    topic: str
+    round: int = 0
+    offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset
+
+    def to_json(self) -> bytes:
+        return json.dumps({"topic": self.topic, "round": self.round,
+                           "offsets": {str(p): o for p, o in sorted(self.offsets.items())}},
+                          indent=1).encode() + b"\n"
+
+    @classmethod
+    def load(cls, path: Path, topic: str) -> ExportState:
+        if not path.exists():
+            return cls(topic)
+        try:
+            doc = json.loads(path.read_text())
+            state = cls(doc["topic"], int(doc["round"]),
+                        {int(p): int(o) for p, o in doc["offsets"].items()})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("--out", str(path), f"holds an unreadable export state ({exc}); "
+                                                  "it was not written by this job") from None
+        if state.topic != topic:
+            raise ConfigError("--topic", topic, f"{path.parent} holds an export of topic "
+                                                f"{state.topic!r}; use another --out")
+        return state
+
+
+def plan_round(chains: Mapping[int, list[ChainLink]], offsets: Mapping[int, int],
+               max_bytes: int) -> dict[int, tuple[int, int]]:
+    """partition -> [start, end) of the next round: whole segments from each partition's
+    next offset, about `max_bytes` in all (at least one segment when anything is left).
+    Empty when everything tiered is exported."""
+    out: dict[int, tuple[int, int]] = {}
+    budget = max_bytes
+    for p in sorted(chains):
+        chain = chains[p]
+        bounds = tier_bounds(chain)
+        if bounds is None:
+            continue
+        start = offsets.get(p, bounds[0])
+        if start < bounds[0]:
+            raise OffsetOutOfRangeError(
+                f"partition {p}: the export continues at offset {start} but the remote tier "
+                f"now starts at {bounds[0]} (retention deleted records not yet exported)",
+                offset=start, log_start_offset=bounds[0], log_end_offset=bounds[1])
+        end = start
+        for link in chain:
+            if link.end <= end:
+                continue
+            if budget <= 0 and (out or end > start):
+                break
+            end = link.end
+            budget -= link.segment.segment_size_in_bytes
+        if end > start:
+            out[p] = (start, end)
+        if budget <= 0:
+            break
+    return out
+
+
+def _clean(out: Path, state: ExportState) -> int:
+    """Removes the staging dir and data files of unrecorded rounds. Returns files removed."""
+    shutil.rmtree(out / STAGING_DIR, ignore_errors=True)
+    removed = 0
+    for path in out.glob("partition=*/date=*/round-*.parquet"):
+        m = _ROUND_FILE.match(path.name)
+        if m and int(m.group(1)) > state.round:
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(staging: Path, out: Path, round_no: int) -> int:
+    """Moves the round's Parquet files into place (durably). Returns the file count."""
+    moved, dirs = 0, set()
+    for src in sorted(staging.glob("partition=*/date=*/*.parquet")):
+        _fsync_file(src)
+        rel = src.relative_to(staging)
+        dest_dir = out / rel.parent
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dest_dir / f"round-{round_no:08d}-{src.name}")
+        dirs.update((dest_dir, dest_dir.parent))
+        moved += 1
+    for d in sorted(dirs):
+        fsync_dir(d)
+    fsync_dir(out)
+    return moved
+
+
+def run_export(spark, props: Mapping[str, str], config_path: str | None, topic: str,
+               out: str | os.PathLike, *, fmt: str = "parquet",
+               max_bytes_per_round: int = DEFAULT_MAX_BYTES_PER_ROUND,
+               include_headers: bool = False, log=print) -> ExportState:
+    """Exports every tiered record of `topic` not exported yet. Returns the final state."""
+    from pyspark.sql import functions as F
+
+    from engine.spark.tier import Tier, UnknownTopicError
+
+    if fmt != "parquet":
+        raise ConfigError("--format", fmt, "only parquet is supported")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / STATE_FILE
+    state = ExportState.load(state_path, topic)
+    removed = _clean(out, state)
+    if removed:
+        log(f"removed {removed} data files of round(s) after {state.round} left by an "
+            "interrupted run")
+    options = {"config": config_path} if config_path else {}
+    options.update({k: v for k, v in props.items() if config_path is None})
+    options["includeHeaders"] = "true" if include_headers else "false"
+    while True:
+        with Tier(props) as tier:
+            chains = {p: tier.chain(tip) for (t, p), tip in tier.partitions().items()
+                      if t == topic}
+        if not chains:
+            raise UnknownTopicError(f"unknown topic {topic!r}: nothing of it is in the remote "
+                                    "tier")
+        plan = plan_round(chains, state.offsets, max_bytes_per_round)
+        if not plan:
+            break
+        round_no = state.round + 1
+        staging = out / STAGING_DIR / f"round-{round_no:08d}"
+        shutil.rmtree(staging, ignore_errors=True)
+        df = (spark.read.format("kafka-tiered").options(**options)
+              .option("assign", json.dumps({topic: sorted(plan)}))
+              .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in
+                                                              plan.items()}}))
+              .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in
+                                                            plan.items()}}))
+              .load())
+        df = df.withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
+        df.write.mode("overwrite").partitionBy("partition", "date").parquet(str(staging))
+        files = _publish(staging, out, round_no)
+        state.round = round_no
+        state.offsets.update({p: e for p, (_, e) in plan.items()})
+        write_file_atomically(state_path, state.to_json())
+        shutil.rmtree(staging, ignore_errors=True)
+        log(f"round {round_no}: " + ", ".join(f"{topic}-{p} [{s}, {e})"
+                                              for p, (s, e) in sorted(plan.items())) +
+            f" -> {files} files")
+    shutil.rmtree(out / STAGING_DIR, ignore_errors=True)
+    return state
+
+
+def spark_session(master: str | None = None):
+    """The active session (spark-submit) or a new local one, with UTC dates."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("kafka-tiered-export")
+    if master:
+        builder = builder.master(master)
+    spark = (builder.config("spark.sql.session.timeZone", "UTC")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    from engine.spark import register
+
+    register(spark)
+    return spark

@@ -1,0 +1,239 @@
+"""Options of the `kafka-tiered` source, named and interpreted as Spark's Kafka source does.
+
+Topic selection: exactly one of `subscribe` (comma list), `subscribePattern` (a regex the
+whole topic name must match) or `assign` (JSON `{"topic": [0, 1]}`).
+
+Bounds: `startingOffsets` / `endingOffsets` are "earliest", "latest" or JSON
+`{"topic": {"0": 23, "1": -2}}` (-2 earliest, -1 latest; partitions left out take the
+default); `startingTimestamp` / `endingTimestamp` (ms, every partition) and
+`startingOffsetsByTimestamp` / `endingOffsetsByTimestamp` (JSON of ms per partition) take
+precedence, in that order, as in Spark. Starting bounds are inclusive, ending ones exclusive.
+
+Engine options: `config` (the engine's properties file) and/or broker properties given
+directly as options (any name with a dot: `log.dirs`, `rsm.config.dirs`, ...; they override
+the file), `maxBytesPerPartition` (bytes of remote log per Spark task), `readCommitted`
+(leave out records of aborted transactions, found through the remote transaction indexes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from engine.config import ConfigError, load_properties
+
+__all__ = ["EARLIEST", "LATEST", "ScanOptions", "parse_options", "DEFAULT_MAX_BYTES_PER_PARTITION"]
+
+EARLIEST = -2
+LATEST = -1
+#: Tuned with bench/compare_spark.py: large enough that per-task overhead (a Python worker
+#: round trip, one range read) is small, small enough that a few segments give every core work.
+DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
+
+_ENGINE_OPTIONS = {"config", "maxbytesperpartition", "readcommitted", "includeheaders",
+                   "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+                   "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
+                   "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+                   "failondataloss", "path"}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A starting or ending bound: `default` (EARLIEST/LATEST) for partitions not named,
+    `offsets` {(topic, partition): offset or EARLIEST/LATEST}, or timestamps (ms):
+    `timestamp` for every partition or `timestamps` per partition."""
+
+    default: int
+    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    timestamp: int | None = None
+    timestamps: Mapping[tuple[str, int], int] | None = None
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    subscribe: tuple[str, ...] | None
+    subscribe_pattern: str | None
+    assign: tuple[tuple[str, int], ...] | None
+    starting: Bound
+    ending: Bound
+    include_headers: bool
+    read_committed: bool
+    max_bytes_per_partition: int
+    broker_properties: Mapping[str, str]
+    starting_by_timestamp_strategy: str = "error"
+    fail_on_data_loss: bool = True
+
+    def selects(self, topic: str) -> bool:
+        if self.subscribe is not None:
+            return topic in self.subscribe
+        if self.subscribe_pattern is not None:
+            return re.fullmatch(self.subscribe_pattern, topic) is not None
+        return any(t == topic for t, _ in self.assign)
+
+    def selects_partition(self, topic: str, partition: int) -> bool:
+        if self.assign is not None:
+            return (topic, partition) in self.assign
+        return self.selects(topic)
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(name, raw, "must be true or false")
+    return text == "true"
+
+
+def _json(name: str, raw: str):
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(name, raw, f"is not valid JSON ({exc.msg} at position {exc.pos})") \
+            from None
+
+
+def _per_partition(name: str, raw: str, allowed_special: tuple[int, ...]
+                   ) -> dict[tuple[str, int], int]:
+    """{"topic": {"0": n}} -> {(topic, 0): n}."""
+    doc = _json(name, raw)
+    if not isinstance(doc, dict):
+        raise ConfigError(name, raw, 'must be a JSON object like {"topic":{"0":23}}')
+    out = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(name, raw, f"topic {topic!r} must map to an object of "
+                                         "partition -> value")
+        for p, value in parts.items():
+            try:
+                partition = int(p)
+            except ValueError:
+                raise ConfigError(name, raw, f"partition {p!r} of topic {topic!r} is not an "
+                                             "integer") from None
+            if isinstance(value, bool) or not isinstance(value, int) or (
+                    value < 0 and value not in allowed_special):
+                raise ConfigError(name, raw, f"value {value!r} for {topic}-{partition} must be "
+                                             "a non-negative integer" +
+                                  (" or " + " / ".join(map(str, allowed_special))
+                                   if allowed_special else ""))
+            out[(topic, partition)] = value
+    return out
+
+
+def _timestamp(name: str, raw: str) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(name, raw, "must be a timestamp in milliseconds") from None
+    if value < 0:
+        raise ConfigError(name, raw, "must be a non-negative timestamp in milliseconds")
+    return value
+
+
+def _bound(options: Mapping[str, str], prefix: str, default: int, streaming: bool) -> Bound:
+    ts = options.get(f"{prefix}timestamp")
+    if ts is not None:
+        return Bound(default, timestamp=_timestamp(f"{prefix}Timestamp", ts))
+    by_ts = options.get(f"{prefix}offsetsbytimestamp")
+    if by_ts is not None:
+        return Bound(default, timestamps=_per_partition(f"{prefix}OffsetsByTimestamp", by_ts, ()))
+    name = f"{prefix}Offsets"
+    raw = options.get(name.lower())
+    if raw is None:
+        return Bound(default)
+    text = str(raw).strip()
+    if text.lower() in ("earliest", "latest"):
+        spec = EARLIEST if text.lower() == "earliest" else LATEST
+        _check_batch_bound(name, raw, spec, prefix, streaming)
+        return Bound(spec)
+    offsets = _per_partition(name, text, (EARLIEST, LATEST))
+    for value in offsets.values():
+        _check_batch_bound(name, raw, value, prefix, streaming)
+    return Bound(default, offsets=offsets)
+
+
+def _check_batch_bound(name, raw, spec, prefix, streaming) -> None:
+    # Spark's rules for batch queries: a batch cannot start at latest nor end at earliest.
+    if prefix == "starting" and spec == LATEST and not streaming:
+        raise ConfigError(name, raw, "latest is not allowed as a starting offset of a batch "
+                                     "query")
+    if prefix == "ending" and spec == EARLIEST:
+        raise ConfigError(name, raw, "earliest is not allowed as an ending offset")
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
+    """Validated options. Names are case-insensitive (Spark lower-cases them). Raises
+    ConfigError naming the option and what is wrong."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+    if len(chosen) != 1:
+        raise ConfigError("subscribe", None if not chosen else ", ".join(chosen),
+                          "exactly one of the options subscribe, subscribePattern or assign "
+                          "must be given")
+    subscribe = pattern = assign = None
+    if chosen[0] == "subscribe":
+        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise ConfigError("subscribe", opts["subscribe"], "names no topic")
+    elif chosen[0] == "subscribepattern":
+        pattern = opts["subscribepattern"]
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError("subscribePattern", pattern, f"is not a valid regex: {exc}") \
+                from None
+    else:
+        doc = _json("assign", opts["assign"])
+        if not isinstance(doc, dict) or not all(
+                isinstance(v, list) and all(isinstance(p, int) and not isinstance(p, bool)
+                                            and p >= 0 for p in v) for v in doc.values()):
+            raise ConfigError("assign", opts["assign"],
+                              'must be a JSON object like {"topicA":[0,1],"topicB":[2,4]}')
+        assign = tuple(sorted((t, p) for t, ps in doc.items() for p in ps))
+        if not assign:
+            raise ConfigError("assign", opts["assign"], "names no partition")
+
+    raw_max = opts.get("maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION)
+    try:
+        max_bytes = int(raw_max)
+    except (TypeError, ValueError):
+        raise ConfigError("maxBytesPerPartition", raw_max, "must be an integer") from None
+    if max_bytes < 1:
+        raise ConfigError("maxBytesPerPartition", raw_max, "must be at least 1")
+
+    strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
+                          "must be error or latest")
+
+    props: dict[str, str] = {}
+    config_path = opts.get("config")
+    if config_path:
+        try:
+            props.update(load_properties(config_path))
+        except FileNotFoundError:
+            raise ConfigError("config", config_path, "file not found") from None
+        except OSError as exc:
+            raise ConfigError("config", config_path, f"cannot be read: {exc}") from None
+    for key, value in opts.items():
+        if "." in key and key not in _ENGINE_OPTIONS:
+            props[key] = str(value)
+    if not props:
+        raise ConfigError("config", None, "the engine's configuration is missing: give the "
+                                          "option config=<properties file> or the broker "
+                                          "properties (log.dirs, rsm.config.dirs, ...) as options")
+
+    return ScanOptions(
+        subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
+        starting=_bound(opts, "starting", LATEST if streaming else EARLIEST, streaming),
+        ending=_bound(opts, "ending", LATEST, streaming),
+        include_headers=_bool(opts, "includeHeaders", False),
+        read_committed=_bool(opts, "readCommitted", False),
+        max_bytes_per_partition=max_bytes,
+        broker_properties=props,
+        starting_by_timestamp_strategy=strategy,
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+    )

@@ -1,0 +1,147 @@
+"""Executor side: read planned byte ranges through the RSM and turn them into Arrow record
+batches of the Kafka source's schema, column by column (no per-record Python objects)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from engine.errors import CorruptRecordError, KafkaEngineError, RemoteStorageError
+from engine.records import MemoryRecords
+from engine.spark.planning import SegmentRange
+
+__all__ = ["scan_ranges", "columns_to_arrow", "remote_storage_for", "ARROW_BATCH_BYTES"]
+
+#: Remote bytes decoded into one Arrow batch: big enough to amortize the per-batch cost
+#: in Spark's Arrow ingestion, small enough to keep a task's memory flat.
+ARROW_BATCH_BYTES = 4 << 20
+
+_rsm_lock = threading.Lock()
+_rsm_by_props: dict[tuple, object] = {}
+
+
+def remote_storage_for(props: Mapping[str, str]):
+    """One RemoteStorageManager per distinct configuration per process (Spark reuses its
+    Python workers, so tasks after the first skip the set-up)."""
+    from engine.spark.tier import create_rsm
+
+    key = tuple(sorted(props.items()))
+    with _rsm_lock:
+        rsm = _rsm_by_props.get(key)
+        if rsm is None:
+            rsm = _rsm_by_props[key] = create_rsm(props)
+        return rsm
+
+
+def _describe(r: SegmentRange) -> str:
+    s = r.segment
+    return (f"{r.topic}-{r.partition} remote segment {s.remote_log_segment_id.id} "
+            f"(offsets {s.start_offset}-{s.end_offset}, bytes {r.start_position}-"
+            f"{r.end_position})")
+
+
+def _timestamp_us(ms: np.ndarray):
+    import pyarrow as pa
+
+    us = np.multiply(ms, 1000, dtype=np.int64)
+    return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), len(us), [None, pa.py_buffer(us)])
+
+
+def columns_to_arrow(cols, topic: str, partition: int, schema, mask: np.ndarray | None = None):
+    """RecordColumns -> a RecordBatch matching `schema` (the Kafka source's, with headers
+    when it has that column). `mask` keeps the records where it is True."""
+    import pyarrow as pa
+
+    n = cols.num_records
+    arrays = [cols.keys(), cols.values(), pa.repeat(pa.scalar(topic, pa.string()), n),
+              pa.repeat(pa.scalar(partition, pa.int32()), n), pa.array(cols.offset),
+              _timestamp_us(cols.timestamp), pa.array(cols.timestamp_type.astype(np.int32))]
+    if len(schema) == 8:
+        arrays.append(cols.header_lists())
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    if mask is not None:
+        batch = batch.filter(pa.array(mask))
+    return batch
+
+
+def _aborted_batches(headers: np.ndarray, aborted: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    """Per scan row: True when the batch is a transactional batch of an aborted transaction
+    (same producer id, base offset within [first offset, last offset] of the abort)."""
+    out = np.zeros(len(headers), dtype=bool)
+    if not aborted or not len(headers):
+        return out
+    transactional = headers["is_transactional"] & ~headers["is_control"]
+    pid, base = headers["producer_id"], headers["base_offset"]
+    for producer_id, first, last in aborted:
+        out |= transactional & (pid == producer_id) & (base >= first) & (base <= last)
+    return out
+
+
+def _runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
+    """[start, stop) rows of kept batches, cut into runs of about `chunk_bytes`."""
+    rows = np.flatnonzero(keep)
+    out: list[tuple[int, int]] = []
+    if not len(rows):
+        return out
+    for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
+        a, b = int(run[0]), int(run[-1]) + 1
+        ends = np.cumsum(sizes[a:b], dtype=np.int64)
+        cuts = np.searchsorted(ends, np.arange(chunk_bytes, int(ends[-1]), chunk_bytes))
+        edges = sorted({a, b, *(a + int(c) + 1 for c in cuts)})
+        out += [(x, y) for x, y in zip(edges, edges[1:]) if x < y]
+    return out
+
+
+def scan_range(data, r: SegmentRange, schema, *, chunk_bytes: int = ARROW_BATCH_BYTES
+               ) -> Iterator:
+    """Arrow batches of one range whose bytes are `data`."""
+    records = MemoryRecords(data)
+    try:
+        headers = records.scan()
+        if records.partial_bytes:
+            raise CorruptRecordError(
+                f"the range ends inside a batch: {records.partial_bytes} bytes after the last "
+                "whole batch", position=records.valid_bytes)
+        keep = (headers["last_offset"] >= r.min_offset) & (headers["base_offset"] < r.max_offset)
+        keep &= ~headers["is_control"]  # consumers never see control records
+        if r.min_timestamp is not None:
+            keep &= headers["max_timestamp"] >= r.min_timestamp
+        aborted = _aborted_batches(headers, r.aborted) if r.aborted else None
+        for a, b in _runs(keep, headers["size"], chunk_bytes):
+            cols = records.decode_columns(a, b, min_offset=r.min_offset,
+                                          max_offset=r.max_offset, include_control=False,
+                                          verify_crc=True)
+            if cols.num_records == 0:
+                continue
+            mask = None
+            if aborted is not None and aborted[a:b].any():
+                mask = ~aborted[cols.batch_index]
+            batch = columns_to_arrow(cols, r.topic, r.partition, schema, mask)
+            if batch.num_rows:
+                yield batch
+    except KafkaEngineError as exc:
+        position = None if exc.position is None else r.start_position + exc.position
+        raise type(exc)(f"{_describe(r)}: {exc.reason}", file=exc.file, position=position,
+                        offset=exc.offset) from None
+
+
+def read_bytes(rsm, r: SegmentRange) -> bytes:
+    try:
+        data = rsm.read_range(r.segment, r.start_position, r.end_position)
+    except RemoteStorageError as exc:
+        raise type(exc)(f"{_describe(r)}: {exc}") from exc
+    if len(data) != r.size:
+        raise RemoteStorageError(
+            f"{_describe(r)}: the remote segment returned {len(data)} bytes, expected "
+            f"{r.size} (segment_size_in_bytes {r.segment.segment_size_in_bytes})")
+    return data
+
+
+def scan_ranges(ranges: Sequence[SegmentRange], props: Mapping[str, str], schema,
+                rsm_factory: Callable | None = None) -> Iterator:
+    """Arrow batches of every range in order (one task's work)."""
+    rsm = (rsm_factory or remote_storage_for)(props)
+    for r in ranges:
+        yield from scan_range(read_bytes(rsm, r), r, schema)

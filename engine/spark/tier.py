@@ -1,0 +1,278 @@
+"""Driver-side access to the remote tier: the RLMM (read-only) for segment lists, the RSM
+for indexes, both built from the engine's broker properties."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from engine.config import BrokerConfig, ConfigError
+from engine.errors import (KafkaEngineError, OffsetOutOfRangeError, RemoteResourceNotFoundError,
+                           RemoteStorageError)
+from engine.log.offset_index import OffsetIndex
+from engine.log.time_index import TimeIndex
+from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_SIZE
+from engine.records import MemoryRecords
+from engine.remote.metadata import RemotePartitionDeleteState, TopicIdPartition
+from engine.remote.storage import IndexType
+from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
+
+__all__ = ["Tier", "UnknownTopicError", "create_rsm", "broker_config"]
+
+_TIMESTAMP_SCAN_WINDOW = 1 << 20
+
+
+class UnknownTopicError(KafkaEngineError, ValueError):
+    """A topic or partition the remote tier knows nothing about (Kafka's
+    UnknownTopicOrPartitionException)."""
+
+
+def broker_config(props: Mapping[str, str]) -> BrokerConfig:
+    return BrokerConfig(dict(props))
+
+
+def create_rsm(props: Mapping[str, str]):
+    from engine.remote.factory import create_remote_storage_manager
+
+    return create_remote_storage_manager(broker_config(props))
+
+
+def _open_rlmm(config: BrokerConfig):
+    """The engine's embedded RLMM opened read-only: a reader takes no lock and never
+    writes, so a Spark driver can plan while the broker keeps tiering."""
+    from engine.remote.embedded_rlmm import (METADATA_DIR_CONFIG, METADATA_DIR_NAME,
+                                             EmbeddedRemoteLogMetadataManager)
+
+    key = "remote.log.metadata.manager.class.name"
+    name = config[key]
+    if name not in _EMBEDDED_RLMM_NAMES:
+        raise ConfigError(key, name, "the kafka-tiered source lists segments through the "
+                                     "engine's embedded metadata store only (leave it unset)")
+    prefixed = config.with_prefix(config["remote.log.metadata.manager.impl.prefix"])
+    if prefixed.get(METADATA_DIR_CONFIG):
+        directory = Path(prefixed[METADATA_DIR_CONFIG])
+    else:
+        if not config.is_set("log.dirs") and not config.is_set("log.dir"):
+            raise ConfigError("log.dirs", None, "required: the remote log metadata lives in "
+                                                f"<first log dir>/{METADATA_DIR_NAME}")
+        directory = Path(config.log_dirs[0]) / METADATA_DIR_NAME
+    if not directory.is_dir():
+        raise ConfigError("log.dirs", str(directory),
+                          "holds no remote log metadata: nothing has been tiered with this "
+                          "configuration")
+    return EmbeddedRemoteLogMetadataManager.open_read_only(directory)
+
+
+_EMBEDDED_RLMM_NAMES = (
+    None,
+    "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager",
+    "engine.remote.embedded_rlmm.EmbeddedRemoteLogMetadataManager",
+    "engine.remote.embedded_rlmm:EmbeddedRemoteLogMetadataManager",
+)
+
+
+def _read_index(rsm, segment, index_type: IndexType) -> bytes:
+    with rsm.fetch_index(segment, index_type) as stream:
+        return stream.read()
+
+
+def _increasing_prefix(entries: np.ndarray) -> np.ndarray:
+    # a zero-filled preallocated tail would read as offset == base, position 0: stop there
+    offsets = entries["offset"]
+    bad = np.flatnonzero(np.diff(offsets) <= 0)
+    return entries[: int(bad[0]) + 1] if len(bad) else entries
+
+
+class Tier:
+    """The remote tier as of now: opened per planning call, never pickled."""
+
+    def __init__(self, props: Mapping[str, str]):
+        self.props = dict(props)
+        self.config = broker_config(self.props)
+        self.rsm = create_rsm(self.props)
+        try:
+            self.rlmm = _open_rlmm(self.config)
+        except BaseException:
+            self.rsm.close()
+            raise
+        self._offset_entries: dict = {}
+
+    def close(self) -> None:
+        self.rlmm.close()
+        self.rsm.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- partitions -------------------------------------------------------------------
+
+    def partitions(self) -> dict[tuple[str, int], TopicIdPartition]:
+        """Live partitions by (topic, partition). A topic deleted and created again has
+        several ids: the one whose deletion has not begun is used."""
+        out: dict[tuple[str, int], TopicIdPartition] = {}
+        for tip in self.rlmm.list_partitions():
+            state = self.rlmm.partition_delete_state(tip)
+            if state is not None and state >= RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
+                continue
+            key = (tip.topic, tip.partition)
+            if key in out and out[key].topic_id != tip.topic_id:
+                raise UnknownTopicError(
+                    f"topic {tip.topic!r} partition {tip.partition} has two live topic ids in "
+                    f"the remote tier ({out[key].topic_id} and {tip.topic_id})")
+            out[key] = tip
+        return out
+
+    def select(self, opts) -> list[tuple[str, int, TopicIdPartition]]:
+        """The partitions the options name, in (topic, partition) order. Subscribed or
+        assigned topics the tier does not hold raise UnknownTopicError; a pattern may match
+        nothing."""
+        known = self.partitions()
+        topics = sorted({t for t, _ in known})
+        if opts.subscribe is not None:
+            missing = [t for t in opts.subscribe if t not in topics]
+            if missing:
+                raise UnknownTopicError(
+                    f"unknown topic {', '.join(map(repr, missing))}: the remote tier "
+                    f"({self._where()}) holds {topics or 'no topic'}")
+        elif opts.assign is not None:
+            missing = [tp for tp in opts.assign if tp not in known]
+            if missing:
+                raise UnknownTopicError(
+                    "unknown partition " + ", ".join(f"{t}-{p}" for t, p in missing) +
+                    f": the remote tier ({self._where()}) holds " +
+                    (", ".join(f"{t}-{p}" for t, p in sorted(known)) or "nothing"))
+        return [(t, p, tip) for (t, p), tip in sorted(known.items())
+                if opts.selects_partition(t, p)]
+
+    def _where(self) -> str:
+        dirs = self.config.with_prefix(self.config["remote.log.storage.manager.impl.prefix"]
+                                       ).get("dirs")
+        return f"rsm.config.dirs={dirs}" if dirs else "as configured"
+
+    def chain(self, tip: TopicIdPartition) -> list[ChainLink]:
+        return lineage(self.rlmm.list_remote_log_segments(tip))
+
+    # -- indexes ----------------------------------------------------------------------
+
+    def offset_entries(self, segment) -> np.ndarray:
+        key = segment.remote_log_segment_id
+        entries = self._offset_entries.get(key)
+        if entries is None:
+            data = _read_index(self.rsm, segment, IndexType.OFFSET)
+            index = OffsetIndex.from_buffer(data, segment.start_offset)
+            entries = self._offset_entries[key] = _increasing_prefix(index.entries_array())
+        return entries
+
+    def time_entries(self, segment) -> np.ndarray:
+        data = _read_index(self.rsm, segment, IndexType.TIMESTAMP)
+        return TimeIndex.from_buffer(data, segment.start_offset).entries_array()
+
+    def aborted_transactions(self, chain) -> list[tuple[int, int, int]]:
+        """(producer id, first offset, last offset) of every aborted transaction recorded in
+        the transaction indexes of the chain's segments."""
+        out = []
+        for link in chain:
+            seg = link.segment
+            if seg.txn_idx_empty:
+                continue
+            try:
+                data = _read_index(self.rsm, seg, IndexType.TRANSACTION)
+            except RemoteResourceNotFoundError:
+                continue
+            rows = np.frombuffer(data, dtype=ABORTED_TXN_DTYPE, count=len(data) // ABORTED_TXN_SIZE)
+            out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))
+                       for r in rows)
+        return out
+
+    # -- ListOffsets by timestamp ------------------------------------------------------
+
+    def offset_for_timestamp(self, topic: str, partition: int, chain, timestamp: int
+                             ) -> int | None:
+        """The first offset whose record timestamp is at or after `timestamp` (Kafka's
+        offsetsForTimes), searched through the remote time and offset indexes; None when no
+        tiered record is that late."""
+        for link in chain:
+            seg = link.segment
+            if seg.max_timestamp_ms < timestamp:
+                continue
+            times = self.time_entries(seg)
+            i = int(np.searchsorted(times["timestamp"], timestamp, side="right")) - 1
+            from_offset = max(link.start_offset, int(times["offset"][i]) if i >= 0 else 0)
+            pos = 0 if from_offset == seg.start_offset else position_for_offset(
+                self.offset_entries(seg), from_offset)
+            found = self._scan_for_timestamp(seg, pos, link, timestamp)
+            if found is not None:
+                return found
+        return None
+
+    def _scan_for_timestamp(self, seg, pos: int, link: ChainLink, timestamp: int) -> int | None:
+        size = seg.segment_size_in_bytes
+        window = _TIMESTAMP_SCAN_WINDOW
+        while pos < size:
+            data = self.rsm.read_range(seg, pos, min(size, pos + window))
+            records = MemoryRecords(data)
+            headers = records.scan()
+            if len(headers) == 0:
+                if pos + window >= size:
+                    raise RemoteStorageError(
+                        f"remote segment {seg.remote_log_segment_id.id}: no whole record batch "
+                        f"in bytes {pos}-{size} while searching timestamp {timestamp}")
+                window *= 2
+                continue
+            candidates = np.flatnonzero((headers["max_timestamp"] >= timestamp)
+                                        & ~headers["is_control"]
+                                        & (headers["last_offset"] >= link.start_offset)
+                                        & (headers["base_offset"] < link.end))
+            for row in candidates:
+                cols = records.decode_columns(int(row), int(row) + 1,
+                                              min_offset=link.start_offset,
+                                              max_offset=link.end, include_control=False)
+                hits = np.flatnonzero(cols.timestamp >= timestamp)
+                if len(hits):
+                    return int(cols.offset[hits[0]])
+            pos += records.valid_bytes
+        return None
+
+
+def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, starting: bool,
+                  strategy: str = "error") -> int:
+    """An absolute offset for a starting/ending Bound of one partition."""
+    bounds = tier_bounds(chain)
+    earliest, latest = bounds if bounds is not None else (None, None)
+    name = "starting" if starting else "ending"
+    ts = bound.timestamp
+    if bound.timestamps is not None:
+        ts = bound.timestamps.get((topic, partition))
+    if ts is not None:
+        if bounds is None:
+            return _special(bound.default, topic, partition, None, None, name)
+        found = tier.offset_for_timestamp(topic, partition, chain, ts)
+        if found is not None:
+            return found
+        if starting and strategy == "error":
+            raise OffsetOutOfRangeError(
+                f"{topic}-{partition}: no tiered record has a timestamp at or after {ts} "
+                f"(the remote tier holds offsets [{earliest}, {latest})); set "
+                "startingOffsetsByTimestampStrategy=latest to start at the end instead",
+                log_start_offset=earliest, log_end_offset=latest)
+        return latest
+    spec = bound.offsets.get((topic, partition), bound.default)
+    return _special(spec, topic, partition, earliest, latest, name)
+
+
+def _special(spec: int, topic, partition, earliest, latest, name) -> int:
+    from engine.spark.options import EARLIEST, LATEST
+
+    if spec in (EARLIEST, LATEST):
+        if earliest is None:
+            raise OffsetOutOfRangeError(
+                f"{topic}-{partition}: nothing of this partition is tiered yet, so the "
+                f"{name} offset {'earliest' if spec == EARLIEST else 'latest'} has no value")
+        return earliest if spec == EARLIEST else latest
+    return spec
+

@@ -1,0 +1,148 @@
+"""Helpers of the Spark tests: a real local Spark session (Java required: a missing JDK
+fails the tests, it never skips them), topics produced by the engine and tiered by the
+RemoteLogManager, and what `python -m engine fetch` returns for them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMESTAMP = 1_700_000_000_000  # produce-demo's first record timestamp
+
+
+def spark_env() -> dict:
+    """Environment for Spark and its Python workers: loopback only, this interpreter,
+    the repository importable (the workers import engine and pyspark_kafka_tiered)."""
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    path = os.environ.get("PYTHONPATH", "")
+    if str(REPO) not in path.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
+    return env
+
+
+def require_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = (Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        pytest.fail("Java is missing: the Spark tests need a JDK 17+ (install openjdk-17-jdk "
+                    "or set JAVA_HOME); PySpark cannot start without it", pytrace=False)
+    return str(java)
+
+
+def start_spark(cores: int = 2):
+    require_java()
+    os.environ.update(spark_env())
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.master(f"local[{cores}]").appName("engine-spark-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate())
+
+
+class TieredCluster:
+    """Log dirs, a filesystem tier and a properties file; topics produced with
+    produce-demo's generator and tiered by RemoteLogManager.run_once()."""
+
+    def __init__(self, base: Path):
+        self.base = Path(base)
+        self.log_dirs = [self.base / "logs-a", self.base / "logs-b"]
+        self.tier_dir = self.base / "tier"
+        for d in (*self.log_dirs, self.tier_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.props = {
+            "log.dirs": ",".join(map(str, self.log_dirs)),
+            "remote.log.storage.system.enable": "true",
+            "rsm.config.dirs": str(self.tier_dir),
+            "rsm.config.fsync": "false",
+        }
+        self.config = self.base / "server.properties"
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+
+    def produce_and_tier(self, topic: str, partitions: int, records: int, *, codec="zstd",
+                         segment_bytes=48 << 10, seed=1) -> None:
+        """Appends `records` per partition (transactions, some aborted, two leader epochs)
+        and tiers every closed segment."""
+        from engine.cli.produce_demo import produce_partition
+        from engine.config import BrokerConfig
+        from engine.log.checkpoint import Uuid
+        from engine.log.log_manager import LogManager
+        from engine.records import CompressionType
+        from engine.rlm import RemoteLogManager
+
+        config = BrokerConfig(self.props)
+        topic_defaults = {"segment.bytes": segment_bytes, "retention.ms": -1,
+                          "remote.storage.enable": True}
+        manager = LogManager(self.log_dirs, broker_config=config, topic_defaults=topic_defaults)
+        try:
+            for p in range(partitions):
+                if manager.get_log(topic, p) is None:
+                    manager.get_or_create_log(topic, p, topic_id=self._topic_id(topic))
+                produce_partition(manager, topic, p, records, CompressionType[codec.upper()],
+                                  seed + manager.get_log(topic, p).log_end_offset)
+                manager.get_log(topic, p).roll()  # everything produced becomes tierable
+            rlm = RemoteLogManager.from_config(config, manager)
+            try:
+                for _ in range(50):
+                    summary = rlm.run_once()
+                    assert not summary.errors, summary.errors
+                    if summary.copied_segments == 0:
+                        break
+            finally:
+                rlm.close()
+        finally:
+            manager.shutdown()
+
+    _topic_ids: dict = {}
+
+    def _topic_id(self, topic):
+        from engine.log.checkpoint import Uuid
+
+        return self._topic_ids.setdefault((self.base, topic), Uuid.random())
+
+    def fetch(self, topic: str, partition: int, offset: int, *, read_committed=False
+              ) -> list[dict]:
+        """Every record from `offset` on, as `python -m engine fetch --json` prints it."""
+        cmd = [sys.executable, "-m", "engine", "fetch", "--config", str(self.config),
+               "--topic", topic, "--partition", str(partition), "--offset", str(offset),
+               "--to-end", "--json"]
+        if read_committed:
+            cmd += ["--isolation-level", "read_committed"]
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **spark_env()})
+        assert out.returncode == 0, out.stderr
+        return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def fetch_row(topic: str, partition: int, r: dict, headers: bool = True) -> tuple:
+    """A fetch --json record as the Kafka source's row (timestamp in ms)."""
+    b64 = lambda s: None if s is None else base64.b64decode(s)  # noqa: E731
+    row = (b64(r["key"]), b64(r["value"]), topic, partition, r["offset"], r["timestamp"],
+           {"CreateTime": 0, "LogAppendTime": 1, "NoTimestampType": -1}[r["timestamp_type"]])
+    if headers:
+        row += (tuple((k, b64(v)) for k, v in r["headers"]),)
+    return row
+
+
+def arrow_rows(table) -> list[tuple]:
+    """Rows of a Spark result (toArrow) in the same shape as fetch_row, sorted."""
+    cols = table.to_pydict()
+    ts = [None if t is None else int(t.timestamp() * 1000) if hasattr(t, "timestamp") else t
+          for t in cols["timestamp"]]
+    rows = list(zip(cols["key"], cols["value"], cols["topic"], cols["partition"],
+                    cols["offset"], ts, cols["timestampType"]))
+    if "headers" in cols:
+        rows = [r + (tuple((h["key"], h["value"]) for h in hs),)
+                for r, hs in zip(rows, cols["headers"])]
+    return sorted(rows, key=lambda r: (r[3], r[4]))

@@ -139,6 +139,11 @@ def test_one_writer_per_directory(tmp_path):
     with open_rlmm(tmp_path):
         with pytest.raises(RemoteStorageError, match="another writer"):
             open_rlmm(tmp_path)
+        second = EmbeddedRemoteLogMetadataManager()
+        with pytest.raises(RemoteStorageError, match="another writer"):
+            second.configure({"metadata.dir": str(tmp_path)})
+        with pytest.raises(RemoteStorageError, match="not configured"):
+            second.add_remote_log_segment_metadata(seg(0, 9, {0: 0}))
         reader = EmbeddedRemoteLogMetadataManager.open_read_only(tmp_path)  # readers may
         reader.close()
     open_rlmm(tmp_path).close()   # the lock went with the first writer
@@ -296,12 +301,10 @@ def test_bit_flip_in_a_middle_entry_is_a_typed_error(tmp_path):
             flipped[pos] ^= 1 << bit
             bad.write_bytes(flipped)
             for read_only in (False, True):
-                with pytest.raises(CorruptRemoteLogMetadataError) as info:
-                    if read_only:
-                        EmbeddedRemoteLogMetadataManager.open_read_only(work)
-                    else:
-                        with open_rlmm(work) as rlmm:
-                            rlmm.highest_offset_for_epoch(TIP, 0)
+                opener = (EmbeddedRemoteLogMetadataManager.open_read_only if read_only
+                          else EmbeddedRemoteLogMetadataManager)
+                with opener(work) as rlmm, pytest.raises(CorruptRemoteLogMetadataError) as info:
+                    rlmm.highest_offset_for_epoch(TIP, 0)
                 assert info.value.file == str(bad) and info.value.position == start, pos
                 assert bad.read_bytes() == flipped        # nothing was cut away
 
@@ -612,6 +615,12 @@ def test_a_damaged_partition_does_not_stop_the_others(tmp_path):
     data = bytearray(damaged.read_bytes())
     data[40] ^= 0xFF                      # inside an early entry: damage in the middle
     damaged.write_bytes(data)
+    reader = EmbeddedRemoteLogMetadataManager.open_read_only(tmp_path)
+    assert state_of(reader, TIP2) == good
+    reader.refresh()
+    with pytest.raises(CorruptRemoteLogMetadataError):
+        reader.list_remote_log_segments(TIP)
+    reader.close()
     with open_rlmm(tmp_path) as rlmm:
         rlmm.on_partition_leadership_changes([TIP, TIP2], [])
         assert not rlmm.is_ready(TIP) and rlmm.is_ready(TIP2)

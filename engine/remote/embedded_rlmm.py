@@ -129,10 +129,10 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
     @classmethod
     def open_read_only(cls, metadata_dir) -> EmbeddedRemoteLogMetadataManager:
         """A reader of `metadata_dir` with every partition in it loaded. It never writes
-        and takes no lock; `refresh()` picks up what the writer appended since."""
+        and takes no lock; `refresh()` picks up what the writer appended since. A damaged
+        partition is logged and left out; its own calls raise the error."""
         reader = cls(metadata_dir, read_only=True)
-        for tip in reader.list_partitions():
-            reader._loaded(tip)
+        reader.refresh()
         return reader
 
     def configure(self, configs: Mapping[str, str]) -> None:
@@ -164,8 +164,8 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._open(directory)
 
     def _open(self, directory: Path) -> None:
-        self._dir = directory
         if self._read_only or fcntl is None:
+            self._dir = directory
             return
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -180,6 +180,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise RemoteStorageError(f"remote log metadata dir {directory} is in use by "
                                      "another writer") from None
         self._lock_fd = fd
+        self._dir = directory   # only now: a writer without the lock must stay unusable
 
     # ---- properties ------------------------------------------------------------------------
 
@@ -258,16 +259,22 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def refresh(self) -> None:
         """Reader: applies what the writer stored since the last load or refresh, and loads
-        partitions that appeared meanwhile. A writer's caches are always current: no-op."""
+        partitions that appeared meanwhile. A partition that fails is logged and unloaded
+        (its next call retries and raises); the others go on. A writer's caches are always
+        current: no-op."""
         if not self._read_only:
             return
         for tip in self.list_partitions():
             entry = self._entry(tip)
             with entry.lock:
-                if entry.cache is None:
-                    self._load(entry)
-                else:
-                    entry.cache = entry.files.refresh(entry.cache)
+                try:
+                    if entry.cache is None:
+                        self._load(entry)
+                    else:
+                        entry.cache = entry.files.refresh(entry.cache)
+                except (OSError, ValueError):   # damaged files: CorruptRemoteLogMetadataError
+                    entry.cache = None
+                    log.exception("Could not read the remote log metadata of %s", tip)
 
     # ---- events ----------------------------------------------------------------------------
 

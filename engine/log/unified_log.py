@@ -76,11 +76,11 @@ from engine.config import (
 from engine.errors import (
     CorruptIndexError,
     CorruptRecordError,
+    CorruptSnapshotError,
     InvalidOffsetError,
     InvalidRecordError,
     OffsetOutOfRangeError,
 )
-from engine.errors import CorruptSnapshotError
 from engine.log.checkpoint import (
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
@@ -828,15 +828,62 @@ class UnifiedLog:
             if offset == end:
                 return memoryview(b""), offset
             i = max(0, bisect.bisect_right(self._bases, offset) - 1)
-            for segment in self._segments[i:]:
-                info = segment.read(offset, max_bytes, min_one_message=min_one_message)
+            for j in range(i, len(self._segments)):
+                segment = self._segments[j]
+                try:
+                    info = segment.read(offset, max_bytes, min_one_message=min_one_message)
+                except (CorruptRecordError, InvalidRecordError):
+                    # Unframeable bytes where the lookup led: name the file and position.
+                    self._diagnose_unreadable(segment, offset)
+                    raise
                 if info is not None:
                     view = info.records
                     if not view.nbytes:
+                        if min_one_message:
+                            # Nothing framed at the batch holding `offset`: damage, never
+                            # an empty answer that would stall the consumer there.
+                            self._diagnose_unreadable(segment, offset)
                         return view, offset
                     headers, _ = _records.scan(view, False)
                     return view, int(headers["last_offset"][-1]) + 1
+                # No batch at or after `offset` in this segment: go on to the next one only
+                # if the segment really ends below it (a gap between segments), never past
+                # damage that hides the batches holding it.
+                upper = self._bases[j + 1] if j + 1 < len(self._bases) else end
+                if offset < upper:
+                    self._diagnose_unreadable(segment, offset)
             return memoryview(b""), offset
+
+    def _diagnose_unreadable(self, segment: LogSegment, offset: int) -> None:
+        """Called when `segment` gave nothing for `offset` although it should hold it.
+        Scans the whole `.log` (a rare path): raises CorruptRecordError at the first byte
+        where batches stop framing, or CorruptIndexError when the `.log` frames but its
+        offset index led the lookup astray. Returns when the segment truly has no batch
+        at or after `offset` (offsets missing between segments)."""
+        with open(segment.log_file, "rb") as f:
+            data = f.read()
+        try:
+            headers, valid = _records.scan(data, False)
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            valid = int(exc.position or 0)
+            headers, _ = _records.scan(memoryview(data)[:valid], False)
+        last = int(headers["last_offset"][-1]) if len(headers) else segment.base_offset - 1
+        if valid < len(data):
+            raise CorruptRecordError(
+                f"log segment {segment.log_file} is damaged at byte {valid} of "
+                f"{len(data)}: no whole batch frames there (last readable offset {last}); "
+                f"fetch offset {offset} and the rest of the segment cannot be read (recovery "
+                f"from an earlier recovery point truncates it there)", file=segment.log_file,
+                position=valid, offset=max(offset, last + 1))
+        hit = np.flatnonzero(headers["last_offset"] >= offset)
+        if len(hit):
+            row = headers[hit[0]]
+            raise CorruptIndexError(
+                f"offset index {segment.offset_index.file} of log segment {segment.log_file} "
+                f"is damaged: the batch holding offset {offset} is at byte "
+                f"{int(row['position'])} but the lookup found nothing (entry for "
+                f"{segment.offset_index.lookup(offset)}); delete the index to have it rebuilt",
+                file=segment.offset_index.file, offset=offset)
 
     # -- flushing, closing -----------------------------------------------------------------
 

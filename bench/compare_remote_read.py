@@ -52,6 +52,7 @@ from engine.log import LogManager
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.rlm import RemoteLogManager
+from engine.rlm import reader as reader_module
 from engine.rlm.reader import read_remote
 
 PARTITIONS = 4
@@ -164,6 +165,15 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
         for o in starts:
             touch(read_remote(rlm, st, o, MAX_BYTES, True, "read_uncommitted")[0])
 
+    def run_remote_fresh():
+        # the same reads with buffer recycling off: every read lands in fresh memory
+        pool = reader_module._BUFFERS
+        kept, pool.max_bytes = pool.max_bytes, 0
+        try:
+            run_remote()
+        finally:
+            pool.max_bytes = kept
+
     def run_local_all():
         for o in starts:
             touch_all(local.read(o, MAX_BYTES)[0])
@@ -174,10 +184,12 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
 
     assert rlm.read("tiered", 0, 0, MAX_BYTES).from_remote
     t = measure_group({"local": run_local, "remote": run_remote,
-                       "remote_direct": run_remote_direct, "local_all": run_local_all,
+                       "remote_direct": run_remote_direct, "remote_fresh": run_remote_fresh,
+                       "local_all": run_local_all,
                        "remote_all": run_remote_all}, repeat)
     names = {"local": "UnifiedLog.read (local)", "remote": "RemoteLogManager.read (remote)",
              "remote_direct": "reader.read_remote on the caller (remote, no pool)",
+             "remote_fresh": "RemoteLogManager.read, no buffer recycling",
              "local_all": "UnifiedLog.read, every byte read",
              "remote_all": "RemoteLogManager.read, every byte read"}
     for k, v in t.items():
@@ -186,6 +198,8 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
               "warm index cache")
     rep.ratio("(b) remote read without the reader pool / local read",
               t["local"] / t["remote_direct"])
+    rep.ratio("(b) remote read without buffer recycling / local read",
+              t["local"] / t["remote_fresh"])
     rep.ratio("(b) remote read / local read, every byte read", t["local_all"] / t["remote_all"],
               0.8)
 

@@ -65,6 +65,11 @@ class FaultyRSM(FileSystemRemoteStorageManager):
             self.release.wait()
         return super().read_range(metadata, start, end_exclusive)
 
+    def read_range_into(self, metadata, start, buffer):
+        if metadata.topic_id_partition.partition in self.hang_read:
+            self.release.wait()
+        return super().read_range_into(metadata, start, buffer)
+
 
 @pytest.fixture
 def faulty(tmp_path):
@@ -172,9 +177,9 @@ def test_slow_rsm_still_tiers_and_serves(tmp_path):
             time.sleep(0.05)
             return super().copy_log_segment_data(metadata, segment_data)
 
-        def read_range(self, metadata, start, end_exclusive):
+        def read_range_into(self, metadata, start, buffer):
             time.sleep(0.02)
-            return super().read_range(metadata, start, end_exclusive)
+            return super().read_range_into(metadata, start, buffer)
 
     env = Env(tmp_path, topic_config={"local.retention.bytes": 1},
               rsm=SlowRSM([tmp_path / "remote"], fsync=False),

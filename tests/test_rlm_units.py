@@ -151,3 +151,29 @@ def test_rlm_refuses_a_broker_without_tiering(tmp_path):
         lm.shutdown()
     with pytest.raises(ConfigError, match="engine.metrics.port"):
         BrokerConfig({"engine.metrics.port": "70000"})
+
+
+def test_read_buffers_are_recycled_only_after_their_last_view_goes():
+    import gc
+
+    from engine.rlm.reader import _BufferPool
+
+    pool = _BufferPool(max_bytes=1 << 20)
+    a = pool.get(100_000)
+    a[:] = 1
+    view = memoryview(a)[10:20]
+    del a
+    gc.collect()
+    b = pool.get(100_000)  # `a` is still referenced through `view`: a new buffer
+    b[:] = 2
+    assert bytes(view) == b"\x01" * 10
+    base_a = view.obj.base
+    del view
+    gc.collect()
+    c = pool.get(120_000)  # same size class (128 KiB): the freed buffer comes back
+    assert c.base is base_a
+    big = pool.get(2 << 20)
+    base_big = big.base
+    del big
+    gc.collect()
+    assert pool.get(2 << 20).base is not base_big  # beyond max_bytes: not kept

@@ -743,9 +743,14 @@ class RemoteLogManager:
             self._explicit_roles.discard(tp)
         if st is not None:
             tip = st.tip
-            # a running copy sees deleted_partition and stops after its current segment
-            with st.copy_lock, st.expiration_lock:
-                pass
+            # a running copy sees deleted_partition and stops after its current segment;
+            # one stuck in the RSM is not waited for (its entry is left for the RSM's owner)
+            for lock, what in ((st.copy_lock, "copy"), (st.expiration_lock, "expiration")):
+                if lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+                    lock.release()
+                else:
+                    log.warning("Deleting %s while its %s run is still in progress", st.name,
+                                what)
         else:
             tip = self._find_tip(topic, int(partition))
         deleted = expiration.delete_remote_partition(self, tip)

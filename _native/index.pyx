@@ -45,6 +45,7 @@ __all__ = [
     "OffsetPosition", "TimestampOffset", "OffsetIndexCore", "TimeIndexCore", "IndexFullError",
     "OFFSET_ENTRY_SIZE", "TIME_ENTRY_SIZE", "WARM_BYTES", "NO_TIMESTAMP",
     "offset_index_slots", "time_index_slots", "rebuild_entries", "append_status_message",
+    "append_entry_pair",
 ]
 
 OFFSET_ENTRY_SIZE = IX_OFFSET_ENTRY_SIZE
@@ -762,6 +763,28 @@ cdef class TimeIndexCore(_IndexCore):
         self._check_open()
         return ix_first_value_ge(IX_TIME, self._data, self._entries,
                                  ix_relative(offset, self._base_offset))
+
+
+def append_entry_pair(OffsetIndexCore offset_index, TimeIndexCore time_index, int64_t offset,
+                      int64_t position, int64_t timestamp, int64_t timestamp_offset):
+    """What a segment append does to its indexes, in one call: OffsetIndex.append(offset,
+    position), then TimeIndex.maybeAppend(timestamp, timestamp_offset). Returns 0 when both
+    are done, 1 when the offset index refused (nothing written), 2 when the time index
+    refused (the offset entry stays: the caller truncates it). The caller serializes
+    mutations of both indexes and raises the refusal through the public methods."""
+    cdef ptrdiff_t failed, appended
+    offset_index._check_writable()
+    time_index._check_writable()
+    if ix_append_offsets(offset_index._wdata, offset_index._entries, offset_index._capacity,
+                         offset_index._base_offset, &offset, &position, 1, &failed) != IX_OK:
+        return 1
+    offset_index._publish(1)
+    if ix_maybe_append_times(time_index._wdata, time_index._entries, time_index._capacity,
+                             time_index._base_offset, &timestamp, &timestamp_offset, 1, False,
+                             &appended, &failed) != IX_OK:
+        return 2
+    time_index._publish(appended)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------

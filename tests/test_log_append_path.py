@@ -352,3 +352,19 @@ def test_leader_append_leaves_the_callers_bytes_alone(tmp_path, kind):
         assert records == list(range(40))
         assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == \
             [(3, 0), (4, 10)]
+
+
+def test_segment_append_refused_by_the_time_index_rolls_back_the_offset_entry(tmp_path):
+    # 36 bytes: 4 offset slots, 3 time slots of which the last is reserved, so the time
+    # index refuses first and the offset entry written just before must go again
+    seg = LogSegment.create(tmp_path, 0, index_interval_bytes=0, max_index_size=36)
+    for i in range(3):
+        seg.append(i, 100 + i, i, _batch(1, base_offset=i, ts=100 + i))
+    assert (seg.offset_index.entries, seg.time_index.entries) == (2, 2)
+    size = seg.size_in_bytes
+    with pytest.raises(IndexFullError):
+        seg.append(3, 103, 3, _batch(1, base_offset=3, ts=103))
+    assert (seg.offset_index.entries, seg.time_index.entries) == (2, 2)
+    assert seg.size_in_bytes == size == os.path.getsize(seg.log_file)
+    assert seg.max_timestamp_so_far == 102 and seg.next_offset() == 3
+    seg.close()

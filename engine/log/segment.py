@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from engine._native import records as _records
+from engine._native.index import append_entry_pair as _append_entry_pair
 from engine.errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError
 from engine.log._abstract_index import DEFAULT_MAX_INDEX_SIZE, INT32_MAX
 from engine.log.index_rebuild import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
@@ -293,11 +294,12 @@ class LogSegment:
         """OffsetIndex.append and TimeIndex.maybe_append through their native cores: every
         index mutation runs under this segment's lock, so the indexes' own locks are not
         needed here. A refusal is raised by the public method with its full message."""
-        offset_index, time_index = self.offset_index, self.time_index
-        if offset_index._append_entry(offset, position):
-            offset_index.append(offset, position)
-        if time_index._maybe_append_entry(timestamp, timestamp_offset, False):
-            time_index.maybe_append(timestamp, timestamp_offset)
+        refused = _append_entry_pair(self.offset_index, self.time_index, offset, position,
+                                     timestamp, timestamp_offset)
+        if refused == 1:
+            self.offset_index.append(offset, position)
+        elif refused == 2:
+            self.time_index.maybe_append(timestamp, timestamp_offset)
 
     def resize_indexes(self, size: int | None = None) -> None:
         """Resizes both indexes' files (default: `max_index_size`, for an active segment)."""

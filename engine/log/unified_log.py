@@ -170,11 +170,10 @@ class _EpochAssigner:
 
 
 def _assign_epochs(cache: LeaderEpochFileCache, headers: np.ndarray) -> None:
-    for row in headers:
-        epoch = int(row["partition_leader_epoch"])
-        latest = cache.latest_epoch
-        if row["magic"] >= 2 and epoch >= 0 and (latest is None or epoch > latest):
-            cache.assign(epoch, int(row["base_offset"]))
+    # Only the rows where the epoch rises change the cache; they are found in native code.
+    latest = cache.latest_epoch
+    for epoch, start_offset in _records.epoch_rises(headers, -1 if latest is None else latest):
+        cache.assign(epoch, start_offset)
 
 
 class UnifiedLog:
@@ -625,34 +624,38 @@ class UnifiedLog:
 
     # -- appending -------------------------------------------------------------------------
 
-    def _validate(self, records) -> tuple[bytearray, np.ndarray]:
-        data = bytearray(records)
-        if not data:
+    def _validate(self, records) -> tuple[bytes | bytearray | memoryview, np.ndarray]:
+        # No copy of the input: the leader's offsets and epoch are assigned in the scan rows
+        # and written from them (LogSegment.append), never stamped into the caller's bytes.
+        if type(records) is not bytes and type(records) is not bytearray:
+            records = memoryview(records).cast("B")
+        size = len(records)
+        if not size:
             raise InvalidRecordError(f"empty append to log {self.dir}")
-        headers, valid = _records.scan(data, True)
-        if valid != len(data):
+        headers, valid, bad = _records.scan_for_append(records)
+        if valid != size:
             raise InvalidRecordError(
                 f"records appended to log {self.dir} end with a partial batch: "
-                f"{len(data) - valid} of {len(data)} bytes", position=valid)
-        old = np.flatnonzero(headers["magic"] < _MIN_MAGIC)
-        if len(old):
-            row = headers[old[0]]
-            raise InvalidRecordError(
-                f"batch at byte {int(row['position'])} of an append to log {self.dir} has "
-                f"magic v{int(row['magic'])}: only v2 record batches can be appended",
-                position=int(row["position"]), offset=int(row["base_offset"]))
-        bad = np.flatnonzero(~headers["crc_valid"])
-        if len(bad):
-            row = headers[bad[0]]
+                f"{size - valid} of {size} bytes", position=valid)
+        if bad >= 0:
+            row = headers[bad]
+            if row["magic"] < _MIN_MAGIC:
+                raise InvalidRecordError(
+                    f"batch at byte {int(row['position'])} of an append to log {self.dir} has "
+                    f"magic v{int(row['magic'])}: only v2 record batches can be appended",
+                    position=int(row["position"]), offset=int(row["base_offset"]))
             raise CorruptRecordError(
                 f"batch at byte {int(row['position'])} of an append to log {self.dir} has a "
                 f"bad CRC (stored {int(row['crc']):#010x})", position=int(row["position"]),
                 offset=int(row["base_offset"]))
-        return data, headers.copy()
+        return records, headers
 
     def append_as_leader(self, records, leader_epoch: int) -> tuple[int, int]:
         """Validates v2 batches, assigns offsets from the log end, stamps `leader_epoch`,
         and appends them. Returns (first offset, last offset).
+
+        `records` (any buffer) is not copied and not modified: offsets and epoch are written
+        to the file from the scan rows. It must not change while the call runs.
 
         Raises:
             InvalidRecordError: empty, partial, or magic < 2 input.
@@ -664,18 +667,10 @@ class UnifiedLog:
         data, headers = self._validate(records)
         with self._lock:
             self._require_open("append_as_leader")
-            next_offset = self.log_end_offset
-            for row in headers:
-                pos = int(row["position"])
-                delta = int(row["last_offset"]) - int(row["base_offset"])
-                _BASE_OFFSET.pack_into(data, pos, next_offset)
-                _LEADER_EPOCH.pack_into(data, pos + _LEADER_EPOCH_POSITION, leader_epoch)
-                row["base_offset"] = next_offset
-                row["last_offset"] = next_offset + delta
-                row["partition_leader_epoch"] = leader_epoch
-                next_offset += delta + 1
+            first, last = _records.assign_offsets(headers, self.active_segment.next_offset(),
+                                                  leader_epoch)
             self._append(data, headers)
-            return int(headers["base_offset"][0]), int(headers["last_offset"][-1])
+            return first, last
 
     def append_as_follower(self, records) -> tuple[int, int]:
         """Appends replicated v2 batches with their own offsets and leader epochs. Returns
@@ -710,16 +705,13 @@ class UnifiedLog:
             return first, int(headers["last_offset"][-1])
 
     def _append(self, data: bytearray, headers: np.ndarray) -> None:
-        largest = int(headers["last_offset"][-1])
-        i = int(np.argmax(headers["max_timestamp"]))
-        max_ts = int(headers["max_timestamp"][i])
-        shallow = int(headers["last_offset"][i])
-        segment = self._maybe_roll(len(data), max_ts, int(headers["base_offset"][0]), largest)
+        first, largest, max_ts, shallow, first_max_ts, size = _records.append_summary(headers)
+        segment = self._maybe_roll(size, max_ts, first, largest)
         _assign_epochs(self.leader_epoch_cache, headers)
         was_empty = segment.size_in_bytes == 0
-        segment.append(largest, max_ts, shallow, data)
+        segment.append(largest, max_ts, shallow, data, headers)
         if was_empty:
-            self._rolling_ts[segment.base_offset] = int(headers["max_timestamp"][0])
+            self._rolling_ts[segment.base_offset] = first_max_ts
         self._apply_producer_batches(data, headers, segment)
 
     def _rolling_timestamp(self, segment: LogSegment) -> int:

@@ -129,6 +129,14 @@ def test_epoch_state_shorter_later_segment_does_not_displace():
     assert state.highest_offset == 100
 
 
+def test_epoch_state_same_start_shorter_segment_replaces_but_stays_listed():
+    state, s1, s2 = RemoteLogLeaderEpochState(), _sid(), _sid()
+    state.on_copy_finished(10, s1, 100)
+    state.on_copy_finished(10, s2, 50)       # does not reach the highest offset
+    assert state.export(0).referenced == ((10, s2),)
+    assert state.export(0).unreferenced == (s1,) and state.highest_offset == 100
+
+
 def test_epoch_state_delete_started_and_finished():
     state, s1, s2 = RemoteLogLeaderEpochState(), _sid(), _sid()
     state.on_copy_finished(10, s1, 100)

@@ -34,7 +34,7 @@ lock per partition).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
 from engine.errors import RemoteResourceNotFoundError
@@ -60,12 +60,14 @@ _S = RemoteLogSegmentState
 @dataclass(frozen=True, slots=True)
 class EpochStateSnapshot:
     """One epoch's state, as exported for a snapshot: `referenced` is (epoch start offset
-    within the segment, segment uuid) ascending; `unreferenced` keeps insertion order."""
+    within the segment, segment) ascending; `unreferenced` keeps insertion order. Segments
+    are RemoteLogSegmentIds from RemoteLogMetadataCache.epoch_states(), the epoch state's own
+    keys from RemoteLogLeaderEpochState.export()."""
 
     epoch: int
     highest_offset: int | None
-    referenced: tuple[tuple[int, RemoteLogSegmentId], ...]
-    unreferenced: tuple[RemoteLogSegmentId, ...]
+    referenced: tuple[tuple[int, Hashable], ...]
+    unreferenced: tuple[Hashable, ...]
 
 
 class RemoteLogLeaderEpochState:
@@ -77,25 +79,25 @@ class RemoteLogLeaderEpochState:
 
     def __init__(self):
         self._starts: list[int] = []                      # sorted keys of _offset_to_id
-        self._offset_to_id: dict[int, RemoteLogSegmentId] = {}
-        self._unreferenced: dict[RemoteLogSegmentId, None] = {}   # an ordered set
+        self._offset_to_id: dict[int, Hashable] = {}
+        self._unreferenced: dict[Hashable, None] = {}   # an ordered set
         self.highest_offset: int | None = None
 
-    def segment_ids(self) -> list[RemoteLogSegmentId]:
+    def segment_ids(self) -> list[Hashable]:
         """Referenced ids in start-offset order, then unreferenced ones."""
         ids = [self._offset_to_id[start] for start in self._starts]
         ids.extend(self._unreferenced)
         return ids
 
-    def floor_segment_id(self, offset: int) -> RemoteLogSegmentId | None:
+    def floor_segment_id(self, offset: int) -> Hashable | None:
         """The FINISHED segment whose epoch start is the greatest one <= offset."""
         i = bisect.bisect_right(self._starts, offset)
         return self._offset_to_id[self._starts[i - 1]] if i else None
 
-    def on_copy_started(self, segment_id: RemoteLogSegmentId) -> None:
+    def on_copy_started(self, segment_id: Hashable) -> None:
         self._unreferenced[segment_id] = None
 
-    def on_copy_finished(self, start: int, segment_id: RemoteLogSegmentId, epoch_end: int):
+    def on_copy_finished(self, start: int, segment_id: Hashable, epoch_end: int):
         # A later leader may upload a segment covering offsets of this epoch that an earlier
         # upload already covers (a duplicate, or an overlapping one starting lower): the
         # entries starting at or after this segment's epoch start are displaced, as long as
@@ -104,21 +106,24 @@ class RemoteLogLeaderEpochState:
                and self.highest_offset is not None and self.highest_offset <= epoch_end):
             displaced = self._offset_to_id.pop(self._starts.pop())
             self._unreferenced[displaced] = None
-        if start not in self._offset_to_id:
+        replaced = self._offset_to_id.get(start)
+        if replaced is None:
             bisect.insort(self._starts, start)
+        elif replaced != segment_id:   # same epoch start, shorter: still listed for deletion
+            self._unreferenced[replaced] = None
         self._offset_to_id[start] = segment_id
         self._unreferenced.pop(segment_id, None)
         if self.highest_offset is None or epoch_end > self.highest_offset:
             self.highest_offset = epoch_end
 
-    def on_delete_started(self, start: int, segment_id: RemoteLogSegmentId) -> None:
+    def on_delete_started(self, start: int, segment_id: Hashable) -> None:
         if self._offset_to_id.get(start) == segment_id:
             del self._offset_to_id[start]
             self._starts.remove(start)
         # still listed, so a failed delete is retried by the next expiration run
         self._unreferenced[segment_id] = None
 
-    def on_delete_finished(self, segment_id: RemoteLogSegmentId) -> None:
+    def on_delete_finished(self, segment_id: Hashable) -> None:
         self._unreferenced.pop(segment_id, None)
 
     def export(self, epoch: int) -> EpochStateSnapshot:

@@ -470,3 +470,64 @@ def test_follower_tracks_the_highest_remote_offset_without_copying(tmp_path):
         assert follower.status()[0]["role"] == "follower"
     finally:
         env.close()
+
+
+def test_from_config_builds_the_configured_plugins_and_closes_them(tmp_path):
+    from engine.config import BrokerConfig
+    from engine.log import LogManager
+    from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
+    from engine.remote.filesystem import FileSystemRemoteStorageManager
+    from engine.rlm import RemoteLogManager
+
+    config = BrokerConfig({"log.dirs": str(tmp_path / "logs"),
+                           "remote.log.storage.system.enable": "true",
+                           "rsm.config.dirs": str(tmp_path / "tier")})
+    lm = LogManager([tmp_path / "logs"], broker_config=config,
+                    topic_defaults={"remote.storage.enable": "true", "segment.bytes": "1200",
+                                    "retention.ms": "-1"})
+    try:
+        rlm = RemoteLogManager.from_config(config, lm)
+        assert isinstance(rlm.rsm, FileSystemRemoteStorageManager)
+        assert isinstance(rlm.rlmm, EmbeddedRemoteLogMetadataManager)
+        unified = lm.get_or_create_log(TOPIC, 0)
+        from test_rlm_helpers import batch
+        for i in range(8):
+            unified.append_as_leader(batch([b"v" * 300] * 2), 0)
+        assert rlm.run_once().copied_segments > 0
+        assert (tmp_path / "logs" / "__remote_log_metadata").is_dir()
+        rlm.close()
+        # the plugins it built are closed with it: a second RLM can take the metadata dir
+        again = RemoteLogManager.from_config(config, lm)
+        assert again.status()[0]["remote_segments"] > 0
+        again.close()
+    finally:
+        lm.shutdown()
+
+
+def test_scheduled_tasks_pick_up_partitions_created_after_start(env):
+    import time
+
+    env.produce(6, partition=0)
+    env.rlm.start()
+    env.produce(6, partition=3)
+    deadline = time.monotonic() + 60
+    while not all(s["highest_offset_in_remote_storage"] >= 0 for s in env.rlm.status()) \
+            or len(env.rlm.status()) < 2:
+        assert time.monotonic() < deadline, env.rlm.status()
+        time.sleep(0.01)
+    assert sorted(s["partition"] for s in env.rlm.status()) == [0, 3]
+
+
+def test_local_read_committed_stops_at_the_last_stable_offset(env):
+    from test_rlm_helpers import txn_batch
+
+    unified = env.log(**{"segment.bytes": 1_000_000})
+    env.produce(2)
+    lso = unified.log_end_offset
+    unified.append_as_leader(txn_batch([b"open"], producer_id=5), 0)
+    env.produce(2)
+    committed = env.rlm.read(TOPIC, 0, 0, 100_000, isolation="read_committed")
+    assert committed.next_offset == lso
+    assert [o for o, _ in records_of(committed.records)] == list(range(lso))
+    uncommitted = env.rlm.read(TOPIC, 0, 0, 100_000)
+    assert uncommitted.next_offset == unified.log_end_offset

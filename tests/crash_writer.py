@@ -13,7 +13,11 @@ STATE_DIR/acked and fsyncs it. Every M flushes it also writes STATE_DIR/recovery
 
 Record contents are a pure function of the offset (see `expected_record`), so the parent
 can check every surviving record without knowing what the writer did. Batches hold
-1..24 records of 10..400-byte values, drawn from the seed.
+1..24 records of 10..400-byte values, drawn from the seed. Data batches come from an
+idempotent producer (id 1, sequence = base offset) or from transactions of other producers
+(one open at a time), which end with a COMMIT or ABORT marker (a control batch taking one
+offset), so the producer state, its snapshots and the .txnindex are crashed too; at start
+the writer aborts the transactions a killed predecessor left open.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.log import UnifiedLog
-from engine.records import RecordBatchBuilder
+from engine.records import RecordBatchBuilder, build_end_txn_marker
 
 BASE_TIMESTAMP = 1_700_000_000_000
 ACKED_FILE = "acked"
@@ -44,8 +48,14 @@ def expected_record(offset: int) -> tuple[bytes, bytes, int]:
     return b"key-%d" % offset, value, ts
 
 
-def build_batch(base_offset: int, count: int) -> bytes:
-    builder = RecordBatchBuilder(base_offset=base_offset)
+IDEMPOTENT_PRODUCER = 1
+
+
+def build_batch(base_offset: int, count: int, producer_id: int = IDEMPOTENT_PRODUCER,
+                transactional: bool = False) -> bytes:
+    builder = RecordBatchBuilder(base_offset=base_offset, producer_id=producer_id,
+                                 producer_epoch=0, base_sequence=base_offset % 2**31,
+                                 is_transactional=transactional)
     for offset in range(base_offset, base_offset + count):
         key, value, ts = expected_record(offset)
         builder.append(value, key=key, timestamp=ts)
@@ -118,9 +128,32 @@ def main(argv=None) -> int:
     acker = Acker(args.state_dir)
     print(f"ready {log.log_end_offset}", flush=True)
     batches = flushes = 0
+    # Transactions a killed writer left open are aborted first, as a transaction
+    # coordinator completes them after a restart.
+    for _, producer_id in log.producer_state.ongoing_transactions():
+        base = log.log_end_offset
+        log.append_as_leader(build_end_txn_marker(
+            False, base_offset=base, producer_id=producer_id, producer_epoch=0,
+            timestamp=expected_record(base)[2], coordinator_epoch=args.epoch), args.epoch)
+    open_txn = None  # producer id of this writer's open transaction
     while not args.max_batches or batches < args.max_batches:
         base = log.log_end_offset
-        log.append_as_leader(build_batch(base, rng.randint(1, 24)), args.epoch)
+        r = rng.random()
+        if open_txn is not None and r < 0.3:
+            commit = rng.random() < 0.5
+            log.append_as_leader(build_end_txn_marker(
+                commit, base_offset=base, producer_id=open_txn, producer_epoch=0,
+                timestamp=expected_record(base)[2], coordinator_epoch=args.epoch), args.epoch)
+            open_txn = None
+        elif open_txn is not None and r < 0.6:
+            log.append_as_leader(build_batch(base, rng.randint(1, 24), open_txn, True),
+                                 args.epoch)
+        elif open_txn is None and r < 0.15:
+            open_txn = 100 + base
+            log.append_as_leader(build_batch(base, rng.randint(1, 24), open_txn, True),
+                                 args.epoch)
+        else:
+            log.append_as_leader(build_batch(base, rng.randint(1, 24)), args.epoch)
         batches += 1
         if batches % args.flush_every == 0:
             log.flush()

@@ -16,6 +16,9 @@ last checkpoint, else 0) and checked:
   a batch ending at its offset; time-index entries rise and point into batches), the leader
   epoch cache matches the batches' epochs, and after the log is closed
   `python -m engine dump-log --verify` passes over every file of the partition directory;
+- the producer state survives: the last stable offset matches the transaction the batches
+  leave open, and dump-log --verify replays the log against every `.snapshot` and
+  `.txnindex` (the writer's batches are idempotent or transactional, with markers);
 - appending after recovery works (and is read back).
 
 Every other kill point is checked on a copy of the directory, so the next writer has to
@@ -221,13 +224,34 @@ def check_records(log: UnifiedLog, end: int) -> None:
     while offset < end:
         view, nxt = log.read(offset, 64 * 1024)
         assert nxt > offset, f"read at {offset} made no progress (log end {end})"
-        for r in MemoryRecords(bytes(view)).records(verify_crc=True):
-            key, value, ts = expected_record(r.offset)
-            assert r.offset == offset, f"offset {r.offset} where {offset} was expected"
-            assert (r.key, r.value, r.timestamp) == (key, value, ts), (
-                f"record at offset {r.offset} has different content")
-            offset += 1
+        for batch in MemoryRecords(bytes(view)).batches():
+            if batch.is_control:  # a transaction marker takes one offset
+                assert batch.base_offset == offset == batch.last_offset
+                offset += 1
+                continue
+            for r in batch.records():
+                key, value, ts = expected_record(r.offset)
+                assert r.offset == offset, f"offset {r.offset} where {offset} was expected"
+                assert (r.key, r.value, r.timestamp) == (key, value, ts), (
+                    f"record at offset {r.offset} has different content")
+                offset += 1
         assert offset == nxt
+
+
+def check_last_stable_offset(log: UnifiedLog, headers: np.ndarray) -> None:
+    """The LSO after recovery is the first offset of the earliest transaction the batches
+    leave open (a marker closes its producer's), else the log end: an independent reading
+    of the batch headers."""
+    open_first: dict[int, int] = {}
+    for row in headers:
+        producer = int(row["producer_id"])
+        if row["is_control"]:
+            open_first.pop(producer, None)
+        elif row["is_transactional"]:
+            open_first.setdefault(producer, int(row["base_offset"]))
+    expected = min(open_first.values(), default=log.log_end_offset)
+    assert log.last_stable_offset == expected, (
+        f"last stable offset {log.last_stable_offset}, the batches say {expected}")
 
 
 def check_epochs(log: UnifiedLog, headers: np.ndarray) -> None:
@@ -270,6 +294,7 @@ def verify_after_kill(pdir: Path, state: Path, cfg: Chain, epoch: int, rng: rand
         check_indexes(log)
         check_records(log, end)
         check_epochs(log, headers)
+        check_last_stable_offset(log, headers)
         sizes_after = sum(p.stat().st_size for p in target.glob("*.log"))
         # appending after recovery works, and is read back
         count = rng.randint(1, 24)

@@ -273,3 +273,35 @@ def test_delete_partition(tmp_path):
     manager = LogManager([d])
     assert not leftover.exists() and manager.partitions() == [("t", 1)]
     manager.shutdown()
+
+
+def test_retention_renames_to_deleted_then_unlinks_after_the_delay(tmp_path):
+    clock = Clock(T0 + 100 * DAY)
+    d = tmp_path / "t-0"
+    log = _log_with_segments(d, TopicConfig.resolve({"file.delete.delay.ms": "60000"},
+                                                    BrokerConfig({})), clock)
+    log.delete_records(6)
+    log.update_config(TopicConfig.resolve({"retention.ms": "-1",
+                                           "file.delete.delay.ms": "60000"}, BrokerConfig({})))
+    assert log.delete_old_segments() == 2
+    pending = sorted(p.name for p in d.glob("*.deleted"))
+    assert pending == ["00000000000000000000.index.deleted", "00000000000000000000.log.deleted",
+                       "00000000000000000000.timeindex.deleted",
+                       "00000000000000000003.index.deleted", "00000000000000000003.log.deleted",
+                       "00000000000000000003.snapshot.deleted",
+                       "00000000000000000003.timeindex.deleted"]
+    clock.now += 59_999
+    log.delete_old_segments()
+    assert len(list(d.glob("*.deleted"))) == 7
+    clock.now += 1
+    log.delete_old_segments()
+    assert not list(d.glob("*.deleted"))
+    # A crash before the unlink leaves `.deleted` files: the next load removes them.
+    log.delete_records(9)
+    assert log.delete_old_segments() == 1 and list(d.glob("*.deleted"))
+    log.close()  # a close unlinks what is pending
+    assert not list(d.glob("*.deleted"))
+    (d / "00000000000000000006.log.deleted").write_bytes(b"left by a crash")
+    log = UnifiedLog.open(d, clock=clock)
+    assert not list(d.glob("*.deleted")) and log.log_start_offset == 9
+    log.close()

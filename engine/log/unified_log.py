@@ -40,9 +40,11 @@ Kafka's rules kept here (kafka-reference.md §2):
   first offset of the earliest open transaction, else the high watermark.
 
 Not done here: LOG_APPEND_TIME rewriting on leader appends (batches keep their
-timestamps), sequence/epoch validation of producer appends (no duplicate detection),
-producer expiry (producer.id.expiration.ms), and asynchronous `.deleted` renames (segments
-are deleted at once).
+timestamps), segment.jitter.ms (not among the engine's topic configs), sequence/epoch
+validation of producer appends (no duplicate detection),
+and producer expiry (producer.id.expiration.ms). Segments deleted by retention are renamed
+to `.deleted` and unlinked `file.delete.delay.ms` later (by a later retention pass or at
+close); truncation and recovery delete at once.
 
 Thread-safety: every public method serializes on one lock. Views returned by `read` follow
 `LogSegment.read`'s rules (invalid after truncation or deletion of their segment).
@@ -199,6 +201,8 @@ class UnifiedLog:
         self._producer_state = ProducerStateManager(self.dir)
         #: snapshots written at roll without fsync; fsynced by the next flush (Kafka's).
         self._unsynced_snapshots: set[Path] = set()
+        #: (due time in ms, files renamed to `.deleted`) of segments deleted by retention.
+        self._pending_deletes: list[tuple[int, list[Path]]] = []
         self.leader_epoch_cache: LeaderEpochFileCache | None = None
         self.partition_metadata = PartitionMetadataFile(self.dir / PARTITION_METADATA_FILE)
 
@@ -923,6 +927,7 @@ class UnifiedLog:
                 self._producer_state.take_snapshot()
             finally:
                 self._close_segments()
+                self._purge_deleted_files(everything=True)
                 self._closed = True
 
     def _close_segments(self) -> None:
@@ -1045,6 +1050,7 @@ class UnifiedLog:
         and deleted later. Returns how many segments were deleted."""
         with self._lock:
             self._require_open("delete_old_segments")
+            self._purge_deleted_files()
             if "delete" in self.config["cleanup.policy"]:
                 return (self._delete_log_start_offset_breached_segments()
                         + self._delete_retention_size_breached_segments()
@@ -1122,15 +1128,46 @@ class UnifiedLog:
                      segment.next_offset() - 1, segment.size_in_bytes,
                      segment.max_timestamp_so_far, self.dir, reason)
             self._remove_segment(segment)
-            segment.delete()
-            # Kafka deletes the snapshot named by a deleted segment's base offset.
-            self._producer_state.delete_snapshot(segment.base_offset)
+            self._delete_segment_async(segment)
+        self._purge_deleted_files()
         first = self._segments[0].base_offset
         if not self._remote_log_enabled_and_copy_enabled() and first > self._log_start_offset:
             self.maybe_increment_log_start_offset(
                 first, LogStartOffsetIncrementReason.SEGMENT_DELETION)
         self.recovery_point = max(self.recovery_point, first)
         return len(deletable)
+
+    def _delete_segment_async(self, segment: LogSegment) -> None:
+        """Kafka's asynchronous delete: the segment's files and the producer snapshot named
+        by its base offset are renamed to `<name>.deleted` at once (a crash leaves names
+        the next load removes) and unlinked `file.delete.delay.ms` later, by a later
+        retention pass or `close` (reads holding views of it stay valid meanwhile)."""
+        files = [segment.log_file, segment.offset_index.file, segment.time_index.file,
+                 segment.txn_index.file, snapshot_file(self.dir, segment.base_offset)]
+        renamed = []
+        for path in files:
+            if path is None:
+                continue
+            target = Path(str(path) + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:
+                continue
+            renamed.append(target)
+        segment.delete()  # closes its handles; nothing is left under the old names
+        self._pending_deletes.append((self._clock() + self.config["file.delete.delay.ms"],
+                                      renamed))
+
+    def _purge_deleted_files(self, everything: bool = False) -> None:
+        now = self._clock()
+        keep = []
+        for due, files in self._pending_deletes:
+            if everything or due <= now:
+                for path in files:
+                    path.unlink(missing_ok=True)
+            else:
+                keep.append((due, files))
+        self._pending_deletes = keep
 
     def delete_log_start_offset_breached_segments(self) -> int:
         """Deletes the segments whose offsets are all below the log start offset (the local

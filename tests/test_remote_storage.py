@@ -1,5 +1,6 @@
 """FileSystemRemoteStorageManager: layout, round trips, ranged reads, checksums, crash safety."""
 
+import errno
 import os
 import pickle
 import random
@@ -407,3 +408,33 @@ def test_sigkill_during_copies_then_retry_stores_exact_files(tmp_path):
             assert rsm.read_range(md, 0, size) == expected[".log"]
         assert not list(remote.rglob("*.tmp"))
     assert kills >= 15 and torn >= 3, (kills, torn)
+
+
+@pytest.mark.parametrize("code", [errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP])
+def test_copy_falls_back_where_the_kernel_copy_is_unsupported(tmp_path, segment, monkeypatch,
+                                                              code):
+    calls = []
+
+    def unsupported(*args):
+        calls.append(args)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    rsm = FileSystemRemoteStorageManager([tmp_path])
+    md = copied(rsm, segment)
+    assert calls  # the kernel copy was tried, then the write loop did the work
+    data = segment[0]
+    assert rsm.read_range(md, 0, segment[2]) == data.log_segment.read_bytes()
+    assert rsm.fetch_index(md, IndexType.OFFSET).read() == data.offset_index.read_bytes()
+
+
+def test_other_kernel_copy_errors_fail_the_copy_and_leave_nothing(tmp_path, segment,
+                                                                   monkeypatch):
+    def failing(*args):
+        raise OSError(errno.EIO, "injected I/O error")
+
+    monkeypatch.setattr(os, "copy_file_range", failing)
+    rsm = FileSystemRemoteStorageManager([tmp_path])
+    with pytest.raises(RemoteStorageError, match=r"injected I/O error|\.tmp"):
+        copied(rsm, segment)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

@@ -104,6 +104,43 @@ class TieredCluster:
         finally:
             manager.shutdown()
 
+    def tier_with_marker_untiered(self, topic: str) -> None:
+        """Partition 0 of `topic`: 5 plain records, then 3 records of a transaction; the
+        segment rolls; the transaction's ABORT marker lands in the new active segment. The
+        RLM tiers the first segment only: the tier ends inside a transaction whose outcome
+        it does not hold."""
+        from engine.config import BrokerConfig
+        from engine.log.log_manager import LogManager
+        from engine.records import RecordBatchBuilder, build_end_txn_marker
+        from engine.rlm import RemoteLogManager
+
+        config = BrokerConfig(self.props)
+        manager = LogManager(self.log_dirs, broker_config=config, topic_defaults={
+            "retention.ms": -1, "remote.storage.enable": True})
+        try:
+            manager.get_or_create_log(topic, 0, topic_id=self._topic_id(topic))
+            plain = RecordBatchBuilder()
+            for i in range(5):
+                plain.append(b"committed-%d" % i, key=b"k", timestamp=START_TIMESTAMP + i)
+            manager.append_as_leader(topic, 0, plain.build(), 0)
+            txn = RecordBatchBuilder(producer_id=4242, producer_epoch=0, base_sequence=0,
+                                     is_transactional=True)
+            for i in range(3):
+                txn.append(b"aborted-%d" % i, timestamp=START_TIMESTAMP + 10 + i)
+            manager.append_as_leader(topic, 0, txn.build(), 0)
+            manager.get_log(topic, 0).roll()
+            manager.append_as_leader(topic, 0, build_end_txn_marker(
+                False, base_offset=0, producer_id=4242, producer_epoch=0,
+                timestamp=START_TIMESTAMP + 20), 0)
+            rlm = RemoteLogManager.from_config(config, manager)
+            try:
+                while rlm.run_once().copied_segments:
+                    pass
+            finally:
+                rlm.close()
+        finally:
+            manager.shutdown()
+
     _topic_ids: dict = {}
 
     def _topic_id(self, topic):

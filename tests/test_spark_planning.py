@@ -182,3 +182,10 @@ def test_spark_tests_fail_clearly_without_java(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0
     assert "Java is missing: the Spark tests need a JDK 17+" in run.stderr
+
+
+def test_min_partitions_shrinks_the_task_size():
+    o = parse_options({"log.dirs": "/tmp/x", "subscribe": "a", "minPartitions": "8"})
+    assert o.min_partitions == 8 and o.decode_ahead
+    with pytest.raises(ConfigError, match="at least 1"):
+        parse_options({"log.dirs": "/tmp/x", "subscribe": "a", "minPartitions": "0"})

@@ -103,6 +103,9 @@ def test_explicit_register_and_small_tasks_give_the_same_rows(spark, cluster, fe
                 assert not ((positions > r.start_position) & (positions < r.end_position)).any()
     df = read(spark, cluster, includeHeaders="true", **options)
     assert arrow_rows(df.toArrow()) == expected(fetched, TOPIC, [1], 400, 1000)
+    whole = {"config": str(cluster.config), "assign": '{"events":[1]}'}
+    assert len(plan_scan(parse_options(whole))) == 1  # ~1 MiB: one task by bytes
+    assert len(plan_scan(parse_options({**whole, "minPartitions": "6"}))) >= 6
 
 
 def test_offset_bounds(spark, cluster, fetched):
@@ -148,6 +151,16 @@ def test_read_committed_leaves_out_aborted_transactions(spark, cluster, fetched)
     offsets = {(r[3], r[4]) for r in got}
     aborted = [r for r in everything if (r[3], r[4]) not in offsets]
     assert aborted and len(aborted) == len(everything) - len(want)
+
+
+def test_read_committed_stops_where_the_tier_does_not_hold_a_transactions_outcome(
+        spark, cluster):
+    cluster.tier_with_marker_untiered("open-txn")
+    assert tier_end(cluster, "open-txn", 0) == (0, 8)  # the marker at 8 is not tiered
+    everything = read(spark, cluster, subscribe="open-txn").toArrow()
+    assert everything.column("offset").to_pylist() == list(range(8))
+    committed = read(spark, cluster, subscribe="open-txn", readCommitted="true").toArrow()
+    assert committed.column("value").to_pylist() == [b"committed-%d" % i for i in range(5)]
 
 
 QUERIES = [
@@ -210,7 +223,7 @@ def _dt(ms):
 
 
 def test_bad_input_is_named(spark, cluster, tmp_path):
-    with pytest.raises(Exception, match=r"unknown topic 'nope'.*holds \['events', 'plain'\]"):
+    with pytest.raises(Exception, match=r"unknown topic 'nope'.*holds \[.*'events'.*'plain'"):
         read(spark, cluster, subscribe="nope").count()
     with pytest.raises(Exception, match=r"unknown partition events-9"):
         read(spark, cluster, assign='{"events":[9]}').count()

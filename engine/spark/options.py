@@ -12,7 +12,10 @@ precedence, in that order, as in Spark. Starting bounds are inclusive, ending on
 Engine options: `config` (the engine's properties file) and/or broker properties given
 directly as options (any name with a dot: `log.dirs`, `rsm.config.dirs`, ...; they override
 the file), `maxBytesPerPartition` (bytes of remote log per Spark task), `readCommitted`
-(leave out records of aborted transactions, found through the remote transaction indexes).
+(leave out records of aborted transactions, found through the remote transaction indexes),
+`decodeAhead` (default true: a task decodes its next Arrow batch on a helper thread while
+Spark sends the current one). `minPartitions` (Spark's name) asks for at least that many
+tasks: the byte target per task shrinks to total / minPartitions.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ _ENGINE_OPTIONS = {"config", "maxbytesperpartition", "readcommitted", "includehe
                    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
                    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
                    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
-                   "failondataloss", "path"}
+                   "failondataloss", "decodeahead", "minpartitions", "path"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class ScanOptions:
     broker_properties: Mapping[str, str]
     starting_by_timestamp_strategy: str = "error"
     fail_on_data_loss: bool = True
+    decode_ahead: bool = True
+    min_partitions: int | None = None
 
     def selects(self, topic: str) -> bool:
         if self.subscribe is not None:
@@ -204,6 +209,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
     if max_bytes < 1:
         raise ConfigError("maxBytesPerPartition", raw_max, "must be at least 1")
 
+    min_partitions = opts.get("minpartitions")
+    if min_partitions is not None:
+        try:
+            min_partitions = int(min_partitions)
+        except (TypeError, ValueError):
+            raise ConfigError("minPartitions", min_partitions, "must be an integer") from None
+        if min_partitions < 1:
+            raise ConfigError("minPartitions", min_partitions, "must be at least 1")
+
     strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
     if strategy not in ("error", "latest"):
         raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
@@ -236,4 +250,6 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         broker_properties=props,
         starting_by_timestamp_strategy=strategy,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        decode_ahead=_bool(opts, "decodeAhead", True),
+        min_partitions=min_partitions,
     )

@@ -4,6 +4,7 @@ batches of the Kafka source's schema, column by column (no per-record Python obj
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -31,8 +32,19 @@ def remote_storage_for(props: Mapping[str, str]):
     with _rsm_lock:
         rsm = _rsm_by_props.get(key)
         if rsm is None:
-            rsm = _rsm_by_props[key] = create_rsm(props)
+            rsm = _rsm_by_props[key] = create_rsm(executor_properties(props))
         return rsm
+
+
+def executor_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """The RSM settings tasks use. Tasks check the CRC of every batch they decode, so the
+    filesystem tier's whole-file check on a process's first read of a segment (which reads
+    the entire `.log` for a task that wants a slice of it) is left out unless asked for."""
+    out = dict(props)
+    if not out.get("remote.log.storage.manager.class.name"):
+        prefix = out.get("remote.log.storage.manager.impl.prefix", "rsm.config.")
+        out.setdefault(f"{prefix}log.read.verification", "size")
+    return out
 
 
 def _describe(r: SegmentRange) -> str:
@@ -140,8 +152,33 @@ def read_bytes(rsm, r: SegmentRange) -> bytes:
 
 
 def scan_ranges(ranges: Sequence[SegmentRange], props: Mapping[str, str], schema,
-                rsm_factory: Callable | None = None) -> Iterator:
-    """Arrow batches of every range in order (one task's work)."""
-    rsm = (rsm_factory or remote_storage_for)(props)
-    for r in ranges:
-        yield from scan_range(read_bytes(rsm, r), r, schema)
+                rsm_factory: Callable | None = None, *, decode_ahead: bool = True
+                ) -> Iterator:
+    """Arrow batches of every range in order (one task's work). With `decode_ahead`, the
+    next batch is read and decoded on a helper thread (both release the GIL) while Spark's
+    worker sends the current one to the JVM."""
+    def batches():
+        rsm = (rsm_factory or remote_storage_for)(props)
+        for r in ranges:
+            yield from scan_range(read_bytes(rsm, r), r, schema)
+
+    return _one_ahead(batches()) if decode_ahead else batches()
+
+
+_END = object()
+
+
+def _one_ahead(iterator: Iterator) -> Iterator:
+    """`iterator`'s items, each computed on a helper thread while the previous one is
+    consumed (at most one in flight; errors surface in order)."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-tiered-decode")
+    try:
+        pending = pool.submit(next, iterator, _END)
+        while True:
+            item = pending.result()
+            if item is _END:
+                return
+            pending = pool.submit(next, iterator, _END)
+            yield item
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

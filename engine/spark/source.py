@@ -117,16 +117,18 @@ def _is_int(v) -> bool:
 
 
 def _epoch_ms(value) -> int | None:
+    """A lower bound in ms for pruning: one ms below, so float rounding and sub-ms parts
+    never prune a batch holding a matching record. PySpark hands timestamps over as naive
+    local times (or aware ones); datetime.timestamp() reads both right."""
     if isinstance(value, _dt.datetime):
-        # PySpark hands timestamps over as naive local times (or aware ones)
-        return int(value.timestamp() * 1000) - (1 if value.microsecond % 1000 else 0)
+        return int(value.timestamp() * 1000) - 1
     return None
 
 
 def plan_scan(opts: ScanOptions, pushed: PushedFilters | None = None) -> list[ScanPartition]:
     """Driver-side planning of a batch query."""
     pushed = pushed or PushedFilters()
-    ranges = []
+    planned = []  # (topic, partition, chain, lo, hi, aborted)
     with Tier(opts.broker_properties) as tier:
         for topic, partition, tip in tier.select(opts):
             if not pushed.keeps(topic, partition):
@@ -141,13 +143,28 @@ def plan_scan(opts: ScanOptions, pushed: PushedFilters | None = None) -> list[Sc
                 end = start  # an ending timestamp before the start selects nothing
             _check_in_tier(topic, partition, chain, start, end)
             lo, hi = max(start, pushed.offset_lo), min(end, pushed.offset_hi)
+            aborted = None
+            if opts.read_committed:
+                hi = min(hi, tier.last_stable_offset(chain))
+                aborted = tier.aborted_transactions(chain)
             if lo >= hi:
                 continue
-            aborted = tier.aborted_transactions(chain) if opts.read_committed else None
-            ranges.extend(plan_partition(topic, partition, chain, lo, hi,
-                                         opts.max_bytes_per_partition, tier.offset_entries,
-                                         min_timestamp=pushed.min_timestamp, aborted=aborted))
-    return [ScanPartition(t) for t in pack_ranges(ranges, opts.max_bytes_per_partition)]
+            planned.append((topic, partition, chain, lo, hi, aborted))
+
+        def plan(max_bytes):
+            ranges = []
+            for topic, partition, chain, lo, hi, aborted in planned:
+                ranges += plan_partition(topic, partition, chain, lo, hi, max_bytes,
+                                         tier.offset_entries,
+                                         min_timestamp=pushed.min_timestamp, aborted=aborted)
+            return pack_ranges(ranges, max_bytes)
+
+        tasks = plan(opts.max_bytes_per_partition)
+        if opts.min_partitions and len(tasks) < opts.min_partitions:
+            total = sum(r.size for t in tasks for r in t)
+            tasks = plan(max(1, min(opts.max_bytes_per_partition,
+                                    -(-total // opts.min_partitions))))
+    return [ScanPartition(t) for t in tasks]
 
 
 def _explicit(opts: ScanOptions, topic: str, partition: int) -> bool:
@@ -193,7 +210,8 @@ class KafkaTieredReader(DataSourceReader):
 
     def read(self, partition: ScanPartition) -> Iterator:
         return scan_ranges(partition.ranges, self.opts.broker_properties,
-                           arrow_schema(self.opts.include_headers))
+                           arrow_schema(self.opts.include_headers),
+                           decode_ahead=self.opts.decode_ahead)
 
 
 class KafkaTieredPushdownReader(KafkaTieredReader):
@@ -215,9 +233,12 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         out: dict = {}
         with Tier(self.opts.broker_properties) as tier:
             for topic, partition, tip in tier.select(self.opts):
-                bounds = tier_bounds(tier.chain(tip))
+                chain = tier.chain(tip)
+                bounds = tier_bounds(chain)
                 if bounds is not None:
-                    out.setdefault(topic, {})[str(partition)] = bounds[1]
+                    out.setdefault(topic, {})[str(partition)] = (
+                        tier.last_stable_offset(chain) if self.opts.read_committed
+                        else bounds[1])
         return out
 
     def initialOffset(self) -> dict:  # noqa: N802
@@ -279,7 +300,8 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: ScanPartition) -> Iterator:
         return scan_ranges(partition.ranges, self.opts.broker_properties,
-                           arrow_schema(self.opts.include_headers))
+                           arrow_schema(self.opts.include_headers),
+                           decode_ahead=self.opts.decode_ahead)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the tier is read-only to this source."""

@@ -12,6 +12,7 @@ from engine.config import BrokerConfig, ConfigError
 from engine.errors import (KafkaEngineError, OffsetOutOfRangeError, RemoteResourceNotFoundError,
                            RemoteStorageError)
 from engine.log.offset_index import OffsetIndex
+from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_SIZE
 from engine.records import MemoryRecords
@@ -188,6 +189,25 @@ class Tier:
             out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))
                        for r in rows)
         return out
+
+    def last_stable_offset(self, chain) -> int | None:
+        """The tier's last stable offset: its end, or the first offset of a transaction
+        still open at the end of the last tiered segment (its marker is not tiered yet, so
+        whether it commits is not known here), from that segment's producer snapshot.
+        A read_committed scan stops there, as a read_committed consumer stops at the LSO.
+        An empty snapshot (a log that kept none) counts as no open transaction."""
+        bounds = tier_bounds(chain)
+        if bounds is None:
+            return None
+        last = chain[-1].segment
+        try:
+            data = _read_index(self.rsm, last, IndexType.PRODUCER_SNAPSHOT)
+        except RemoteResourceNotFoundError:
+            return bounds[1]
+        entries = decode_snapshot(data, file=f"producer snapshot of remote segment "
+                                            f"{last.remote_log_segment_id.id}") if data else []
+        firsts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
+        return max(bounds[0], min([bounds[1], *firsts]))
 
     # -- ListOffsets by timestamp ------------------------------------------------------
 

@@ -122,7 +122,7 @@ def test_configs_bad_input_is_a_clear_error_and_touches_nothing(broker, capsys, 
 
 
 def test_configs_needs_the_tiering_system_for_remote_storage(broker, tmp_path, capsys):
-    path, dirs = broker
+    _, dirs = broker
     off = tmp_path / "off.properties"
     off.write_text(f"log.dirs={dirs['d1']},{dirs['d2']}\n")
     assert main(["configs", "--config", str(off), "--entity-name", "orders", "--alter",
@@ -252,7 +252,7 @@ def test_run_stops_cleanly_on_sigterm(broker, when):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "stopped cleanly" in err
+    assert "stopped cleanly" in err and "remote segment(s)" in err
     for d in ("d1", "d2"):
         assert (dirs[d] / CLEAN_SHUTDOWN_FILE).exists()
     first = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
@@ -268,3 +268,87 @@ def test_run_stops_cleanly_on_sigterm(broker, when):
         assert row["remote_metadata_entries"] >= row["remote_segments"]
     if when == "idle":  # everything was copied before the stop: the restart copies nothing
         assert "copied" not in first.stderr
+
+
+def _reference_committed(path, topic, partition):
+    """Independent of the engine's consumer: (offset, value) of the records a
+    read_committed consumer must see, from the local batches and their markers."""
+    from engine.config import load_broker_config
+    from engine.records import ControlRecordType, MemoryRecords, parse_control_record
+
+    broker = load_broker_config(path)
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        unified = manager.get_log(topic, partition)
+        assert unified.last_stable_offset == unified.log_end_offset
+        data, offset = b"", 0
+        while offset < unified.log_end_offset:
+            chunk = bytes(manager.read(topic, partition, offset, 1 << 30)[0])
+            data += chunk
+            offset = list(MemoryRecords(chunk).batches())[-1].next_offset
+    open_txn: dict[int, list] = {}
+    kept = []
+    for batch in MemoryRecords(data).batches():
+        if batch.is_control:
+            (marker,) = [parse_control_record(r.key, r.value) for r in batch]
+            held = open_txn.pop(batch.producer_id, [])
+            if marker.type is ControlRecordType.COMMIT:
+                kept += held
+        elif batch.is_transactional:
+            open_txn.setdefault(batch.producer_id, []).extend(
+                (r.offset, r.value) for r in batch)
+        else:
+            kept += [(r.offset, r.value) for r in batch]
+    everything = sum(b.record_count for b in MemoryRecords(data).batches()
+                     if not b.is_control)
+    return sorted(kept), everything
+
+
+def test_fetch_read_committed_over_the_tier(tmp_path):
+    """produce-demo's generator (transactions, one in three aborted) tiered by `run`;
+    `fetch --isolation-level read_committed` returns exactly the committed and
+    non-transactional records, read_uncommitted every data record; one `fetch` without
+    --to-end returns at least one whole batch from the tier."""
+    import base64
+
+    from engine.cli.produce_demo import produce_partition
+    from engine.records import CompressionType
+
+    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
+    for d in dirs.values():
+        d.mkdir()
+    path = str(tmp_path / "server.properties")
+    with open(path, "w") as f:
+        f.write(BROKER.format(**dirs).replace("log.segment.bytes=4096",
+                                              "log.segment.bytes=65536"))
+    from engine.config import load_broker_config
+
+    broker = load_broker_config(path)
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        manager.get_or_create_log("tx", 0)
+        stats = produce_partition(manager, "tx", 0, 5000, CompressionType.LZ4, seed=7)
+        assert stats["aborted"] >= 2 and stats["transactions"] > stats["aborted"]
+        assert len(manager.get_log("tx", 0).segments) >= 8
+    committed, data_records = _reference_committed(path, "tx", 0)
+    assert len(committed) < data_records  # some transactions were aborted
+    assert main(["configs", "--config", path, "--entity-name", "tx", "--alter",
+                 "--add-config", "remote.storage.enable=true"]) == 0
+    proc = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
+                           "--until-idle"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+    def fetch(*extra):
+        proc = subprocess.run([sys.executable, "-m", "engine", "fetch", "--config", path,
+                               "--topic", "tx", "--partition", "0", "--offset", "0", "--json",
+                               *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
+
+    rows, err = fetch("--to-end", "--isolation-level", "read_committed")
+    assert [(r["offset"], base64.b64decode(r["value"])) for r in rows] == committed
+    assert " 0 from the remote tier" not in err and "last stable offset" in err
+    rows, _ = fetch("--to-end")
+    assert len(rows) == data_records and not any(r["is_control"] for r in rows)
+    rows, err = fetch("--max-bytes", "1")
+    assert rows and rows[0]["offset"] == 0 and "in 1 read(s), 1 from the remote tier" in err
+    assert len({r["batch_base_offset"] for r in rows}) == 1  # min one message: one batch

@@ -31,6 +31,7 @@ from engine.log.log_manager import (
 )
 from engine.records import RecordBatchBuilder, build_end_txn_marker
 from engine.remote.metadata import RemoteLogSegmentState, TopicIdPartition
+import itertools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD_TS = 1_600_000_000_000  # 2020: beyond any time retention of a few days
@@ -136,7 +137,7 @@ class Broker:
 
     def tier(self, max_passes: int = 50):
         """run_once until idle; returns the summed summary counts."""
-        totals = dict(copied=0, deleted_remote=0, deleted_local=0)
+        totals = {"copied": 0, "deleted_remote": 0, "deleted_local": 0}
         for _ in range(max_passes):
             summary = self.rlm.run_once()
             assert not summary.errors, summary.errors
@@ -204,8 +205,8 @@ def test_offload_and_consume_from_leader(broker):
     segments = broker.remote_segments("topicA")
     unified = broker.log("topicA")
     assert totals["copied"] == len(segments) >= 3
-    assert [md.start_offset for md in segments][0] == 0
-    for a, b in zip(segments, segments[1:]):  # contiguous, no overlap
+    assert next(md.start_offset for md in segments) == 0
+    for a, b in itertools.pairwise(segments):  # contiguous, no overlap
         assert b.start_offset == a.end_offset + 1
     # local.retention.bytes=1: only the active segment stays locally
     assert unified.local_log_start_offset == segments[-1].end_offset + 1
@@ -453,7 +454,7 @@ def test_offload_and_txn_consume_from_leader(tmp_path):
         everything, _ = broker.consume("t")
         assert set(aborted) <= {o for o, _ in everything}
         broker.restart()
-        again, _ = broker.consume("t", isolation="read_committed", max_bytes=64)
+        again, _ = broker.consume("t", isolation="read_committed", max_bytes=4096)
         assert again == committed
     finally:
         broker.close()
@@ -476,7 +477,7 @@ def test_leadership_change_resumes_without_duplicates(broker):
     segments = broker.remote_segments("t")
     assert [md.remote_log_segment_id for md in segments[:len(first)]] == [
         md.remote_log_segment_id for md in first]
-    for a, b in zip(segments, segments[1:]):
+    for a, b in itertools.pairwise(segments):
         assert b.start_offset == a.end_offset + 1
     epochs = set()
     for md in segments:

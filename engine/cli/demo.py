@@ -98,7 +98,7 @@ def _rate(nbytes: int, seconds: float) -> str:
 def _tier(session: BrokerSession, progress: _Progress) -> dict:
     rlm = session.remote_log_manager()
     manager = session.log_manager
-    totals = dict(segments=0, bytes=0, deleted_local=0, passes=0)
+    totals = {"segments": 0, "bytes": 0, "deleted_local": 0, "passes": 0}
     while True:
         summary = rlm.run_once()
         manager.cleanup_logs()
@@ -196,7 +196,7 @@ def run(args) -> int:
             manager = session.log_manager
             topic_id = Uuid.random()
             t0 = time.perf_counter()
-            references, produced = {}, dict(records=0, aborted=0, transactions=0)
+            references, produced = {}, {"records": 0, "aborted": 0, "transactions": 0}
             for p in range(args.partitions):
                 n = args.records // args.partitions + (p < args.records % args.partitions)
                 manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
@@ -215,8 +215,8 @@ def run(args) -> int:
             totals = _tier(session, progress)
             t_tier = time.perf_counter() - t0
 
-            stats = dict(records=0, offsets=0, local_bytes=0, local_seconds=0.0,
-                         remote_bytes=0, remote_seconds=0.0)
+            stats = {"records": 0, "offsets": 0, "local_bytes": 0, "local_seconds": 0.0,
+                         "remote_bytes": 0, "remote_seconds": 0.0}
             for p in sorted(references):
                 problem = _sweep(session, p, references[p], stats)
                 if problem:

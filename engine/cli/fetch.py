@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.cli._broker import check_topic, cli_errors, open_broker
 from engine.cli.dump_log import _record_json, _record_line
@@ -27,42 +27,37 @@ __all__ = ["ConsumerView", "run"]
 
 @dataclass
 class ConsumerView:
-    """What a consumer keeps across fetches of one partition: the position and, for
-    read_committed, the producers whose open transaction is aborted (Java's
-    `abortedProducerIds` / `abortedTransactions` of CompletedFetch)."""
+    """A consumer's position in one partition, and how it turns the result of one fetch
+    into records (Java's CompletedFetch: for read_committed, the response's aborted
+    transactions and the set of producers whose open transaction is aborted, both per
+    fetch response, as the broker lists every aborted transaction overlapping it)."""
 
     position: int
     end: int
     read_committed: bool = False
-    _aborted_producers: set = field(default_factory=set)
-    _pending_aborts: list = field(default_factory=list)
 
     def records(self, data, aborted_transactions=()):
-        """Yields (batch, record) of `data` (whole batches from read()) that the consumer
-        returns, advancing `position` past every batch consumed (control ones too)."""
-        if self.read_committed:
-            pending = {(a.producer_id, a.first_offset) for a in self._pending_aborts}
-            for a in aborted_transactions:
-                if (a.producer_id, a.first_offset) not in pending:
-                    self._pending_aborts.append(a)
-            self._pending_aborts.sort(key=lambda a: a.first_offset)
+        """Yields (batch, record) of `data` (whole batches from one read()) that the
+        consumer returns, advancing `position` past every batch consumed (control ones
+        too)."""
+        pending = sorted(aborted_transactions, key=lambda a: a.first_offset)
+        aborted_producers: set[int] = set()
         for batch in MemoryRecords(bytes(data)).batches():
             if batch.last_offset < self.position:
                 continue
             if batch.base_offset >= self.end:
                 return
             if self.read_committed:
-                while self._pending_aborts and (
-                        self._pending_aborts[0].first_offset <= batch.last_offset):
-                    self._aborted_producers.add(self._pending_aborts.pop(0).producer_id)
+                while pending and pending[0].first_offset <= batch.last_offset:
+                    aborted_producers.add(pending.pop(0).producer_id)
                 if batch.is_control:
                     for record in batch:
                         marker = parse_control_record(record.key, record.value)
                         if marker.type is ControlRecordType.ABORT:
-                            self._aborted_producers.discard(batch.producer_id)
+                            aborted_producers.discard(batch.producer_id)
                     self.position = batch.next_offset
                     continue
-                if batch.is_transactional and batch.producer_id in self._aborted_producers:
+                if batch.is_transactional and batch.producer_id in aborted_producers:
                     self.position = batch.next_offset
                     continue
             if batch.is_control:

@@ -14,8 +14,10 @@ a bad one), locks the log dirs, opens the logs (recovering them after a crash), 
 - `--until-idle`: synchronous passes (`run_once`) until nothing is left to copy or expire,
   then the same clean shutdown. A signal stops it after the current pass.
 
-Progress goes to stderr, one line per pass that did something; exit status 0 on a clean
-stop, 1 when the last pass still had errors.
+Progress goes to stderr: with --until-idle one line per pass that did something,
+otherwise a status line (tiered partitions, remote segments and bytes, copy lag, last
+error) every 5 s when it changed. Exit status 0 on a clean stop, 1 when the last
+--until-idle pass still had errors.
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ def _summary_line(summary) -> str:
                if summary.errors else ""))
 
 
+def _status_line(rlm) -> str:
+    rows = rlm.status()
+    remote = sum(r.get("remote_segments", 0) for r in rows)
+    remote_bytes = sum(r.get("remote_size_bytes", 0) for r in rows)
+    lag = sum(r.get("copy_lag_segments", 0) for r in rows)
+    errors = [f"{r['topic']}-{r['partition']}: {r[k]}" for r in rows
+              for k in ("last_copy_error", "last_expiration_error") if r.get(k)]
+    return (f"{len(rows)} tiered partition(s), {remote} remote segment(s) "
+            f"({remote_bytes / 2**20:.1f} MiB), copy lag {lag} segment(s)"
+            + (f"; last error {errors[0]}" if errors else ""))
+
+
 @cli_errors
 def run(args) -> int:
     broker = load_broker_config(args.config)
@@ -93,7 +107,14 @@ def run(args) -> int:
                 retention_every = broker["log.retention.check.interval.ms"] / 1000
                 next_cleanup = time.monotonic() + retention_every
                 stamp = _store_stamp(session.store.path)
+                last_line, next_report = None, time.monotonic()
                 while not stop.wait(min(1.0, retention_every)):
+                    if time.monotonic() >= next_report:  # progress when something changed
+                        line = _status_line(rlm)
+                        if line != last_line:
+                            print(f"run: {line}", file=sys.stderr, flush=True)
+                            last_line = line
+                        next_report = time.monotonic() + 5.0
                     new_stamp = _store_stamp(session.store.path)
                     if new_stamp != stamp:
                         stamp = new_stamp
@@ -109,8 +130,8 @@ def run(args) -> int:
                         manager.cleanup_logs()
                         manager.checkpoint_log_start_offsets()
                         next_cleanup = time.monotonic() + retention_every
-            print("run: stopping: closing the remote log manager and the logs",
-                  file=sys.stderr, flush=True)
+            print(f"run: stopping ({_status_line(rlm)}): closing the remote log manager "
+                  "and the logs", file=sys.stderr, flush=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

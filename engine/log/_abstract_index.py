@@ -134,6 +134,15 @@ class AbstractIndex:
         """Points the native core's searches at `buffer` and keeps it for raw reads."""
         self._bind(buffer, base_offset, entries)
         self._buffer = buffer
+        if buffer is self._mmap and self._writable and _MADV_RANDOM is not None:
+            # Past its entries an active index is a preallocated hole that appends fill a
+            # page at a time; the first touch of each page would otherwise read ahead (zero-
+            # fill) a whole window of the hole, which cost appends of ~60 KB batches about
+            # 1.5 us each. The entries keep the default read-ahead.
+            length = len(buffer)
+            start = -(-entries * self.ENTRY_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
+            if start < length:
+                buffer.madvise(_MADV_RANDOM, start, length - start)
 
     def _detach(self) -> None:
         """Unbinds the native core (after in-flight searches end) and unmaps."""
@@ -335,3 +344,4 @@ class AbstractIndex:
 
 
 _O_BINARY = getattr(os, "O_BINARY", 0)
+_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)

@@ -286,8 +286,7 @@ class LogSegment:
             self._size = position + written
             self._bytes_since_last_index_entry = \
                 written if indexed else self._bytes_since_last_index_entry + written
-            if len(headers):
-                self._next_offset = int(headers["last_offset"][-1]) + 1
+            self._next_offset = largest_offset + 1  # the last offset of `records`
 
     def _append_index_entries(self, offset: int, position: int, timestamp: int,
                               timestamp_offset: int) -> None:

@@ -31,7 +31,7 @@ FOO = {
         metadata=dict(batches=109, end=116, leader_changes=[0, 81],
                       epochs=[EpochEntry(1, 0), EpochEntry(2, 81)], index=[(56, 4123)],
                       time_index=[(1725272038072, 56), (1725272048281, 80),
-                                  (1725272098040, 115)], snapshots=[81, 116])),
+                                  (1725272098040, 115)], snapshots=[116], stray=[81])),
     "510714e": dict(
         records=[(0, 1726045973899, b"Hello World!")], sequences=[(0, 0)],
         time_index=[(1726045973899, 0)], snapshot_offset=1,
@@ -40,7 +40,7 @@ FOO = {
         metadata=dict(batches=123, end=129, leader_changes=[0],
                       epochs=[EpochEntry(1, 0)], index=[(57, 4154), (114, 8258)],
                       time_index=[(1726045967500, 57), (1726045996206, 114),
-                                  (1726046001742, 128)], snapshots=[129])),
+                                  (1726046001742, 128)], snapshots=[129], stray=[])),
 }
 
 
@@ -152,7 +152,11 @@ def test_unified_log_opens_the_kraft_metadata_log(VECTORS, tmp_path, commit):
         assert read_snapshot(log.producer_snapshot_file(offset)) == []
     assert log.producer_state.snapshot_entries() == []  # KRaft batches have no producer
     log.close()
-    assert _files(pdir) == before
+    # Unchanged, except the stray snapshot Kafka's loader removes too (not at a segment
+    # base, not the latest): 81 in e856b9a.
+    stray = {f"{offset:020d}.snapshot" for offset in facts["stray"]}
+    assert {name for name in before if name not in _files(pdir)} == stray
+    assert {k: v for k, v in before.items() if k not in stray} == _files(pdir)
 
 
 def test_recovery_of_the_real_log_rebuilds_the_same_indexes_and_producer_state(VECTORS,

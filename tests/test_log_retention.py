@@ -120,6 +120,8 @@ def test_tiered_log_deletes_only_tiered_segments_and_moves_local_start(tmp_path)
     assert log.fetch_offset_by_timestamp(-1) == (18, -1, 2)
     assert log.fetch_offset_by_timestamp(T0 + 3 * DAY) == (9, T0 + 3 * DAY, 1)
     assert log.fetch_offset_by_timestamp(T0) == (6, T0 + 2 * DAY, 1)  # from the local start
+    assert log.fetch_offset_by_timestamp(-3) == (17, T0 + 5 * DAY + 2, 2)  # MAX_TIMESTAMP
+    assert log.fetch_offset_by_timestamp(T0 + 6 * DAY) is None
     log.close()
 
 

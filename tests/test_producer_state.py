@@ -293,3 +293,15 @@ def test_dump_log_verify_checks_snapshots_and_txn_indexes_against_the_log(tmp_pa
     bad = _dump_verify(d)
     assert bad.returncode == 1 and "last stable offset" in bad.stderr, bad.stderr
     assert os.path.basename(txn) in bad.stderr
+
+
+def test_stray_snapshots_are_removed_at_load(tmp_path):
+    d = tmp_path / "t-0"
+    log = UnifiedLog.open(d)
+    _scenario(log)
+    log.close()  # snapshots 5 and 10 (rolls) and 14 (the log end)
+    write_snapshot(d / "00000000000000000007.snapshot", [])   # not at a segment base
+    write_snapshot(d / "00000000000000000003.snapshot", [])
+    UnifiedLog.open(d).close()
+    names = sorted(p.name[:20] for p in d.glob("*.snapshot"))
+    assert names == ["00000000000000000005", "00000000000000000010", "00000000000000000014"]

@@ -2,8 +2,8 @@
 
 Indexes (`OffsetIndex`, `TimeIndex`, `TransactionIndex`), producer-state snapshots and the
 text checkpoint files, byte-compatible with Kafka's; segments (`LogSegment`) and one
-partition directory's log (`UnifiedLog`) with its leader-epoch cache (`LeaderEpochFileCache`),
-and the logs of several log dirs (`LogManager`).
+partition directory's log (`UnifiedLog`) with its leader-epoch cache (`LeaderEpochFileCache`)
+and producer state (`ProducerStateManager`), and the logs of several log dirs (`LogManager`).
 Searches run natively without the GIL.
 """
 
@@ -24,7 +24,12 @@ from engine.log.index_rebuild import rebuild_indexes
 from engine.log.leader_epoch import LeaderEpochFileCache
 from engine.log.log_manager import LogManager
 from engine.log.offset_index import OffsetIndex, OffsetPosition
-from engine.log.producer_state import ProducerSnapshotEntry, read_snapshot, write_snapshot
+from engine.log.producer_state import (
+    ProducerSnapshotEntry,
+    ProducerStateManager,
+    read_snapshot,
+    write_snapshot,
+)
 from engine.log.segment import (
     FetchDataInfo,
     LogSegment,
@@ -33,7 +38,7 @@ from engine.log.segment import (
 )
 from engine.log.time_index import TimeIndex, TimestampOffset
 from engine.log.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
-from engine.log.unified_log import UnifiedLog
+from engine.log.unified_log import LogStartOffsetIncrementReason, UnifiedLog
 
 __all__ = [
     "AbortedTxn",
@@ -46,12 +51,14 @@ __all__ = [
     "LogManager",
     "LogSegment",
     "LogSegmentOffsetOverflowError",
+    "LogStartOffsetIncrementReason",
     "OffsetCheckpointFile",
     "OffsetIndex",
     "OffsetPosition",
     "PartitionMetadata",
     "PartitionMetadataFile",
     "ProducerSnapshotEntry",
+    "ProducerStateManager",
     "TimeIndex",
     "TimestampAndOffset",
     "TimestampOffset",

@@ -348,6 +348,7 @@ class UnifiedLog:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         self.leader_epoch_cache.flush()  # an empty cache still gets "0\n0\n", as Kafka's
+        self._remove_stray_snapshots()
         self._rebuild_producer_state(recovered)
 
     def _write_topic_id(self, topic_id) -> None:
@@ -474,6 +475,19 @@ class UnifiedLog:
         return recovered
 
     # -- producer state --------------------------------------------------------------------
+
+    def _remove_stray_snapshots(self) -> None:
+        """Kafka's removeStraySnapshots: a snapshot not named by a segment's base offset is
+        kept only if it is the latest such one and above every base offset (the snapshot
+        a clean shutdown wrote at the log end)."""
+        bases = set(self._bases)
+        strays = [(offset, path) for offset, path in self._producer_state.snapshot_files()
+                  if offset not in bases]
+        keep = strays[-1][0] if strays and strays[-1][0] > self._bases[-1] else None
+        for offset, path in strays:
+            if offset != keep:
+                log.info("Deleting stray producer snapshot %s of log %s", path.name, self.dir)
+                path.unlink(missing_ok=True)
 
     def _rebuild_producer_state(self, rewrite_txn_index: set[int]) -> None:
         """Kafka's rebuildProducerState: snapshots above the log end are deleted; the state

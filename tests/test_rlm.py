@@ -531,3 +531,32 @@ def test_local_read_committed_stops_at_the_last_stable_offset(env):
     assert [o for o, _ in records_of(committed.records)] == list(range(lso))
     uncommitted = env.rlm.read(TOPIC, 0, 0, 100_000)
     assert uncommitted.next_offset == unified.log_end_offset
+
+
+def test_read_committed_over_many_remote_segments_with_a_one_byte_index_cache(tmp_path):
+    from test_rlm_helpers import marker, txn_batch
+
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1},
+              broker={"remote.log.index.file.cache.total.size.bytes": 1})
+    try:
+        unified = env.log()
+        aborted = []
+        for pid in (21, 22, 23):
+            env.produce(2)
+            aborted.append((pid, unified.log_end_offset))
+            unified.append_as_leader(txn_batch([b"a" * 400], producer_id=pid), 0)
+            env.produce(2)
+            unified.append_as_leader(marker(False, producer_id=pid), 0)
+        env.produce(4)
+        env.rlm.run_once()
+        assert unified.local_log_start_offset > aborted[-1][1]
+        found, offset = set(), 0
+        while offset < unified.local_log_start_offset:
+            got = env.rlm.read(TOPIC, 0, offset, 400, isolation="read_committed")
+            assert got.from_remote
+            found |= {(a.producer_id, a.first_offset) for a in got.aborted_transactions}
+            offset = got.next_offset
+        assert found == set(aborted)
+        assert env.rlm.index_cache.size_bytes <= 1  # nothing kept: every lookup re-fetched
+    finally:
+        env.close()

@@ -46,6 +46,7 @@ class FaultyRSM(FileSystemRemoteStorageManager):
         self.hang_copy = set()          # partitions whose copy blocks on `release`
         self.hang_read = set()          # partitions whose reads block on `release`
         self.custom = None
+        self.delete_failures = 0        # deletes to fail
         self.release = threading.Event()
         self.copy_started = threading.Event()
 
@@ -59,6 +60,12 @@ class FaultyRSM(FileSystemRemoteStorageManager):
             self.copy_fail_after_write -= 1
             raise OSError("injected failure after the files were written")
         return self.custom if self.custom is not None else custom
+
+    def delete_log_segment_data(self, metadata):
+        if self.delete_failures:
+            self.delete_failures -= 1
+            raise OSError("injected delete failure")
+        return super().delete_log_segment_data(metadata)
 
     def read_range(self, metadata, start, end_exclusive):
         if metadata.topic_id_partition.partition in self.hang_read:
@@ -259,3 +266,25 @@ def test_orphaned_copy_of_a_killed_process_is_cleaned(tmp_path):
         assert env.rlm.metrics.value("RemoteDeleteRequestsPerSec", topic=TOPIC) == 1
     finally:
         env.close()
+
+
+def test_failed_remote_delete_is_retried_by_the_next_run(faulty):
+    env, rsm = faulty
+    env.produce(8)
+    env.rlm.run_once()
+    copied = _segments(env)
+    unified = env.log()
+    unified.maybe_increment_log_start_offset(copied[1].end_offset + 1)  # DeleteRecords
+    rsm.delete_failures = 1
+    summary = env.rlm.run_once()
+    assert summary.deleted_remote_segments == 1
+    assert "injected delete failure" in summary.errors[0]
+    states = {m.start_offset: m.state for m in _segments(env)}
+    assert states[copied[0].start_offset] == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+    assert env.rlm.metrics.value("RemoteDeleteErrorsPerSec", topic=TOPIC) == 1
+    assert not env.rlm.is_idle()
+    summary = env.rlm.run_once()
+    assert summary.errors == [] and summary.deleted_remote_segments == 1
+    assert [m.start_offset for m in _segments(env)] == \
+        [m.start_offset for m in copied[2:]]
+    assert env.rlm.is_idle()

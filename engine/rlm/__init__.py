@@ -3,8 +3,8 @@ engine's local logs (engine.log) and remote plugins (engine.remote).
 
 Modules: `manager` (RemoteLogManager, RunSummary), `copier` (the copy task), `expiration`
 (remote retention, partition deletion), `reader` (remote reads), `offsets` (ListOffsets),
-`lineage` (leader-epoch lineage rules), `quota` (KIP-956 quotas), `pools` (bounded pools,
-scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
+`lineage` (leader-epoch lineage rules), `quota` (KIP-956 quotas), `status` (status()),
+`pools` (bounded pools, scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
 """
 
 from engine.rlm.manager import RemoteLogManager, RunSummary

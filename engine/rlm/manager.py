@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._native import records as _records
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
 from engine.log.checkpoint import TopicPartition, Uuid
@@ -57,6 +56,7 @@ from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskSchedu
 from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
 from engine.rlm.reader import RemoteFetchResult
 from engine.rlm.state import PartitionState
+from engine.rlm.status import partition_status
 
 __all__ = ["RemoteLogManager", "RunSummary"]
 
@@ -553,8 +553,8 @@ class RemoteLogManager:
                 offset=offset, log_start_offset=start, log_end_offset=end)
         if offset >= unified.local_log_start_offset or st is None:
             try:
-                return self._read_local(unified, topic, partition, offset, max_bytes,
-                                        min_one_message, isolation)
+                return reader.read_local(unified, topic, partition, offset, max_bytes,
+                                         min_one_message, isolation)
             except OffsetOutOfRangeError:
                 if st is None or offset < unified.log_start_offset:
                     raise  # else local retention just removed it: read it remotely
@@ -565,17 +565,6 @@ class RemoteLogManager:
                                      throttle_time_ms=throttle)
         return st, lambda: self._read_remote(st, offset, max_bytes, min_one_message,
                                              isolation)
-
-    def _read_local(self, unified, topic, partition, offset, max_bytes, min_one_message,
-                    isolation) -> RemoteFetchResult:
-        view, next_offset = unified.read(offset, max_bytes, min_one_message)
-        aborted = []
-        if isolation == "read_committed" and view.nbytes:
-            view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
-            if view.nbytes:
-                aborted = unified.collect_aborted_transactions(offset, next_offset)
-        return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False,
-                                 aborted)
 
     def _read_remote(self, st: PartitionState, offset, max_bytes, min_one_message,
                      isolation) -> RemoteFetchResult:
@@ -694,42 +683,7 @@ class RemoteLogManager:
     def status(self) -> list[dict]:
         """One dict per tiered partition: offsets of both tiers, sizes, copy lag, the copy
         in progress and the last errors."""
-        out = []
-        for st in self._sync_partitions():
-            unified = st.log
-            segments = list(self.rlmm.list_remote_log_segments(st.tip))
-            finished = [m for m in segments
-                        if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
-            lag_bytes, lag_segments = copier.copy_lag(unified)
-            in_progress = st.copy_in_progress
-            out.append({
-                "topic": st.topic, "partition": st.partition, "topic_id": str(st.tip.topic_id),
-                "role": "leader" if st.is_leader else "follower",
-                "leader_epoch": st.leader_epoch,
-                "log_start_offset": unified.log_start_offset,
-                "local_log_start_offset": unified.local_log_start_offset,
-                "log_end_offset": unified.log_end_offset,
-                "highest_offset_in_remote_storage": unified.highest_offset_in_remote_storage,
-                "remote_log_start_offset": finished[0].start_offset if finished else -1,
-                "remote_log_end_offset": max((m.end_offset for m in finished), default=-1),
-                "remote_segments": len(finished),
-                "remote_metadata_entries": len(segments),
-                "remote_size_bytes": sum(m.segment_size_in_bytes for m in finished),
-                "local_segments": len(unified.segments),
-                "local_size_bytes": unified.size_in_bytes,
-                "copy_lag_bytes": lag_bytes, "copy_lag_segments": lag_segments,
-                "copy_disabled": bool(unified.remote_log_copy_disabled),
-                "copy_cancelled": st.copy_cancelled,
-                "copy_in_progress": None if in_progress is None else {
-                    "base_offset": in_progress[0],
-                    "running_ms": self.clock() - in_progress[1]},
-                "copy_failures": st.copy_failures,
-                "next_copy_retry_ms": max(0, st.next_copy_attempt_ms - self.clock()),
-                "last_copy_error": st.last_copy_error,
-                "last_expiration_error": st.last_expiration_error,
-                "last_fetch_error": st.last_fetch_error,
-            })
-        return out
+        return [partition_status(self, st) for st in self._sync_partitions()]
 
     def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:
         """Deletes the partition's remote data (DELETE_PARTITION_MARKED -> STARTED -> every
@@ -801,16 +755,3 @@ class RemoteLogManager:
     def __exit__(self, *exc):
         self.close()
 
-
-def _trim_to(view: memoryview, limit: int, offset: int,
-             next_offset: int) -> tuple[memoryview, int]:
-    """The batches of `view` starting below `limit` (read_committed stops at the last stable
-    offset), and the next offset after them."""
-    if next_offset <= limit:
-        return view, next_offset
-    headers, _ = _records.scan(view, False)
-    keep = headers[headers["base_offset"] < limit]
-    if not len(keep):
-        return view[:0], offset
-    end = int(keep["position"][-1] + keep["size"][-1])
-    return view[:end], int(keep["last_offset"][-1]) + 1

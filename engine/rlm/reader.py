@@ -34,7 +34,8 @@ from engine.errors import OffsetOutOfRangeError
 from engine.log.transaction_index import AbortedTxn
 from engine.remote.metadata import RemoteLogSegmentMetadata
 
-__all__ = ["RemoteFetchResult", "RemoteSegmentReader", "read_remote", "remote_aborted_txns"]
+__all__ = ["RemoteFetchResult", "RemoteSegmentReader", "read_local", "read_remote",
+           "remote_aborted_txns"]
 
 #: offset (8) + length (4) + leader epoch/crc (4) + magic (1) + crc/attributes (6) + last
 #: offset delta (4) + base timestamp (8) + max timestamp (8): enough for every field used.
@@ -165,11 +166,23 @@ class RemoteSegmentReader:
         return memoryview(self._buf)
 
     def read_exact(self, start: int, end: int) -> memoryview:
-        """Bytes [start, min(end, size)): a slice of the kept range when it covers them, else
-        one read of exactly those bytes (no copy of what was kept)."""
+        """Bytes [start, min(end, size)) in one buffer of exactly that size: a slice of the
+        kept range when it covers them; else the kept head is copied and only the rest is
+        read (into a recycled buffer, with an RSM that reads into buffers), or all of it."""
         end = min(end, self.size)
-        if self._start <= start and end <= self._start + len(self._buf):
+        kept_end = self._start + len(self._buf)
+        if self._start <= start and end <= kept_end:
             return memoryview(self._buf)[start - self._start:end - self._start]
+        read_range_into = getattr(self.rsm, "read_range_into", None)
+        if read_range_into is not None and self._start <= start < kept_end:
+            buffer = _BUFFERS.get(end - start)
+            head = kept_end - start
+            buffer[:head] = np.frombuffer(self._buf, dtype=np.uint8,
+                                          count=head, offset=start - self._start)
+            read_range_into(self.metadata, kept_end, buffer[head:])
+            self.bytes_read += end - kept_end
+            self._buf, self._start = memoryview(buffer), start
+            return self._buf
         self._buf, self._start = b"", start
         return self.read(start, end)
 
@@ -280,3 +293,29 @@ def remote_aborted_txns(rlm, st, md, fetch_offset: int, upper_bound: int) -> lis
         _, md = _segment_for(rlm, st, md.end_offset + 1)
     out.extend(st.log.collect_aborted_transactions(fetch_offset, upper_bound))
     return out
+
+
+def read_local(unified, topic: str, partition: int, offset: int, max_bytes: int,
+               min_one_message: bool, isolation: str) -> RemoteFetchResult:
+    """A read from the local log; read_committed stops at the last stable offset and lists
+    the aborted transactions of what it returns."""
+    view, next_offset = unified.read(offset, max_bytes, min_one_message)
+    aborted = []
+    if isolation == "read_committed" and view.nbytes:
+        view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
+        if view.nbytes:
+            aborted = unified.collect_aborted_transactions(offset, next_offset)
+    return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False, aborted)
+
+
+def _trim_to(view: memoryview, limit: int, offset: int,
+             next_offset: int) -> tuple[memoryview, int]:
+    """The batches of `view` starting below `limit`, and the next offset after them."""
+    if next_offset <= limit:
+        return view, next_offset
+    headers, _ = _records.scan(view, False)
+    keep = headers[headers["base_offset"] < limit]
+    if not len(keep):
+        return view[:0], offset
+    end = int(keep["position"][-1] + keep["size"][-1])
+    return view[:end], int(keep["last_offset"][-1]) + 1

@@ -1,0 +1,46 @@
+"""`RemoteLogManager.status()`: one dict per tiered partition."""
+
+from __future__ import annotations
+
+from engine.remote.metadata import RemoteLogSegmentState
+from engine.rlm.copier import copy_lag
+from engine.rlm.state import PartitionState
+
+__all__ = ["partition_status"]
+
+
+def partition_status(rlm, st: PartitionState) -> dict:
+    """Offsets of both tiers, sizes, copy lag, the copy in progress (and for how long) and
+    the last errors of one partition."""
+    unified = st.log
+    segments = list(rlm.rlmm.list_remote_log_segments(st.tip))
+    finished = [m for m in segments if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    lag_bytes, lag_segments = copy_lag(unified)
+    in_progress = st.copy_in_progress
+    now = rlm.clock()
+    return {
+        "topic": st.topic, "partition": st.partition, "topic_id": str(st.tip.topic_id),
+        "role": "leader" if st.is_leader else "follower",
+        "leader_epoch": st.leader_epoch,
+        "log_start_offset": unified.log_start_offset,
+        "local_log_start_offset": unified.local_log_start_offset,
+        "log_end_offset": unified.log_end_offset,
+        "highest_offset_in_remote_storage": unified.highest_offset_in_remote_storage,
+        "remote_log_start_offset": finished[0].start_offset if finished else -1,
+        "remote_log_end_offset": max((m.end_offset for m in finished), default=-1),
+        "remote_segments": len(finished),
+        "remote_metadata_entries": len(segments),
+        "remote_size_bytes": sum(m.segment_size_in_bytes for m in finished),
+        "local_segments": len(unified.segments),
+        "local_size_bytes": unified.size_in_bytes,
+        "copy_lag_bytes": lag_bytes, "copy_lag_segments": lag_segments,
+        "copy_disabled": bool(unified.remote_log_copy_disabled),
+        "copy_cancelled": st.copy_cancelled,
+        "copy_in_progress": None if in_progress is None else {
+            "base_offset": in_progress[0], "running_ms": now - in_progress[1]},
+        "copy_failures": st.copy_failures,
+        "next_copy_retry_ms": max(0, st.next_copy_attempt_ms - now),
+        "last_copy_error": st.last_copy_error,
+        "last_expiration_error": st.last_expiration_error,
+        "last_fetch_error": st.last_fetch_error,
+    }

@@ -352,3 +352,35 @@ def test_fetch_read_committed_over_the_tier(tmp_path):
     rows, err = fetch("--max-bytes", "1")
     assert rows and rows[0]["offset"] == 0 and "in 1 read(s), 1 from the remote tier" in err
     assert len({r["batch_base_offset"] for r in rows}) == 1  # min one message: one batch
+
+
+def test_run_applies_configs_changed_while_it_runs(broker):
+    """`configs --alter` beside a live `run` (it opens no log): run picks the stored
+    override up within a second or so, here enabling tiering, and the segments go to the
+    tier without a restart."""
+    import signal
+    import time
+
+    path, dirs = broker
+    _fill(path)
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--config", path],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        time.sleep(1.5)
+        assert _tier_logs(dirs) == 0  # not tiered yet
+        alter = subprocess.run([sys.executable, "-m", "engine", "configs", "--config", path,
+                                "--entity-name", "orders", "--alter", "--add-config",
+                                "remote.storage.enable=true"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120)
+        assert alter.returncode == 0, alter.stderr
+        while _tier_logs(dirs) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _tier_logs(dirs) >= 4
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "applied topic config of orders" in err

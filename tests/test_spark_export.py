@@ -112,3 +112,26 @@ def test_rounds_take_whole_segments_and_refuse_a_gap():
     assert plan_round({0: chain}, {0: 300}, 150) == {}
     with pytest.raises(OffsetOutOfRangeError, match="retention deleted records"):
         plan_round({0: chain[1:]}, {0: 50}, 150)
+
+
+def test_bad_arguments_fail_before_spark_starts(tmp_path):
+    cluster = TieredCluster(tmp_path / "cluster")
+    cluster.produce_and_tier(TOPIC, 1, 50)
+    env = {**os.environ, **spark_env()}
+
+    def export(*args):
+        return subprocess.run([sys.executable, "-m", "engine", "export", *args], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    missing = export("--config", str(tmp_path / "nope.properties"), "--topic", TOPIC,
+                     "--out", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "nope.properties: file not found" in missing.stderr
+    unknown = export("--config", str(cluster.config), "--topic", "other", "--out",
+                     str(tmp_path / "o"))
+    assert unknown.returncode == 2
+    assert f"unknown topic 'other': the remote tier holds ['{TOPIC}']" in unknown.stderr
+    (tmp_path / "o").mkdir(exist_ok=True)
+    (tmp_path / "o" / STATE_FILE).write_text('{"topic": "another", "round": 1, "offsets": {}}')
+    clash = export("--config", str(cluster.config), "--topic", TOPIC, "--out",
+                   str(tmp_path / "o"))
+    assert clash.returncode == 2 and "holds an export of topic 'another'" in clash.stderr

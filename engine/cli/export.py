@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -40,7 +41,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from engine.config import ConfigError, load_properties
     from engine.errors import KafkaEngineError
-    from engine.spark.export import DEFAULT_MAX_BYTES_PER_ROUND, run_export, spark_session
+    from engine.spark.export import (DEFAULT_MAX_BYTES_PER_ROUND, STATE_FILE, ExportState,
+                                     run_export, spark_session)
 
     if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
         print("error: --max-bytes-per-round must be at least 1", file=sys.stderr)
@@ -52,6 +54,18 @@ def run(args) -> int:
         return 2
     except (OSError, ValueError) as exc:
         print(f"error: --config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    try:  # bad configuration or topic fails here, before a Spark session is started
+        from engine.spark.tier import Tier, UnknownTopicError
+
+        with Tier(props) as tier:
+            topics = sorted({t for t, _ in tier.partitions()})
+        if args.topic not in topics:
+            raise UnknownTopicError(f"unknown topic {args.topic!r}: the remote tier holds "
+                                    f"{topics or 'no topic'}")
+        ExportState.load(Path(args.out) / STATE_FILE, args.topic)  # another topic's output?
+    except (ConfigError, KafkaEngineError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     spark = spark_session(args.master)
     try:

@@ -51,6 +51,9 @@ def start_spark(cores: int = 2):
             .getOrCreate())
 
 
+_TOPIC_IDS: dict = {}  # one id per topic per cluster, across produce rounds
+
+
 class TieredCluster:
     """Log dirs, a filesystem tier and a properties file; topics produced with
     produce-demo's generator and tiered by RemoteLogManager.run_once()."""
@@ -76,7 +79,6 @@ class TieredCluster:
         and tiers every closed segment."""
         from engine.cli.produce_demo import produce_partition
         from engine.config import BrokerConfig
-        from engine.log.checkpoint import Uuid
         from engine.log.log_manager import LogManager
         from engine.records import CompressionType
         from engine.rlm import RemoteLogManager
@@ -141,12 +143,10 @@ class TieredCluster:
         finally:
             manager.shutdown()
 
-    _topic_ids: dict = {}
-
     def _topic_id(self, topic):
         from engine.log.checkpoint import Uuid
 
-        return self._topic_ids.setdefault((self.base, topic), Uuid.random())
+        return _TOPIC_IDS.setdefault((self.base, topic), Uuid.random())
 
     def fetch(self, topic: str, partition: int, offset: int, *, read_committed=False
               ) -> list[dict]:
@@ -164,7 +164,7 @@ class TieredCluster:
 
 def fetch_row(topic: str, partition: int, r: dict, headers: bool = True) -> tuple:
     """A fetch --json record as the Kafka source's row (timestamp in ms)."""
-    b64 = lambda s: None if s is None else base64.b64decode(s)  # noqa: E731
+    b64 = lambda s: None if s is None else base64.b64decode(s)
     row = (b64(r["key"]), b64(r["value"]), topic, partition, r["offset"], r["timestamp"],
            {"CreateTime": 0, "LogAppendTime": 1, "NoTimestampType": -1}[r["timestamp_type"]])
     if headers:

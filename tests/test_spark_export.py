@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 import pytest
+from spark_support import REPO, TieredCluster, arrow_rows, fetch_row, require_java, spark_env
 
 from engine.spark.export import STATE_FILE, ExportState, _clean, plan_round
-from spark_support import REPO, TieredCluster, arrow_rows, fetch_row, require_java, spark_env
 
 TOPIC = "exported"
 
@@ -101,8 +101,9 @@ def test_restart_removes_files_of_unrecorded_rounds(tmp_path):
 
 
 def test_rounds_take_whole_segments_and_refuse_a_gap():
-    from engine.errors import OffsetOutOfRangeError
     from test_spark_planning import seg
+
+    from engine.errors import OffsetOutOfRangeError
     from engine.spark.planning import lineage
 
     chain = lineage([seg(0, 99, {0: 0}, size=100), seg(100, 199, {0: 100}, size=100),

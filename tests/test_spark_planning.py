@@ -9,11 +9,21 @@ from engine.config import ConfigError
 from engine.errors import OffsetOutOfRangeError
 from engine.log.checkpoint import Uuid
 from engine.log.offset_index import OFFSET_ENTRY_DTYPE
-from engine.remote.metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,
-                                    RemoteLogSegmentState, TopicIdPartition)
+from engine.remote.metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from engine.spark.options import EARLIEST, LATEST, parse_options
-from engine.spark.planning import (end_position_for_offset, lineage, pack_ranges,
-                                   plan_partition, position_for_offset, tier_bounds)
+from engine.spark.planning import (
+    end_position_for_offset,
+    lineage,
+    pack_ranges,
+    plan_partition,
+    position_for_offset,
+    tier_bounds,
+)
 
 TIP = TopicIdPartition(Uuid.random(), "events", 0)
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

@@ -5,11 +5,9 @@ engine produced and the RemoteLogManager tiered. Rows are compared with what
 import json
 import shutil
 import time
-from pathlib import Path
 
 import pyarrow.dataset as pads
 import pytest
-
 from spark_support import TieredCluster, arrow_rows, fetch_row, start_spark
 
 TOPIC = "events"
@@ -109,7 +107,6 @@ def test_explicit_register_and_small_tasks_give_the_same_rows(spark, cluster, fe
 
 
 def test_offset_bounds(spark, cluster, fetched):
-    lo0, hi0 = tier_end(cluster, TOPIC, 0)
     starting = '{"events":{"0":777,"1":-2}}'
     ending = '{"events":{"0":1999,"1":-1}}'
     df = read(spark, cluster, subscribe=TOPIC, startingOffsets=starting, endingOffsets=ending,
@@ -188,7 +185,7 @@ def test_filter_pushdown_on_and_off_give_the_same_rows(spark, cluster, fetched, 
 
 
 def test_pushed_filters_prune_segments_and_tasks(cluster):
-    from pyspark.sql.datasource import (EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan)
+    from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan
 
     from engine.spark.options import parse_options
     from engine.spark.source import KafkaTieredPushdownReader, KafkaTieredReader
@@ -219,7 +216,7 @@ def test_pushed_filters_prune_segments_and_tasks(cluster):
 def _dt(ms):
     import datetime
 
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
 def test_bad_input_is_named(spark, cluster, tmp_path):

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_parser", "run", "main"]
+__all__ = ["add_parser", "main", "run"]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -41,8 +41,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from engine.config import ConfigError, load_properties
     from engine.errors import KafkaEngineError
-    from engine.spark.export import (DEFAULT_MAX_BYTES_PER_ROUND, STATE_FILE, ExportState,
-                                     run_export, spark_session)
+    from engine.spark.export import (
+        DEFAULT_MAX_BYTES_PER_ROUND,
+        STATE_FILE,
+        ExportState,
+        run_export,
+        spark_session,
+    )
 
     if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
         print("error: --max-bytes-per-round must be at least 1", file=sys.stderr)

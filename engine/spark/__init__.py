@@ -11,7 +11,7 @@ Needs the `[spark]` extra (pyspark, pyarrow).
 
 from __future__ import annotations
 
-__all__ = ["register", "KafkaTieredDataSource"]
+__all__ = ["KafkaTieredDataSource", "register"]
 
 
 def register(spark) -> None:

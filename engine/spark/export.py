@@ -17,16 +17,16 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from engine.config import ConfigError
 from engine.errors import OffsetOutOfRangeError
 from engine.log.checkpoint import fsync_dir, write_file_atomically
 from engine.spark.planning import ChainLink, tier_bounds
 
-__all__ = ["ExportState", "plan_round", "run_export", "STATE_FILE"]
+__all__ = ["STATE_FILE", "ExportState", "plan_round", "run_export"]
 
 STATE_FILE = "_export_state.json"
 STAGING_DIR = "_staging"

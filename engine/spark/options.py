@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from engine.config import ConfigError, load_properties
 
-__all__ = ["EARLIEST", "LATEST", "ScanOptions", "parse_options", "DEFAULT_MAX_BYTES_PER_PARTITION"]
+__all__ = ["DEFAULT_MAX_BYTES_PER_PARTITION", "EARLIEST", "LATEST", "ScanOptions", "parse_options"]
 
 EARLIEST = -2
 LATEST = -1

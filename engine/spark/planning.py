@@ -9,16 +9,24 @@ into Spark input partitions of about `max_bytes`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from engine.errors import OffsetOutOfRangeError
 from engine.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 
-__all__ = ["ChainLink", "SegmentRange", "lineage", "tier_bounds", "plan_partition",
-           "pack_ranges", "position_for_offset", "end_position_for_offset"]
+__all__ = [
+    "ChainLink",
+    "SegmentRange",
+    "end_position_for_offset",
+    "lineage",
+    "pack_ranges",
+    "plan_partition",
+    "position_for_offset",
+    "tier_bounds",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ batches of the Kafka source's schema, column by column (no per-record Python obj
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from engine.errors import CorruptRecordError, KafkaEngineError, RemoteStorageErr
 from engine.records import MemoryRecords
 from engine.spark.planning import SegmentRange
 
-__all__ = ["scan_ranges", "columns_to_arrow", "remote_storage_for", "ARROW_BATCH_BYTES"]
+__all__ = ["ARROW_BATCH_BYTES", "columns_to_arrow", "remote_storage_for", "scan_ranges"]
 
 #: Remote bytes decoded into one Arrow batch: big enough to amortize the per-batch cost
 #: in Spark's Arrow ingestion, small enough to keep a task's memory flat.

@@ -7,7 +7,7 @@ so both forms are built here from one list.
 
 from __future__ import annotations
 
-__all__ = ["COLUMNS", "spark_ddl", "arrow_schema"]
+__all__ = ["COLUMNS", "arrow_schema", "spark_ddl"]
 
 #: (name, Spark SQL type) in the order of Spark's Kafka source; every field is nullable there.
 COLUMNS = (
@@ -44,7 +44,7 @@ def arrow_schema(include_headers: bool):
     return pa.schema(fields)
 
 
-def HEADER_LIST_TYPE():  # noqa: N802 - a type constant, built lazily (pyarrow is optional)
+def HEADER_LIST_TYPE():
     import pyarrow as pa
 
     return pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
-                                    EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
-                                    LessThan, LessThanOrEqual)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from engine.errors import OffsetOutOfRangeError
@@ -19,8 +28,14 @@ from engine.spark.scan import scan_ranges
 from engine.spark.schema import arrow_schema, spark_ddl
 from engine.spark.tier import Tier, resolve_bound
 
-__all__ = ["KafkaTieredDataSource", "KafkaTieredReader", "KafkaTieredPushdownReader",
-           "KafkaTieredStreamReader", "ScanPartition", "PushedFilters"]
+__all__ = [
+    "KafkaTieredDataSource",
+    "KafkaTieredPushdownReader",
+    "KafkaTieredReader",
+    "KafkaTieredStreamReader",
+    "PushedFilters",
+    "ScanPartition",
+]
 
 LONG_MAX = 2**63 - 1
 
@@ -215,7 +230,7 @@ class KafkaTieredReader(DataSourceReader):
 
 
 class KafkaTieredPushdownReader(KafkaTieredReader):
-    def pushFilters(self, filters):  # noqa: N802 - Spark's name
+    def pushFilters(self, filters):
         for f in filters:
             if not self.pushed.accept(f):
                 yield f
@@ -241,7 +256,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                         else bounds[1])
         return out
 
-    def initialOffset(self) -> dict:  # noqa: N802
+    def initialOffset(self) -> dict:
         out: dict = {}
         with Tier(self.opts.broker_properties) as tier:
             for topic, partition, tip in tier.select(self.opts):
@@ -253,10 +268,10 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                     strategy=self.opts.starting_by_timestamp_strategy)
         return out
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
 
-    def latestOffset(self, start: dict, limit=None) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict, limit=None) -> dict:
         latest = self._latest() if self._target is None else self._target
         out = {t: dict(ps) for t, ps in start.items()}
         for topic, parts in latest.items():
@@ -324,5 +339,5 @@ class KafkaTieredDataSource(DataSource):
             return KafkaTieredPushdownReader(opts)
         return KafkaTieredReader(opts)
 
-    def streamReader(self, schema):  # noqa: N802
+    def streamReader(self, schema):
         return KafkaTieredStreamReader(parse_options(self.options, streaming=True))

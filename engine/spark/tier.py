@@ -3,14 +3,18 @@ for indexes, both built from the engine's broker properties."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import (KafkaEngineError, OffsetOutOfRangeError, RemoteResourceNotFoundError,
-                           RemoteStorageError)
+from engine.errors import (
+    KafkaEngineError,
+    OffsetOutOfRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
@@ -20,7 +24,7 @@ from engine.remote.metadata import RemotePartitionDeleteState, TopicIdPartition
 from engine.remote.storage import IndexType
 from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
 
-__all__ = ["Tier", "UnknownTopicError", "create_rsm", "broker_config"]
+__all__ = ["Tier", "UnknownTopicError", "broker_config", "create_rsm"]
 
 _TIMESTAMP_SCAN_WINDOW = 1 << 20
 
@@ -43,8 +47,11 @@ def create_rsm(props: Mapping[str, str]):
 def _open_rlmm(config: BrokerConfig):
     """The engine's embedded RLMM opened read-only: a reader takes no lock and never
     writes, so a Spark driver can plan while the broker keeps tiering."""
-    from engine.remote.embedded_rlmm import (METADATA_DIR_CONFIG, METADATA_DIR_NAME,
-                                             EmbeddedRemoteLogMetadataManager)
+    from engine.remote.embedded_rlmm import (
+        METADATA_DIR_CONFIG,
+        METADATA_DIR_NAME,
+        EmbeddedRemoteLogMetadataManager,
+    )
 
     key = "remote.log.metadata.manager.class.name"
     name = config[key]

@@ -184,3 +184,19 @@ def test_damaged_txn_index_of_a_middle_segment_is_rebuilt_at_load(tmp_path, capl
     assert {s.base_offset: s.txn_index.all_aborted_txns() for s in log.segments} == expected
     assert _read_from(log, 0) == list(range(log.log_end_offset))
     log.close()
+
+
+def test_timestamp_lookup_does_not_answer_past_damage(tmp_path):
+    d = tmp_path / "t-0"
+    _build(d)
+    path, headers = _segment(d, 2)
+    bad = headers[2]
+    os.truncate(path, int(bad["position"]) + int(bad["size"]) // 2)  # torn batch mid-log
+    log = UnifiedLog.open(d, clean_shutdown=True)
+    before = int(headers["max_timestamp"][1])
+    assert log.fetch_offset_by_timestamp(before)[0] <= int(headers["last_offset"][1])
+    # A record after the damage in that segment: not the next segment's first offset.
+    with pytest.raises(CorruptRecordError) as err:
+        log.fetch_offset_by_timestamp(int(headers["max_timestamp"][-1]))
+    assert str(err.value.file) == str(path) and err.value.position == int(bad["position"])
+    log.close()

@@ -866,12 +866,10 @@ class UnifiedLog:
                     self._diagnose_unreadable(segment, offset)
             return memoryview(b""), offset
 
-    def _diagnose_unreadable(self, segment: LogSegment, offset: int) -> None:
-        """Called when `segment` gave nothing for `offset` although it should hold it.
-        Scans the whole `.log` (a rare path): raises CorruptRecordError at the first byte
-        where batches stop framing, or CorruptIndexError when the `.log` frames but its
-        offset index led the lookup astray. Returns when the segment truly has no batch
-        at or after `offset` (offsets missing between segments)."""
+    @staticmethod
+    def _check_framing(segment: LogSegment, what: str, offset: int) -> np.ndarray:
+        """The headers of the whole `.log` of `segment`; CorruptRecordError naming the file,
+        byte position and offset where batches stop framing, if they do."""
         with open(segment.log_file, "rb") as f:
             data = f.read()
         try:
@@ -884,9 +882,18 @@ class UnifiedLog:
             raise CorruptRecordError(
                 f"log segment {segment.log_file} is damaged at byte {valid} of "
                 f"{len(data)}: no whole batch frames there (last readable offset {last}); "
-                f"fetch offset {offset} and the rest of the segment cannot be read (recovery "
-                f"from an earlier recovery point truncates it there)", file=segment.log_file,
+                f"{what} and the rest of the segment cannot be read (recovery from an "
+                f"earlier recovery point truncates it there)", file=segment.log_file,
                 position=valid, offset=max(offset, last + 1))
+        return headers
+
+    def _diagnose_unreadable(self, segment: LogSegment, offset: int) -> None:
+        """Called when `segment` gave nothing for `offset` although it should hold it.
+        Scans the whole `.log` (a rare path): raises CorruptRecordError at the first byte
+        where batches stop framing, or CorruptIndexError when the `.log` frames but its
+        offset index led the lookup astray. Returns when the segment truly has no batch
+        at or after `offset` (offsets missing between segments)."""
+        headers = self._check_framing(segment, f"fetch offset {offset}", offset)
         hit = np.flatnonzero(headers["last_offset"] >= offset)
         if len(hit):
             row = headers[hit[0]]
@@ -1267,6 +1274,10 @@ class UnifiedLog:
                     found = segment.find_offset_by_timestamp(timestamp, start)
                     if found is not None:
                         return found.offset, found.timestamp, found.leader_epoch
+                    # The segment's largest timestamp says the record is here: a miss is
+                    # damage hiding it, never a reason to answer from a later segment.
+                    if segment.next_offset() > start:
+                        self._check_framing(segment, f"timestamp lookup {timestamp}", start)
             return None
 
     def epoch_entries_in_range(self, start_offset: int, end_offset: int):

@@ -199,3 +199,14 @@ def test_min_partitions_shrinks_the_task_size():
     assert o.min_partitions == 8 and o.decode_ahead
     with pytest.raises(ConfigError, match="at least 1"):
         parse_options({"log.dirs": "/tmp/x", "subscribe": "a", "minPartitions": "0"})
+
+
+def test_rate_limit_shares_max_offsets_by_lag():
+    from engine.spark.source import rate_limit
+
+    begin = {("t", "0"): 0, ("t", "1"): 100, ("t", "2"): 5}
+    end = {("t", "0"): 900, ("t", "1"): 200, ("t", "2"): 5}
+    assert rate_limit(begin, end, 5000) == end
+    assert rate_limit(begin, end, 100) == {("t", "0"): 90, ("t", "1"): 110, ("t", "2"): 5}
+    # a share below one offset still moves by one, as Spark's Kafka source does
+    assert rate_limit({"a": 0, "b": 0}, {"a": 1000, "b": 1}, 10) == {"a": 9, "b": 1}

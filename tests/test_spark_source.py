@@ -257,6 +257,32 @@ def test_corrupt_remote_bytes_are_named(spark, cluster, tmp_path):
     assert ("CRC" in message or "checksum" in message or "corrupt" in message.lower()), message
 
 
+def test_stream_offsets_follow_max_offsets_per_trigger(cluster):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from engine.spark.options import parse_options
+    from engine.spark.source import KafkaTieredStreamReader
+
+    reader = KafkaTieredStreamReader(parse_options(
+        {"config": str(cluster.config), "subscribe": TOPIC, "startingOffsets": "earliest",
+         "maxOffsetsPerTrigger": "1500"}, streaming=True))
+    ends = {str(p): tier_end(cluster, TOPIC, p)[1] for p in range(PARTITIONS)}
+    offsets = reader.initialOffset()
+    assert offsets == {TOPIC: {str(p): 0 for p in range(PARTITIONS)}}
+    assert reader.latestOffset(offsets, ReadAllAvailable()) == {TOPIC: ends}
+    steps = 0
+    while offsets[TOPIC] != ends:
+        nxt = reader.latestOffset(offsets, reader.getDefaultReadLimit())
+        moved = sum(nxt[TOPIC][p] - offsets[TOPIC][p] for p in ends)
+        assert 0 < moved <= 1500
+        ranges = [r for task in reader.partitions(offsets, nxt) for r in task.ranges]
+        assert {(r.partition, r.min_offset) for r in ranges} >= {
+            (int(p), offsets[TOPIC][p]) for p in ends if nxt[TOPIC][p] > offsets[TOPIC][p]}
+        offsets, steps = nxt, steps + 1
+    fewest = -(-sum(ends.values()) // 1500)
+    assert fewest <= steps <= fewest + 2  # shares are rounded down
+
+
 def test_streaming_reads_segments_tiered_while_it_runs(spark, cluster, tmp_path):
     topic = "stream"
     cluster.produce_and_tier(topic, 2, 400, seed=11)

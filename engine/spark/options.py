@@ -15,7 +15,8 @@ the file), `maxBytesPerPartition` (bytes of remote log per Spark task), `readCom
 (leave out records of aborted transactions, found through the remote transaction indexes),
 `decodeAhead` (default true: a task decodes its next Arrow batch on a helper thread while
 Spark sends the current one). `minPartitions` (Spark's name) asks for at least that many
-tasks: the byte target per task shrinks to total / minPartitions.
+tasks: the byte target per task shrinks to total / minPartitions. Streams take
+`maxOffsetsPerTrigger` (Spark's rule: shared between partitions by lag).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ _ENGINE_OPTIONS = {"config", "maxbytesperpartition", "readcommitted", "includehe
                    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
                    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
                    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
-                   "failondataloss", "decodeahead", "minpartitions", "path"}
+                   "failondataloss", "decodeahead", "minpartitions",
+                   "maxoffsetspertrigger", "path"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class ScanOptions:
     fail_on_data_loss: bool = True
     decode_ahead: bool = True
     min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
 
     def selects(self, topic: str) -> bool:
         if self.subscribe is not None:
@@ -218,6 +221,16 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         if min_partitions < 1:
             raise ConfigError("minPartitions", min_partitions, "must be at least 1")
 
+    max_offsets = opts.get("maxoffsetspertrigger")
+    if max_offsets is not None:
+        try:
+            max_offsets = int(max_offsets)
+        except (TypeError, ValueError):
+            raise ConfigError("maxOffsetsPerTrigger", max_offsets, "must be an integer") \
+                from None
+        if max_offsets < 1:
+            raise ConfigError("maxOffsetsPerTrigger", max_offsets, "must be at least 1")
+
     strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
     if strategy not in ("error", "latest"):
         raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
@@ -252,4 +265,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         decode_ahead=_bool(opts, "decodeAhead", True),
         min_partitions=min_partitions,
+        max_offsets_per_trigger=max_offsets,
     )

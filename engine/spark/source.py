@@ -4,6 +4,7 @@ reader over the remote tier."""
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import sys
 from collections.abc import Iterator
 
@@ -19,7 +20,11 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from engine.errors import OffsetOutOfRangeError
 from engine.spark.options import ScanOptions, parse_options
@@ -236,6 +241,20 @@ class KafkaTieredPushdownReader(KafkaTieredReader):
                 yield f
 
 
+def rate_limit(begin: dict, end: dict, max_offsets: int) -> dict:
+    """Ends that advance at most `max_offsets` offsets in all, shared in proportion to each
+    partition's lag (Spark's Kafka source's maxOffsetsPerTrigger rule)."""
+    lag = {k: end[k] - begin[k] for k in end}
+    total = sum(lag.values())
+    if total <= max_offsets:
+        return dict(end)
+    out = {}
+    for k, size in lag.items():
+        share = max_offsets * size / total
+        out[k] = begin[k] + (math.ceil(share) if share < 1 else math.floor(share))
+    return out
+
+
 class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over segments tiered since the last batch. Offsets are JSON objects
     {"topic": {"partition": next offset}}; a batch reads [start, end) of each partition."""
@@ -245,6 +264,8 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target: dict | None = None
 
     def _latest(self) -> dict:
+        """{topic: {partition: (earliest, end)}} of the tier now (end: the tier's last
+        stable offset with readCommitted)."""
         out: dict = {}
         with Tier(self.opts.broker_properties) as tier:
             for topic, partition, tip in tier.select(self.opts):
@@ -252,9 +273,15 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 bounds = tier_bounds(chain)
                 if bounds is not None:
                     out.setdefault(topic, {})[str(partition)] = (
+                        bounds[0],
                         tier.last_stable_offset(chain) if self.opts.read_committed
                         else bounds[1])
         return out
+
+    def getDefaultReadLimit(self):  # noqa: N802
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def initialOffset(self) -> dict:
         out: dict = {}
@@ -271,12 +298,17 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
 
-    def latestOffset(self, start: dict, limit=None) -> dict:
+    def latestOffset(self, start: dict, limit=None) -> dict:  # noqa: N802
         latest = self._latest() if self._target is None else self._target
+        begin = {(t, p): start.get(t, {}).get(p, earliest)
+                 for t, parts in latest.items() for p, (earliest, _) in parts.items()}
+        end = {(t, p): max(hi, begin[(t, p)])
+               for t, parts in latest.items() for p, (_, hi) in parts.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, end, limit.max_rows)
         out = {t: dict(ps) for t, ps in start.items()}
-        for topic, parts in latest.items():
-            for p, end in parts.items():
-                out.setdefault(topic, {})[p] = max(end, out.get(topic, {}).get(p, 0))
+        for (t, p), offset in end.items():
+            out.setdefault(t, {})[p] = offset
         return out
 
     def partitions(self, start: dict, end: dict):

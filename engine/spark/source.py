@@ -278,7 +278,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                         else bounds[1])
         return out
 
-    def getDefaultReadLimit(self):  # noqa: N802
+    def getDefaultReadLimit(self):
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
@@ -298,7 +298,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
 
-    def latestOffset(self, start: dict, limit=None) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict, limit=None) -> dict:
         latest = self._latest() if self._target is None else self._target
         begin = {(t, p): start.get(t, {}).get(p, earliest)
                  for t, parts in latest.items() for p, (earliest, _) in parts.items()}

@@ -140,6 +140,9 @@ def test_hung_copy_blocks_only_its_partition(faulty):
     status = {s["partition"]: s for s in env.rlm.status()}
     assert status[0]["copy_in_progress"]["base_offset"] == 0
     assert status[1]["copy_in_progress"] is None
+    env.clock.advance(600_000)  # the next scheduling pass reports the stuck copy once
+    _wait_for(lambda: env.rlm._partitions[(TOPIC, 0)].stuck_copy_warned is not None,
+              "the stuck copy warning")
     # a remote read that hangs is given up after remote.fetch.max.wait.ms
     rsm.hang_read = {1}
     with pytest.raises(RemoteFetchTimeoutError, match="remote.fetch.max.wait.ms"):
@@ -288,3 +291,17 @@ def test_failed_remote_delete_is_retried_by_the_next_run(faulty):
     assert [m.start_offset for m in _segments(env)] == \
         [m.start_offset for m in copied[2:]]
     assert env.rlm.is_idle()
+
+
+def test_close_returns_while_a_copy_hangs_in_the_rsm(faulty):
+    env, rsm = faulty
+    rsm.hang_copy = {0}
+    env.produce(8)
+    env.rlm.start()
+    assert rsm.copy_started.wait(WAIT_S)
+    closer = threading.Thread(target=env.rlm.close)
+    closer.start()
+    closer.join(WAIT_S)
+    assert not closer.is_alive()  # the stuck copier thread is a daemon, left behind
+    with pytest.raises(RemoteLogReaderRejectedError, match="closed"):
+        env.rlm.reader_pool.submit(lambda: None)

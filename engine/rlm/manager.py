@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 #: how long run_once waits for a scheduled run of the same task to end
 _RUN_ONCE_LOCK_WAIT_S = 30.0
+#: a copy running longer than this is reported once (Kafka has no per-copy timeout either)
+_STUCK_COPY_WARN_MS = 300_000
 
 
 def _now_ms() -> int:
@@ -332,7 +334,15 @@ class RemoteLogManager:
                                  self._follower_pool)
 
     def _scheduled_sync(self) -> int:
-        self._sync_partitions()
+        now = self.clock()
+        for st in self._sync_partitions():
+            running = st.copy_in_progress
+            if running is not None and now - running[1] > _STUCK_COPY_WARN_MS and \
+                    st.stuck_copy_warned != running:
+                st.stuck_copy_warned = running
+                log.warning("The copy of segment %d of %s has run for %d ms: the RSM may be "
+                            "stuck (copies of this partition wait; others go on)", running[0],
+                            st.name, now - running[1])
         return self.interval_ms
 
     def _schedule(self, st: PartitionState) -> None:
@@ -630,7 +640,8 @@ class RemoteLogManager:
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
         """Reads several partitions: each request is (topic, partition, offset, max_bytes)
         or (..., min_one_message). Remote reads run in parallel on the reader pool and are
-        all bounded by one `remote.fetch.max.wait.ms` deadline. Never raises for one
+        all bounded by one `remote.fetch.max.wait.ms` deadline (every partition may be read
+        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises for one
         partition: a failed partition's result has `.error` set (OffsetOutOfRangeError,
         RemoteLogReaderRejectedError, RemoteFetchTimeoutError, RemoteStorageError, ...)."""
         results: list = []

@@ -36,6 +36,7 @@ class PartitionState:
     abandoned_copy_ids: set[RemoteLogSegmentId] = field(default_factory=set)
     #: (base offset, started at ms) of the segment being copied now
     copy_in_progress: tuple[int, int] | None = None
+    stuck_copy_warned: tuple[int, int] | None = None
     copy_failures: int = 0
     next_copy_attempt_ms: int = 0
     last_copy_error: str | None = None

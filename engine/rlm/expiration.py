@@ -149,7 +149,9 @@ def plan_expiration(st: PartitionState, segments: list[RemoteLogSegmentMetadata]
     leo = unified.log_end_offset
     config = unified.config
     remaining = None
-    if config["retention.bytes"] > -1:
+    # before the leader's initialisation the highest offset in remote storage is unknown
+    # (-1): every local segment would count as local-only and retention.bytes look breached
+    if config["retention.bytes"] > -1 and st.initialised:
         started = time.perf_counter()
         remote_size = _remote_size_in_lineage(segments, lineage, leo)
         plan.size_computation_ms = (time.perf_counter() - started) * 1000
@@ -164,7 +166,10 @@ def plan_expiration(st: PartitionState, segments: list[RemoteLogSegmentMetadata]
     by_epoch = _by_epoch(segments)
     _scan_lineage(plan, handler, lineage, by_epoch, being_copied, leo)
     plan.new_log_start_offset = handler.new_log_start_offset
-    if entries:
+    # a cache starting after the log start offset lost its earlier entries (a missing or
+    # truncated leader-epoch-checkpoint rebuilt from the local segments): older epochs are
+    # not known to be unreferenced then
+    if entries and entries[0].start_offset <= unified.log_start_offset:
         earliest = entries[0].epoch
         for md in segments:
             if md.state == _S.COPY_SEGMENT_FINISHED and all(

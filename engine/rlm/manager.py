@@ -382,8 +382,18 @@ class RemoteLogManager:
         highest copied offset of the lineage (no duplicate uploads after a leader change)."""
         unified = st.log
         entries = unified.leader_epoch_cache.entries
-        start = find_log_start_offset(self.rlmm, st.tip, entries)
-        if start is not None and start > unified.log_start_offset:
+        if entries and entries[0].start_offset > unified.log_start_offset:
+            # the cache does not reach back to the log start offset: a lost log-start
+            # checkpoint, or a lost leader-epoch-checkpoint rebuilt from the local segments
+            # (older epochs unknown). The earliest copied segment of any epoch is the start.
+            start = min((md.start_offset for md in self.rlmm.list_remote_log_segments(st.tip)
+                         if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
+                        default=None)
+        else:
+            start = find_log_start_offset(self.rlmm, st.tip, entries)
+        if start is None:  # Kafka's findLogStartOffset falls back to the local one
+            start = unified.local_log_start_offset
+        if start > unified.log_start_offset:
             unified.maybe_increment_log_start_offset(start, "SegmentDeletion")
         offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
                                                    unified.log_end_offset)
@@ -424,6 +434,16 @@ class RemoteLogManager:
             return 0
 
     def _expire_once(self, st: PartitionState) -> tuple[int, list[Exception]]:
+        if not st.initialised and st.copy_lock.acquire(blocking=False):
+            # a running copy initialises the state itself; till then size retention waits
+            try:
+                if not st.initialised:
+                    self._initialise_leader(st)
+            except Exception as exc:
+                st.copy_lock.release()
+                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+                return 0, [exc]
+            st.copy_lock.release()
         try:
             deleted, errors = expiration.run_expiration(self, st)
         except Exception as exc:

@@ -1,0 +1,102 @@
+"""RemoteLogManager state after a restart: nothing remote is deleted before the leader's
+state is known, a lost leader-epoch-checkpoint does not make live remote segments look
+unreferenced, and the log start offset falls back to the local one when the remote tier
+holds nothing of the lineage."""
+
+from __future__ import annotations
+
+import shutil
+
+from test_rlm_helpers import TOPIC, Env, read_all
+
+from engine.remote.metadata import RemoteLogSegmentState
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+def _finished(env) -> list[tuple[int, int]]:
+    st = env.rlm._sync_partitions()[0]
+    return sorted((m.start_offset, m.end_offset)
+                  for m in env.rlmm.list_remote_log_segments(st.tip) if m.state == FINISHED)
+
+
+def test_expiration_before_the_first_copy_run_keeps_in_retention_data(tmp_path):
+    config = {"retention.bytes": "6000"}
+    env = Env(tmp_path, topic_config=config)
+    env.log()
+    env.produce(12)
+    summary = env.rlm.run_once()
+    assert summary.copied_segments == 3 and summary.deleted_remote_segments == 0
+    copied = _finished(env)
+    env.close()
+
+    env = Env(tmp_path, topic_config=config)
+    unified = env.log()
+    st = env.rlm._sync_partitions()[0]
+    assert not st.initialised
+    # the scheduler may run expiration before the copy task: it must not count the tiered
+    # local segments as local-only and see retention.bytes breached
+    deleted, errors = env.rlm._expire_once(st)
+    assert (deleted, errors) == (0, [])
+    assert _finished(env) == copied
+    assert unified.log_start_offset == 0
+    env.close()
+
+
+def _tiered_over_two_epochs(tmp_path):
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    env.log()
+    env.produce(12)
+    env.rlm.run_once()
+    env.rlm.on_leadership_change({(TOPIC, 0): 1})
+    env.produce(6, epoch=1)
+    env.rlm.run_once()
+    return env
+
+
+def test_lost_leader_epoch_checkpoint_keeps_live_remote_segments(tmp_path):
+    env = _tiered_over_two_epochs(tmp_path)
+    copied = _finished(env)
+    assert copied[0] == (0, 8) and len(copied) == 5
+    expected = env.acked[(TOPIC, 0)]
+    env.close()
+    # an unclean stop that also lost the leader-epoch-checkpoint: the cache is rebuilt from
+    # the local segments and starts at epoch 1, after the log start offset
+    for name in ("recovery-point-offset-checkpoint", ".kafka_cleanshutdown",
+                 f"{TOPIC}-0/leader-epoch-checkpoint"):
+        (tmp_path / "logs0" / name).unlink(missing_ok=True)
+
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    unified = env.log()
+    assert unified.leader_epoch_cache.entries[0].start_offset > unified.log_start_offset == 0
+    summary = env.rlm.run_once()
+    assert summary.deleted_remote_segments == 0, summary
+    assert _finished(env) == copied
+    assert unified.log_start_offset == 0
+    assert env.rlm.list_offsets(TOPIC, 0, "earliest")[0] == 0
+    local = [(o, v) for o, v in expected if o >= 45]
+    assert read_all(env.rlm, TOPIC, 0, 45, unified.log_end_offset) == local
+    env.close()
+
+
+def test_log_start_falls_back_to_the_local_one_without_remote_data(tmp_path):
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    unified = env.log()
+    env.produce(12)
+    env.rlm.run_once()
+    assert unified.local_log_start_offset > 0 == unified.log_start_offset
+    local_start = unified.local_log_start_offset
+    env.close()
+    # the remote tier and its metadata are gone (a wiped bucket): nothing of the lineage is
+    # copied, so the log starts where the local segments start (Kafka's findLogStartOffset)
+    shutil.rmtree(tmp_path / "remote")
+    shutil.rmtree(tmp_path / "logs0" / "__remote_log_metadata")
+
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    unified = env.log()
+    assert unified.log_start_offset == 0
+    env.rlm.run_once()
+    assert unified.log_start_offset == local_start
+    assert env.rlm.list_offsets(TOPIC, 0, "earliest")[0] == local_start
+    assert read_all(env.rlm, TOPIC, 0, local_start, unified.log_end_offset)[0][0] == local_start
+    env.close()

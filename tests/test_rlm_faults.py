@@ -19,6 +19,7 @@ from engine.errors import (
     CustomMetadataSizeLimitExceededError,
     RemoteFetchTimeoutError,
     RemoteLogReaderRejectedError,
+    RemoteStorageError,
 )
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.metadata import RemoteLogSegmentState
@@ -76,6 +77,11 @@ class FaultyRSM(FileSystemRemoteStorageManager):
         if metadata.topic_id_partition.partition in self.hang_read:
             self.release.wait()
         return super().read_range_into(metadata, start, buffer)
+
+    def map_range(self, metadata, start, end_exclusive):
+        if metadata.topic_id_partition.partition in self.hang_read:
+            self.release.wait()
+        return super().map_range(metadata, start, end_exclusive)
 
 
 @pytest.fixture
@@ -191,6 +197,10 @@ def test_slow_rsm_still_tiers_and_serves(tmp_path):
             time.sleep(0.02)
             return super().read_range_into(metadata, start, buffer)
 
+        def map_range(self, metadata, start, end_exclusive):
+            time.sleep(0.02)
+            return super().map_range(metadata, start, end_exclusive)
+
     env = Env(tmp_path, topic_config={"local.retention.bytes": 1},
               rsm=SlowRSM([tmp_path / "remote"], fsync=False),
               broker={"remote.fetch.max.wait.ms": 30_000})
@@ -305,3 +315,37 @@ def test_close_returns_while_a_copy_hangs_in_the_rsm(faulty):
     assert not closer.is_alive()  # the stuck copier thread is a daemon, left behind
     with pytest.raises(RemoteLogReaderRejectedError, match="closed"):
         env.rlm.reader_pool.submit(lambda: None)
+
+
+def test_failed_copy_finished_update_undoes_the_copy(tmp_path):
+    """The RSM copy succeeded but recording COPY_SEGMENT_FINISHED failed: the copy is
+    deleted again (no remote file is left behind) and the retry copies the segment anew."""
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    update = env.rlmm.update_remote_log_segment_metadata
+    failures = [1]
+
+    def flaky_update(u):
+        if u.state == FINISHED and failures[0]:
+            failures[0] -= 1
+            raise RemoteStorageError("metadata store hiccup")
+        return update(u)
+
+    env.rlmm.update_remote_log_segment_metadata = flaky_update
+    unified = env.log()
+    env.produce(6)
+    first = env.rlm.run_once()
+    assert first.copied_segments == 0 and first.errors
+    for _ in range(3):
+        env.clock.advance(600_000)
+        env.rlm.run_once()
+    st = env.rlm._partitions[(TOPIC, 0)]
+    segments = list(env.rlmm.list_remote_log_segments(st.tip))
+    live = [m for m in segments if m.state == FINISHED]
+    assert [(m.start_offset, m.end_offset) for m in live] == [(0, 8)]
+    assert all(m.state in (FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
+               for m in segments)
+    # the filesystem tier keeps one directory per copied segment
+    assert len(list((tmp_path / "remote").rglob("*.log"))) == 1
+    assert env.rlm.is_idle()
+    assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == env.acked[(TOPIC, 0)]
+    env.close()

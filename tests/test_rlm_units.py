@@ -22,7 +22,7 @@ from engine.rlm.lineage import (
     leader_epoch_checkpoint_text,
 )
 from engine.rlm.offsets import parse_spec
-from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool
+from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, WorkerPool
 from engine.rlm.quota import RLMQuota
 
 TIP = TopicIdPartition(Uuid.random(), "t", 0)
@@ -121,6 +121,16 @@ def test_reader_pool_refuses_beyond_its_pending_bound():
     finally:
         gate.set()
         pool.close()
+
+
+def test_worker_pool_close_stops_every_worker_with_a_small_queue():
+    # more workers than queue slots: each must still get its stop sentinel
+    pool = WorkerPool(4, 1, "close-test")
+    assert pool.submit(lambda: 7).result(30) == 7
+    pool.close()
+    for worker in pool._workers:
+        worker.join(30)
+    assert not any(w.is_alive() for w in pool._workers)
 
 
 def test_parse_spec():

@@ -141,9 +141,14 @@ def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -
                 f"copy of {segment.log_file} undone and copying of {st.name} cancelled until "
                 f"its leadership changes: {st.copy_cancelled}", file=segment.log_file,
                 offset=segment.base_offset)
-        rlm.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            segment_id, rlm.clock(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-            rlm.broker_id))
+        try:
+            rlm.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                segment_id, rlm.clock(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                rlm.broker_id))
+        except BaseException:
+            # the copy stays unfinished and is retried as a new one: this one is garbage
+            _undo_copy(rlm, st, metadata, custom)
+            raise
     finally:
         st.segment_ids_being_copied.discard(segment_id)
         st.copy_in_progress = None

@@ -101,6 +101,8 @@ class WorkerPool:
         self.busy = BusyTracker(threads)
         self._queue: queue.Queue = queue.Queue(maxsize=self.max_pending)
         self._closed = False
+        self._live_lock = threading.Lock()
+        self._live = self.threads
         self._workers = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(self.threads)]
         for worker in self._workers:
@@ -129,6 +131,12 @@ class WorkerPool:
         while True:
             item = self._queue.get()
             if item is None:
+                # one stop sentinel fits any queue bound: each worker passes it on
+                with self._live_lock:
+                    self._live -= 1
+                    last = self._live == 0
+                if not last:
+                    self._queue.put(None)
                 return
             future, fn, args = item
             if not future.set_running_or_notify_cancel():
@@ -154,11 +162,11 @@ class WorkerPool:
                 break
             if item is not None:
                 item[0].cancel()
-        for _ in self._workers:
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                break
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:  # a submit raced with close: wait for a free slot elsewhere
+            threading.Thread(target=self._queue.put, args=(None,), daemon=True,
+                             name=f"{self.name}-stop").start()
 
 
 class RemoteLogReaderPool(WorkerPool):

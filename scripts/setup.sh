@@ -13,5 +13,7 @@ extras=""
 if [ "${1:-}" = "test" ]; then
     extras="[test]"
 fi
-# editable, so the compiled modules land beside the sources the tests import
-.venv/bin/python -m pip install -q -e ".${extras}"
+# editable, so the compiled modules land beside the sources the tests import; compat mode
+# puts the project dir on sys.path through a .pth, so pkgutil.iter_modules (how PySpark
+# finds the top-level pyspark_kafka_tiered data source) sees it as it would in a wheel
+.venv/bin/python -m pip install -q -e ".${extras}" --config-settings editable_mode=compat

@@ -210,3 +210,26 @@ def test_rate_limit_shares_max_offsets_by_lag():
     assert rate_limit(begin, end, 100) == {("t", "0"): 90, ("t", "1"): 110, ("t", "2"): 5}
     # a share below one offset still moves by one, as Spark's Kafka source does
     assert rate_limit({"a": 0, "b": 0}, {"a": 1000, "b": 1}, 10) == {"a": 9, "b": 1}
+
+
+def test_the_installed_environment_discovers_the_source_as_pyspark_does(tmp_path):
+    """What the README's install gives a user: with no PYTHONPATH and from an unrelated
+    directory, PySpark's own lookup (pkgutil.iter_modules over sys.path, keeping
+    pyspark_* modules with a DefaultSource) finds `kafka-tiered`."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = ("from pkgutil import iter_modules\n"
+             "import importlib\n"
+             "found = [importlib.import_module(m.name).DefaultSource.name()\n"
+             "         for m in iter_modules() if m.name.startswith('pyspark_')]\n"
+             "print(found)\n")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "'kafka-tiered'" in run.stdout, (
+        "pyspark_kafka_tiered is not discoverable from the installed environment: install "
+        f"the project with scripts/setup.sh (editable compat mode) or as a wheel; got "
+        f"{run.stdout!r}")

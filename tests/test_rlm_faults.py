@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from test_rlm_helpers import TOPIC, Env, read_all
 
 from engine.errors import (
     CustomMetadataSizeLimitExceededError,
@@ -22,8 +23,13 @@ from engine.errors import (
     RemoteStorageError,
 )
 from engine.remote.filesystem import FileSystemRemoteStorageManager
-from engine.remote.metadata import RemoteLogSegmentState
-from test_rlm_helpers import TOPIC, Env, read_all
+from engine.remote.metadata import (
+    IllegalStateTransitionError,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+)
+from engine.rlm import RemoteLogManager
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 WAIT_S = 60  # upper bound of a wait for the scheduler's progress, never a timing claim
@@ -348,4 +354,49 @@ def test_failed_copy_finished_update_undoes_the_copy(tmp_path):
     assert len(list((tmp_path / "remote").rglob("*.log"))) == 1
     assert env.rlm.is_idle()
     assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == env.acked[(TOPIC, 0)]
+    env.close()
+
+
+def test_failed_partition_deletion_stops_tiering_until_resumed(tmp_path):
+    """A delete_partition whose RSM delete fails leaves the partition DELETE_PARTITION_STARTED:
+    the copy task must not tier new segments into it (the RLMM refuses adds then), and
+    calling delete_partition again finishes the deletion."""
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    env.log()
+    env.produce(12)
+    env.rlm.run_once()
+    tip = env.rlm._partitions[(TOPIC, 0)].tip
+    delete = env.rsm.delete_log_segment_data
+    calls = [0]
+
+    def flaky_delete(md):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RemoteStorageError("bucket unavailable")
+        return delete(md)
+
+    env.rsm.delete_log_segment_data = flaky_delete
+    with pytest.raises(RemoteStorageError):
+        env.rlm.delete_partition(TOPIC, 0)
+    assert env.lm.get_log(TOPIC, 0) is not None
+    env.produce(6)
+    summary = env.rlm.run_once()
+    assert summary.copied_segments == 0 and not summary.errors, summary
+    assert env.rlm.status() == []
+    states = {m.state for m in env.rlmm.list_remote_log_segments(tip)}
+    assert RemoteLogSegmentState.COPY_SEGMENT_STARTED not in states
+    assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_STARTED"
+    # the RLMM itself refuses a segment added to a partition being deleted
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 100, 110, 0, 0,
+                                  env.clock(), 10, {0: 100})
+    with pytest.raises(IllegalStateTransitionError, match="DELETE_PARTITION_STARTED"):
+        env.rlmm.add_remote_log_segment_metadata(md)
+    # a restarted RLM learns the deletion from the RLMM and does not tier either
+    env.rlm.close()
+    env.rlm = RemoteLogManager(env.config, env.lm, env.rsm, env.rlmm, clock=env.clock)
+    assert env.rlm.run_once().copied_segments == 0 and env.rlm.status() == []
+    assert env.rlm.delete_partition(TOPIC, 0) > 0
+    assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
+    assert not list((tmp_path / "remote").rglob("*.log"))
+    assert env.lm.get_log(TOPIC, 0) is None
     env.close()

@@ -174,9 +174,10 @@ class RemoteLogMetadataCache:
             raise IllegalStateTransitionError(
                 f"a segment is added in state COPY_SEGMENT_STARTED, got {metadata.state.name} "
                 f"for {metadata.remote_log_segment_id}")
-        if self.partition_delete_state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+        if self.partition_delete_state is not None:  # MARKED, STARTED or FINISHED
             raise IllegalStateTransitionError(
-                f"partition {self.topic_id_partition} is deleted: cannot add "
+                f"partition {self.topic_id_partition} is being deleted or deleted "
+                f"({self.partition_delete_state.name}): cannot add "
                 f"{metadata.remote_log_segment_id}")
         existing = self._segments.get(metadata.remote_log_segment_id.id)
         source = None if existing is None else existing.state

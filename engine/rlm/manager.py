@@ -130,6 +130,8 @@ class RemoteLogManager:
         self._lock = threading.RLock()
         self._partitions: dict[TopicPartition, PartitionState] = {}
         self._explicit_roles: set[TopicPartition] = set()
+        #: partitions whose remote deletion began here (it may have failed): never tiered again
+        self._deleting: dict[TopicPartition, Uuid] = {}  # -> the deleted topic id
         self.metrics = RLMMetrics()
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
@@ -247,9 +249,16 @@ class RemoteLogManager:
                 if tp in self._partitions:
                     continue
                 unified = self.log_manager.get_log(tp[0], tp[1])
-                if unified is None or not unified.remote_log_enabled:
+                if unified is None or not unified.remote_log_enabled or \
+                        self._is_deleting(tp, unified):
                     continue
                 st = self._new_state(tp, unified, None, True)
+                if self._remote_deletion_recorded(st.tip):
+                    self._deleting[tp] = st.tip.topic_id
+                    log.warning("%s: its remote data is being deleted "
+                                "(DELETE_PARTITION_MARKED or later): it is not tiered; "
+                                "delete_partition resumes the deletion", st.name)
+                    continue
                 self._partitions[tp] = st
                 added.append(st)
             for tp in [t for t in self._partitions if t not in present]:
@@ -261,6 +270,17 @@ class RemoteLogManager:
                 for st in added:
                     self._schedule(st)
         return states
+
+    def _is_deleting(self, tp: TopicPartition, unified) -> bool:
+        topic_id = self._deleting.get(tp)
+        if topic_id is None:
+            return False
+        metadata = unified.partition_metadata  # a topic created again has a new id
+        return metadata.exists() and metadata.read().topic_id == topic_id
+
+    def _remote_deletion_recorded(self, tip: TopicIdPartition) -> bool:
+        state_of = getattr(self.rlmm, "partition_delete_state", None)
+        return state_of is not None and state_of(tip) is not None
 
     def _forget(self, tp: TopicPartition) -> None:
         st = self._partitions.pop(tp, None)
@@ -287,7 +307,7 @@ class RemoteLogManager:
                     unified = self.log_manager.get_log(topic, partition)
                     if unified is None:
                         raise KeyError(f"no log for partition {topic}-{partition}")
-                    if not unified.remote_log_enabled:
+                    if not unified.remote_log_enabled or self._is_deleting(tp, unified):
                         continue
                     old = self._partitions.get(tp)
                     if old is not None and old.is_leader == is_leader and \
@@ -726,6 +746,10 @@ class RemoteLogManager:
             st = self._partitions.get(tp)
             self._forget(tp)
             self._explicit_roles.discard(tp)
+            # kept even after a failure: tiering must not add segments to a partition whose
+            # deletion is under way (calling again resumes it)
+            if st is not None:
+                self._deleting[tp] = st.tip.topic_id
         if st is not None:
             tip = st.tip
             # a running copy sees deleted_partition and stops after its current segment;
@@ -738,6 +762,8 @@ class RemoteLogManager:
                                 what)
         else:
             tip = self._find_tip(topic, int(partition))
+            with self._lock:
+                self._deleting[tp] = tip.topic_id
         deleted = expiration.delete_remote_partition(self, tip)
         self.rlmm.on_stop_partitions([tip])
         if delete_local and self.log_manager.get_log(topic, partition) is not None:

@@ -1,7 +1,7 @@
 """kill -9 during tiering, then restart: the state completes and nothing is lost.
 
 One chain of real processes over one broker (two log dirs, the filesystem tier, the
-embedded RLMM, 8 KiB segments, `local.retention.bytes=1` so a segment goes locally as soon
+embedded RLMM, 4 KiB segments, `local.retention.bytes=1` so a segment goes locally as soon
 as its copy is FINISHED). Before each launch a round of records is appended (the values
 name their offsets). Kills rotate over three kinds (seeded):
 
@@ -10,6 +10,9 @@ name their offsets). Kills rotate over three kinds (seeded):
 - `meta`: tests/tiered_crash_driver.py kills itself half way through writing its K-th
   remote-metadata event (a torn frame in the RLMM's log);
 - `copy`: the driver kills itself half way through copying its K-th file to the tier.
+
+K is drawn from the writes the launch will make: the closed local segments not copied yet
+(counted on disk before the launch) times the events (2) or files (3) per copied segment.
 
 After every kill, read offline (the process is dead, nothing is repaired first):
 no local segment is gone unless FINISHED remote segments cover every offset below the
@@ -46,13 +49,13 @@ KILLS = int(os.environ.get("ENGINE_TIERED_CRASH_KILLS", "16"))
 SEED = int(os.environ.get("ENGINE_TIERED_CRASH_SEED", "405"))
 TOPIC = "crash"
 PARTITIONS = 2
-BATCHES_PER_ROUND = 24  # about 5 segments of 8 KiB per partition and round
+BATCHES_PER_ROUND = 24  # about 11 KiB: 2-3 segments of 4 KiB per partition and round
 
 PROPERTIES = """\
 log.dirs={d1},{d2}
 remote.log.storage.system.enable=true
 rsm.config.dirs={tier}
-log.segment.bytes=8192
+log.segment.bytes=4096
 log.retention.ms=-1
 log.local.retention.bytes=1
 remote.storage.enable=true
@@ -136,6 +139,16 @@ def _check_offline(dirs, ends) -> int:
     return total
 
 
+def _pending_segments(dirs) -> int:
+    """Closed local segments of every partition (local.retention.bytes=1 deletes a copied
+    one at once, so these are the copies to come, give or take one not deleted yet)."""
+    pending = 0
+    for p in range(PARTITIONS):
+        names = os.listdir(_partition_dir(dirs, p))
+        pending += max(0, sum(1 for n in names if n.endswith(".log") and n[:-4].isdigit()) - 1)
+    return pending
+
+
 def _launch(kind, path, rng, pending_segments):
     if kind == "time":
         proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--config", path,
@@ -169,7 +182,7 @@ def test_kill_nine_during_copy_and_metadata_writes_then_restart(tmp_path):
         ends = _produce_round(dirs, path)
         kind = kinds[launches % 3]
         launches += 1
-        code, err = _launch(kind, path, rng, pending_segments=5 * PARTITIONS)
+        code, err = _launch(kind, path, rng, pending_segments=_pending_segments(dirs))
         if code == -signal.SIGKILL:
             kills += 1
             print(f"kill {kills}: {kind}; {_check_offline(dirs, ends)} FINISHED so far")
@@ -178,6 +191,7 @@ def test_kill_nine_during_copy_and_metadata_writes_then_restart(tmp_path):
             finished_runs += 1
         _check_offline(dirs, ends)
 
+    print(f"{kills} kills in {launches} launches ({finished_runs} ran to the end)")
     proc = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
                            "--until-idle"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)

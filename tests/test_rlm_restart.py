@@ -100,3 +100,29 @@ def test_log_start_falls_back_to_the_local_one_without_remote_data(tmp_path):
     assert env.rlm.list_offsets(TOPIC, 0, "earliest")[0] == local_start
     assert read_all(env.rlm, TOPIC, 0, local_start, unified.log_end_offset)[0][0] == local_start
     env.close()
+
+
+def test_fresh_manager_answers_offsets_and_status_from_the_tier(tmp_path):
+    """A fresh RLM (a one-shot command in a new process) initialises a partition's state
+    when asked for offsets or status: latest-tiered and the copy lag come from the tier."""
+    env = Env(tmp_path)
+    unified = env.log()
+    env.produce(12)
+    env.rlm.run_once()
+    tiered = unified.highest_offset_in_remote_storage
+    assert tiered > 0
+    env.close()
+
+    env = Env(tmp_path)
+    unified = env.log()
+    assert unified.highest_offset_in_remote_storage == -1
+    assert env.rlm.list_offsets(TOPIC, 0, "latest-tiered")[0] == tiered
+    env.close()
+
+    env = Env(tmp_path)
+    [row] = env.rlm.status()
+    assert row["highest_offset_in_remote_storage"] == tiered
+    assert row["copy_lag_segments"] == 0
+    env.rlm.initialise_partitions(TOPIC, 0)  # done already: no-op
+    assert env.rlm.is_idle()
+    env.close()

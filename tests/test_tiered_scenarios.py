@@ -577,3 +577,22 @@ def test_cli_enable_tiering_run_fetch_list_offsets_status(tmp_path):
     assert TopicConfigStore.of(load_broker_config(path)).overrides("orders") == {
         "remote.storage.enable": "true"}
 
+
+
+def test_disable_remote_log_with_delete_on_disable(broker):
+    """DisableRemoteLogOnTopicTest, last part: remote.storage.enable=false with
+    remote.log.delete.on.disable=true empties the tier (Kafka's stopPartitions with
+    deleteRemoteLog), while the local data stays consumable from the new log start."""
+    broker.create("t", remote_storage_enable=True)
+    broker.produce("t", batches=6)
+    broker.tier()
+    assert broker.remote_segments("t")
+    local_start = broker.log("t").local_log_start_offset
+    broker.alter("t", remote_storage_enable=False, remote_log_delete_on_disable=True)
+    broker.rlm.run_once()
+    assert _tiered_files(broker.dirs["tier"]) == []
+    assert broker.remote_segments("t") == []
+    unified = broker.log("t")
+    assert not unified.remote_log_enabled
+    assert unified.log_start_offset == local_start
+    assert broker.consume("t")[0] == expected("t", 0, local_start, 18)

@@ -8,7 +8,11 @@ copy task on the copier pool and an expiration task on the expiration pool, each
 After each copy run the log's own retention runs (`UnifiedLog.delete_old_segments`, which
 deletes a tiered segment locally only once its copy is FINISHED): the engine has no separate
 log-cleanup scheduler. Partitions created later are picked up by the next scheduling pass.
-`on_leadership_change` sets leaders (with their epochs) and followers explicitly.
+`on_leadership_change` sets leaders (with their epochs) and followers explicitly. A topic
+whose `remote.storage.enable` is turned off stops tiering; with
+`remote.log.delete.on.disable=true` the next pass moves the log start offset to the local
+one and deletes the partition's remote data (Kafka's stopPartitions with deleteRemoteLog).
+A partition whose remote deletion began is never tiered again (under that topic id).
 
 A failed copy run is retried after Kafka's exponential backoff
 (`remote.log.manager.task.retry.backoff.ms` doubling up to `...backoff.max.ms`, jitter
@@ -132,6 +136,9 @@ class RemoteLogManager:
         self._explicit_roles: set[TopicPartition] = set()
         #: partitions whose remote deletion began here (it may have failed): never tiered again
         self._deleting: dict[TopicPartition, Uuid] = {}  # -> the deleted topic id
+        #: partitions whose tiering was turned off with remote.log.delete.on.disable=true:
+        #: their remote data is deleted by the next pass (retried until it succeeds)
+        self._disabled: list[PartitionState] = []
         self.metrics = RLMMetrics()
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
@@ -246,7 +253,10 @@ class RemoteLogManager:
             present = set()
             for tp in self._partition_list():
                 present.add(tp)
-                if tp in self._partitions:
+                known = self._partitions.get(tp)
+                if known is not None:
+                    if not known.log.remote_log_enabled:
+                        self._stop_tiering(tp, known)
                     continue
                 unified = self.log_manager.get_log(tp[0], tp[1])
                 if unified is None or not unified.remote_log_enabled or \
@@ -270,6 +280,61 @@ class RemoteLogManager:
                 for st in added:
                     self._schedule(st)
         return states
+
+    def _stop_tiering(self, tp: TopicPartition, st: PartitionState) -> None:
+        """remote.storage.enable turned off on the partition's topic (call under _lock):
+        its tasks stop; with remote.log.delete.on.disable the remote data is deleted by the
+        next pass (Kafka's stopPartitions with deleteRemoteLog), else it is left."""
+        self._forget(tp)
+        self._explicit_roles.discard(tp)
+        if st.log.config["remote.log.delete.on.disable"]:
+            self._deleting[tp] = st.tip.topic_id
+            self._disabled.append(st)
+            log.info("%s: tiering disabled with remote.log.delete.on.disable: its remote data "
+                     "is deleted", st.name)
+        else:
+            log.info("%s: tiering disabled: its remote data is left in place", st.name)
+
+    def _delete_disabled(self) -> list[str]:
+        """Deletes the remote data of the partitions whose tiering was disabled with
+        remote.log.delete.on.disable: the log start offset moves to the local log start
+        first (no reader is sent to the tier), then the partition deletion runs
+        (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors; a failed
+        deletion is retried by the next pass."""
+        with self._lock:
+            pending, self._disabled = self._disabled, []
+        errors, retry = [], []
+        for st in pending:
+            try:
+                self._wait_for_tasks(st)
+                unified = st.log
+                if unified.local_log_start_offset > unified.log_start_offset:
+                    unified.maybe_increment_log_start_offset(unified.local_log_start_offset,
+                                                             "SegmentDeletion")
+                deleted = expiration.delete_remote_partition(self, st.tip)
+                self.rlmm.on_stop_partitions([st.tip])
+                log.info("%s: tiering disabled: %d remote segment(s) deleted", st.name,
+                         deleted)
+            except Exception as exc:
+                retry.append(st)
+                errors.append(f"{st.name}: delete on disable: {type(exc).__name__}: {exc}")
+                log.warning("Deleting the remote data of %s (tiering disabled) failed; the "
+                            "next pass retries: %s", st.name, exc)
+        if retry:
+            with self._lock:
+                self._disabled.extend(retry)
+        return errors
+
+    def _wait_for_tasks(self, st: PartitionState) -> None:
+        """Waits (bounded) for the partition's running copy and expiration runs: a running
+        copy sees deleted_partition and stops after its current segment; one stuck in the
+        RSM is not waited for."""
+        for lock, what in ((st.copy_lock, "copy"), (st.expiration_lock, "expiration")):
+            if lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+                lock.release()
+            else:
+                log.warning("Deleting the remote data of %s while its %s run is still in "
+                            "progress", st.name, what)
 
     def _is_deleting(self, tp: TopicPartition, unified) -> bool:
         topic_id = self._deleting.get(tp)
@@ -355,7 +420,9 @@ class RemoteLogManager:
 
     def _scheduled_sync(self) -> int:
         now = self.clock()
-        for st in self._sync_partitions():
+        states = self._sync_partitions()
+        self._delete_disabled()
+        for st in states:
             running = st.copy_in_progress
             if running is not None and now - running[1] > _STUCK_COPY_WARN_MS and \
                     st.stuck_copy_warned != running:
@@ -521,7 +588,9 @@ class RemoteLogManager:
         partition that is still running on the scheduler (e.g. a hung copy) is waited for
         up to 30 s, then skipped with an error in the summary."""
         summary = RunSummary()
-        for st in self._sync_partitions():
+        states = self._sync_partitions()
+        summary.errors += self._delete_disabled()
+        for st in states:
             if not self.rlmm.is_ready(st.tip):
                 summary.errors.append(f"{st.name}: remote log metadata not ready")
                 continue
@@ -553,16 +622,17 @@ class RemoteLogManager:
     def is_idle(self) -> bool:
         """True when no partition has a segment left to copy, a copy in progress or a
         remote segment to delete (a copy that keeps failing is not idle)."""
-        for st in self._sync_partitions():
+        states = self._sync_partitions()
+        if self._disabled:  # remote data of a partition whose tiering was turned off
+            return False
+        for st in states:
             if not st.is_leader:
                 continue
             if st.copy_in_progress is not None:
                 return False
             if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
-                if not st.initialised:
-                    with st.copy_lock:
-                        if not st.initialised:
-                            self._initialise_leader(st)
+                if not self._ensure_initialised(st):
+                    return False
                 lso = st.log.last_stable_offset
                 if copier.candidate_segments(st.log, st.copied_offset, lso):
                     return False
@@ -571,6 +641,34 @@ class RemoteLogManager:
                                           self.started_ms).to_delete:
                 return False
         return True
+
+    def _ensure_initialised(self, st: PartitionState) -> bool:
+        """Initialises a leader's state unless done; False when a copy run held the copy
+        lock for the whole wait (that run initialises it)."""
+        if st.initialised or not st.is_leader:
+            return True
+        if not st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+            return False
+        try:
+            if not st.initialised:
+                self._initialise_leader(st)
+        finally:
+            st.copy_lock.release()
+        return True
+
+    def initialise_partitions(self, topic: str | None = None,
+                              partition: int | None = None) -> None:
+        """Brings the state of every tiered leader (or of `topic`/`partition`) up to date
+        as its first copy run does, without copying: the log start offset and the highest
+        offset in remote storage from the tier. `list_offsets` and `status` call it, so a
+        fresh process answers latest-tiered and copy lag right; scheduled runs do it
+        anyway. Raises what the RLMM raises."""
+        for st in self._sync_partitions():
+            if topic is not None and st.topic != topic:
+                continue
+            if partition is not None and st.partition != int(partition):
+                continue
+            self._ensure_initialised(st)
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -716,6 +814,8 @@ class RemoteLogManager:
         """
         unified, st = self._log_and_state(topic, partition)
         spec = offsets.parse_spec(spec)
+        if st is not None:
+            self._ensure_initialised(st)
         if spec >= 0 and st is not None:
             future = self._submit(st, lambda: offsets.list_offsets(self, unified, st, spec))
             timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
@@ -734,7 +834,14 @@ class RemoteLogManager:
     def status(self) -> list[dict]:
         """One dict per tiered partition: offsets of both tiers, sizes, copy lag, the copy
         in progress and the last errors."""
-        return [partition_status(self, st) for st in self._sync_partitions()]
+        states = self._sync_partitions()
+        for st in states:
+            try:
+                self._ensure_initialised(st)
+            except Exception as exc:  # the status still shows what is known
+                st.last_copy_error = f"{type(exc).__name__}: {exc}"
+                log.warning("Initialising %s for its status failed: %s", st.name, exc)
+        return [partition_status(self, st) for st in states]
 
     def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:
         """Deletes the partition's remote data (DELETE_PARTITION_MARKED -> STARTED -> every
@@ -752,14 +859,7 @@ class RemoteLogManager:
                 self._deleting[tp] = st.tip.topic_id
         if st is not None:
             tip = st.tip
-            # a running copy sees deleted_partition and stops after its current segment;
-            # one stuck in the RSM is not waited for (its entry is left for the RSM's owner)
-            for lock, what in ((st.copy_lock, "copy"), (st.expiration_lock, "expiration")):
-                if lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-                    lock.release()
-                else:
-                    log.warning("Deleting %s while its %s run is still in progress", st.name,
-                                what)
+            self._wait_for_tasks(st)
         else:
             tip = self._find_tip(topic, int(partition))
             with self._lock:

@@ -307,3 +307,32 @@ def test_retention_renames_to_deleted_then_unlinks_after_the_delay(tmp_path):
     log = UnifiedLog.open(d, clock=clock)
     assert not list(d.glob("*.deleted")) and log.log_start_offset == 9
     log.close()
+
+
+def test_truncation_lowers_the_highest_offset_in_remote_storage(tmp_path):
+    # Offsets appended after a truncation are new data: the remote tier's copy of the old
+    # offsets must never let them be deleted locally as "tiered".
+    log = _log_with_segments(tmp_path / "tiered-0", _tiered(**{"local.retention.bytes": "1"}),
+                             Clock(T0))
+    log.update_highest_offset_in_remote_storage(14)  # segments [0, 14] tiered
+    epoch = log.truncation_epoch
+    assert log.truncate_to(8)  # mid batch [6, 8]: the log ends at 6
+    assert log.log_end_offset == 6 and log.highest_offset_in_remote_storage == 5
+    assert log.truncation_epoch == epoch + 1
+    assert not log.truncate_to(100)  # nothing dropped: nothing changes
+    assert log.truncation_epoch == epoch + 1
+    log.append_as_leader(_batch(), 1)  # offsets 6..8 again, untiered
+    log.roll()
+    log.append_as_leader(_batch(), 1)
+    assert log.delete_old_segments() == 2  # [0, 2] and [3, 5]: really tiered
+    assert [s.base_offset for s in log.segments] == [6, 9]
+    assert log.local_log_start_offset == 6 and log.log_start_offset == 0
+    # A full truncation (below the first local segment) starts over untiered too.
+    assert log.truncate_to(2)
+    assert log.highest_offset_in_remote_storage == 1
+    assert log.truncation_epoch == epoch + 2
+    log.append_as_leader(_batch(), 2)
+    log.roll()
+    assert log.delete_old_segments() == 0
+    assert log.read(2, 1000)[1] == 5
+    log.close()

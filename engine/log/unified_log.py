@@ -196,6 +196,8 @@ class UnifiedLog:
         self._created_ms: dict[int, int] = {}
         self._log_start_offset = 0
         self._highest_offset_in_remote_storage = -1
+        #: bumped by every truncation that drops offsets (see `truncation_epoch`).
+        self._truncation_epoch = 0
         self._remote_log_enabled = False
         self._closed = False
         self._producer_state = ProducerStateManager(self.dir)
@@ -613,6 +615,24 @@ class UnifiedLog:
                 self._highest_offset_in_remote_storage = int(offset)
 
     @property
+    def truncation_epoch(self) -> int:
+        """A counter bumped by every `truncate_to` that drops offsets. A truncation lowers
+        `highest_offset_in_remote_storage` to below the new log end offset, so that offsets
+        appended afterwards count as untiered; the tiering (which keeps its own copy
+        position) must notice the counter change and re-initialise from the remote
+        metadata, as Kafka's RemoteLogManager does when leadership changes after a
+        truncation."""
+        return self._truncation_epoch
+
+    def _after_truncation(self) -> None:
+        # Offsets >= the new log end (a batch boundary, at or below the truncation offset)
+        # will be new data: none of it is in the remote tier, whatever the remote tier holds
+        # at those offsets (copied before the truncation).
+        self._highest_offset_in_remote_storage = min(self._highest_offset_in_remote_storage,
+                                                     self.log_end_offset - 1)
+        self._truncation_epoch += 1
+
+    @property
     def high_watermark(self) -> int:
         """The log end offset: this engine keeps one replica, so every appended offset is
         in the whole ISR as soon as it is appended (Kafka's single-replica high watermark).
@@ -962,7 +982,9 @@ class UnifiedLog:
     def truncate_to(self, offset: int) -> bool:
         """Drops every offset >= `offset` (follower truncation). Returns whether anything was
         dropped. Truncating below the log start offset empties the log and starts it at
-        `offset`. The producer state is rebuilt from the latest snapshot at or below it."""
+        `offset`. The producer state is rebuilt from the latest snapshot at or below it.
+        `highest_offset_in_remote_storage` drops below the new log end offset and
+        `truncation_epoch` is bumped (see there)."""
         if offset < 0:
             raise ValueError(f"cannot truncate log {self.dir} to negative offset {offset}")
         with self._lock:
@@ -983,6 +1005,7 @@ class UnifiedLog:
             self.leader_epoch_cache.truncate_from_end(offset)
             self.recovery_point = min(self.recovery_point, offset)
             self._rebuild_producer_state(set())
+            self._after_truncation()
             return True
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
@@ -995,6 +1018,7 @@ class UnifiedLog:
         self._producer_state.reset(offset)
         self._log_start_offset = offset
         self.recovery_point = offset
+        self._after_truncation()
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int,
                                          reason: LogStartOffsetIncrementReason | str

@@ -5,6 +5,7 @@ custom metadata over the limit; a full reader queue; an orphaned copy after a cr
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -399,4 +400,42 @@ def test_failed_partition_deletion_stops_tiering_until_resumed(tmp_path):
     assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
     assert not list((tmp_path / "remote").rglob("*.log"))
     assert env.lm.get_log(TOPIC, 0) is None
+    env.close()
+
+
+def test_leadership_change_during_a_copy_never_uploads_a_segment_twice(tmp_path):
+    """A new leader epoch arrives while the old state's copy is in the RSM: the new state's
+    copy run waits for it and then resumes after it, so no offset is copied twice."""
+    copying = threading.Semaphore(0)
+    gate = threading.Event()
+
+    class GatedRSM(FileSystemRemoteStorageManager):
+        def copy_log_segment_data(self, md, data):
+            copying.release()
+            assert gate.wait(WAIT_S)
+            return super().copy_log_segment_data(md, data)
+
+    env = Env(tmp_path, rsm=GatedRSM([tmp_path / "remote"], fsync=False))
+    unified = env.log()
+    env.produce(12)
+    runs = [threading.Thread(target=env.rlm.run_once, daemon=True)]
+    runs[0].start()
+    assert copying.acquire(timeout=WAIT_S)
+    env.rlm.on_leadership_change({(TOPIC, 0): 1})
+    runs.append(threading.Thread(target=env.rlm.run_once, daemon=True))
+    runs[1].start()
+    # before the old copy ends, the new state must not start one of its own
+    second = copying.acquire(timeout=1.0)
+    gate.set()
+    for run in runs:
+        run.join(WAIT_S)
+    assert not second, "the new leader state copied while the old copy was in the RSM"
+    env.rlm.run_once()
+    st = env.rlm._partitions[(TOPIC, 0)]
+    segments = sorted((m.start_offset, m.end_offset)
+                      for m in env.rlmm.list_remote_log_segments(st.tip) if m.state == FINISHED)
+    for (_, end), (start, _) in itertools.pairwise(segments):
+        assert start == end + 1, segments
+    assert segments[0][0] == 0 and len(segments) == 3
+    assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == env.acked[(TOPIC, 0)]
     env.close()

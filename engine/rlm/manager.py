@@ -381,6 +381,14 @@ class RemoteLogManager:
                     if old is not None:
                         self._forget(tp)
                     st = self._new_state(tp, unified, epoch, is_leader)
+                    if old is not None:
+                        # the old state's copy may still be running (it stops after its
+                        # current segment): sharing its locks makes the new runs wait for
+                        # it, and then find its segment copied instead of uploading it
+                        # again; its in-flight and abandoned copies stay known
+                        st.copy_lock, st.expiration_lock = old.copy_lock, old.expiration_lock
+                        st.segment_ids_being_copied = old.segment_ids_being_copied
+                        st.abandoned_copy_ids = old.abandoned_copy_ids
                     self._partitions[tp] = st
                     self._explicit_roles.add(tp)
                     out.append(st)

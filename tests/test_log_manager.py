@@ -453,3 +453,61 @@ def test_dump_log_directory_skips_unknown_files(tmp_path):
     proc = _engine("dump-log", "--verify", pdir)
     assert proc.returncode == 0, proc.stderr
     assert "skipping" in proc.stderr and "notes.txt" in proc.stderr
+
+
+# -- log start offset checkpoints -----------------------------------------------------------
+
+_DELETE_RECORDS_THEN_CRASH = """
+import os, signal, sys
+from engine.log import LogManager
+from engine.records import CompressionType
+from engine.records.sample import sample_batches
+manager = LogManager([sys.argv[1]], topic_defaults={"segment.bytes": 4000})
+for p in (0, 1):
+    manager.get_or_create_log("t", p)
+    for batch in sample_batches(60, CompressionType.NONE, batch_size=10, seed=1,
+                                min_value=50, max_value=300):
+        manager.append_as_leader("t", p, batch, 0)
+manager.flush_all()
+manager.delete_records("t", 0, 37)  # through the manager
+manager.get_log("t", 1).delete_records(23)  # straight on the log
+os.kill(os.getpid(), signal.SIGKILL)  # no shutdown: no checkpoint written at the end
+"""
+
+
+def test_delete_records_survives_a_crash(tmp_path):
+    d = tmp_path / "d0"
+    done = subprocess.run([sys.executable, "-c", _DELETE_RECORDS_THEN_CRASH, str(d)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    assert not (d / CLEAN_SHUTDOWN_FILE).exists()
+    manager = LogManager([d], topic_defaults={"segment.bytes": 4000})
+    log0, log1 = manager.get_log("t", 0), manager.get_log("t", 1)
+    assert log0.log_start_offset == 37 and log1.log_start_offset == 23
+    bases = [s.base_offset for s in log0.segments]
+    assert bases[0] < 37 and 37 not in bases  # mid segment: only the checkpoint knows it
+    with pytest.raises(KafkaEngineError):
+        manager.read("t", 0, 36, 1000)
+    manager.shutdown()
+
+
+def test_log_start_offsets_checkpointed_every_interval(tmp_path):
+    from engine.log.checkpoint import OffsetCheckpointFile
+    now = [T0]
+    manager = LogManager([tmp_path / "d0"], clock=lambda: now[0],
+                         broker_config={"log.flush.start.offset.checkpoint.interval.ms": "1000"},
+                         topic_defaults={"cleanup.policy": "compact"})
+    unified = manager.get_or_create_log("t", 0)
+    _fill(manager, "t", 0, 20)
+    checkpoint = tmp_path / "d0" / "log-start-offset-checkpoint"
+    # A start moved by another path than DeleteRecords (here the remote tier's rule).
+    unified.maybe_increment_log_start_offset(15, "remote segment deleted")
+    assert not manager.maybe_checkpoint_log_start_offsets()  # the interval has not passed
+    assert not checkpoint.exists()
+    now[0] += 1000
+    assert manager.maybe_checkpoint_log_start_offsets()
+    assert OffsetCheckpointFile(checkpoint).read() == {("t", 0): 15}
+    assert not manager.maybe_checkpoint_log_start_offsets()
+    now[0] += 999
+    assert not manager.maybe_checkpoint_log_start_offsets()
+    manager.shutdown()

@@ -336,3 +336,34 @@ def test_truncation_lowers_the_highest_offset_in_remote_storage(tmp_path):
     assert log.delete_old_segments() == 0
     assert log.read(2, 1000)[1] == 5
     log.close()
+
+
+def test_tiered_log_opened_with_tiering_off_keeps_its_log_start_offset(tmp_path):
+    # A tiered log (start 0 in the remote tier, local segments from 6) opened by a broker
+    # without remote.log.storage.system.enable, shut down, then opened tiered again.
+    dirs = [tmp_path / "d1"]
+    manager = _tiered_manager(dirs, Clock(T0 + 100 * DAY))
+    tiered = manager.get_or_create_log("tiered", 0)
+    for i in range(4):
+        tiered.append_as_leader(_batch(timestamp=T0 + i * DAY), 0)
+        tiered.roll()
+    tiered.update_highest_offset_in_remote_storage(5)
+    assert manager.cleanup_logs() == 2
+    manager.shutdown()
+    plain = LogManager(dirs, topic_overrides={"tiered": {"remote.storage.enable": "false"}})
+    unified = plain.get_log("tiered", 0)
+    assert not unified.remote_log_enabled
+    assert (unified.log_start_offset, unified.local_log_start_offset) == (0, 6)
+    assert unified.fetch_offset_by_timestamp(-2)[0] == 6  # what it can serve
+    with pytest.raises(OffsetOutOfRangeError):
+        unified.read(0, 1000)
+    plain.shutdown()
+    manager = _tiered_manager(dirs, Clock(T0 + 100 * DAY))
+    tiered = manager.get_log("tiered", 0)
+    assert (tiered.log_start_offset, tiered.local_log_start_offset) == (0, 6)
+    assert tiered.leader_epoch_cache.entries[0] == EpochEntry(0, 0)
+    # Turning tiering off and on in the same process keeps it too.
+    manager.update_topic_config("tiered", {"remote.storage.enable": "false"})
+    manager.update_topic_config("tiered", {"remote.storage.enable": "true"})
+    assert tiered.log_start_offset == 0
+    manager.shutdown()

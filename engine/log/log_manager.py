@@ -16,8 +16,14 @@ Kafka's rules kept here:
   go to the dir listed first (Kafka's nextLogDirs).
 - Topic names: Kafka's rules (`validate_topic_name`).
 - Checkpoints: `checkpoint_recovery_points` writes every log's recovery point per dir;
-  `checkpoint_log_start_offsets` writes the log start offsets that are above the log's
-  first segment (Kafka writes only those; the others are implied by the segments).
+  `checkpoint_log_start_offsets` writes the log start offsets that are not the log's
+  first segment's base offset (Kafka writes those above it; the others are implied by the
+  segments, except the start of a tiered log, always written).
+- The log start offsets are checkpointed at once after a DeleteRecords moved one
+  (`delete_records`, or `UnifiedLog.delete_records` on a managed log), and by
+  `maybe_checkpoint_log_start_offsets` every `log.flush.start.offset.checkpoint.interval.ms`
+  (Kafka's periodic task; the caller runs it), so a crash loses no acknowledged deletion and
+  at most that interval of starts moved by retention or the remote tier.
 - Shutdown: every log is flushed and closed, both checkpoints written, then
   `.kafka_cleanshutdown` (`{"version":0,"brokerEpoch":N}`, as Kafka 3.5+) in each dir still
   online.
@@ -53,6 +59,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -187,6 +194,9 @@ class LogManager:
         #: partitions whose load scanned segments (not a clean shutdown), per dir.
         self.recovered_partitions: dict[Path, list[TopicPartition]] = {d: [] for d in dirs}
         self._shut_down = False
+        #: serializes checkpoint writes (a DeleteRecords and the periodic task may race).
+        self._checkpoint_lock = threading.RLock()
+        self._last_start_offset_checkpoint = self._now()
         workers = max(1, min(len(dirs), max_load_threads or 16))
         try:
             if workers == 1:
@@ -245,6 +255,7 @@ class LogManager:
                     log_dir / name, recovery_point=recovery_points.get(tp, 0),
                     clean_shutdown=clean, log_start_offset=start_offsets.get(tp),
                     clock=self._clock, **self._log_params(tp.topic, config))
+                unified.log_start_offset_listener = self._on_log_start_offset_moved
                 with self._lock:
                     self._logs[tp] = unified
                     self._log_dir_of[tp] = log_dir
@@ -473,6 +484,7 @@ class LogManager:
                                 lambda: UnifiedLog.open(log_dir / f"{topic}-{tp.partition}",
                                                         topic_id=topic_id, clock=self._clock,
                                                         **self._log_params(topic, config)))
+            unified.log_start_offset_listener = self._on_log_start_offset_moved
             self._logs[tp] = unified
             self._log_dir_of[tp] = log_dir
             self._topic_configs[tp] = config
@@ -542,17 +554,59 @@ class LogManager:
             self._try(d, "recovery point checkpoint",
                       lambda c=checkpoint, o=offsets: c.write(o))
 
-    def checkpoint_log_start_offsets(self) -> None:
-        """Writes each online dir's `log-start-offset-checkpoint`: the tiered partitions
-        (their start may lie below the first local segment) and those whose log start
-        offset is above their first segment's base offset (Kafka's rule)."""
-        for d, logs in self._logs_by_dir().items():
-            offsets = {tp: unified.log_start_offset for tp, unified in logs
-                       if unified.remote_log_enabled
-                       or unified.log_start_offset > unified.segments[0].base_offset}
-            checkpoint = OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT_FILE, create=False)
-            self._try(d, "log start offset checkpoint",
-                      lambda c=checkpoint, o=offsets: c.write(o))
+    def checkpoint_log_start_offsets(self, log_dir: str | os.PathLike | None = None) -> None:
+        """Writes each online dir's (or only `log_dir`'s) `log-start-offset-checkpoint`:
+        the tiered partitions (their start may lie below the first local segment) and those
+        whose log start offset is not their first segment's base offset (Kafka writes those
+        above it; one below it is a tiered log opened with tiering off, kept for later).
+        A dir whose write fails goes offline (logged, not raised)."""
+        with self._checkpoint_lock:
+            self._last_start_offset_checkpoint = self._now()
+            for d, logs in self._logs_by_dir().items():
+                if log_dir is None or d == self._dir_key(log_dir):
+                    self._try(d, "log start offset checkpoint",
+                              lambda d=d, logs=logs: self._write_start_offsets(d, logs))
+
+    @staticmethod
+    def _write_start_offsets(log_dir: Path, logs) -> None:
+        offsets = {tp: unified.log_start_offset for tp, unified in logs
+                   if unified.remote_log_enabled
+                   or unified.log_start_offset != unified.segments[0].base_offset}
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE,
+                             create=False).write(offsets)
+
+    def maybe_checkpoint_log_start_offsets(self) -> bool:
+        """The periodic task (Kafka's kafka-log-start-offset-checkpoint): checkpoints the
+        log start offsets when `log.flush.start.offset.checkpoint.interval.ms` has passed
+        since the last checkpoint, so that starts moved by retention or by the remote tier
+        survive a crash within that interval. Returns whether it checkpointed."""
+        interval = self.broker_config["log.flush.start.offset.checkpoint.interval.ms"]
+        if self._now() - self._last_start_offset_checkpoint < interval:
+            return False
+        self.checkpoint_log_start_offsets()
+        return True
+
+    def _now(self) -> int:
+        return self._clock() if self._clock is not None else int(time.time() * 1000)
+
+    def _on_log_start_offset_moved(self, unified: UnifiedLog) -> None:
+        """A DeleteRecords moved `unified`'s start: checkpointed at once, as a crash must
+        not bring back records whose deletion was acknowledged."""
+        log_dir = self._dir_key(unified.dir.parent)
+        self.checkpoint_log_start_offsets(log_dir)
+        with self._lock:
+            why = self._offline.get(log_dir)
+        if why is not None:
+            raise KafkaStorageError(f"the log start offset of {unified.dir} could not be "
+                                    f"checkpointed: log dir {log_dir} is offline ({why})")
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """`UnifiedLog.delete_records` on the partition (Kafka's DeleteRecords): the new log
+        start offset is checkpointed before this returns. Returns the log start offset.
+        KafkaStorageError when the dir is offline or fails now."""
+        unified, d = self._online_log(topic, partition, "delete_records")
+        return self._run(d, f"delete records of {topic}-{partition}",
+                         lambda: unified.delete_records(offset))
 
     def delete_partition(self, topic: str, partition: int) -> Path | None:
         """Deletes the partition's local log (Kafka's asyncDelete): the log is closed and

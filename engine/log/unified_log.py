@@ -207,6 +207,8 @@ class UnifiedLog:
         self._pending_deletes: list[tuple[int, list[Path]]] = []
         self.leader_epoch_cache: LeaderEpochFileCache | None = None
         self.partition_metadata = PartitionMetadataFile(self.dir / PARTITION_METADATA_FILE)
+        #: called with this log after `delete_records` moved the log start offset.
+        self.log_start_offset_listener: Callable[[UnifiedLog], None] | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -290,9 +292,10 @@ class UnifiedLog:
         segment.index.bytes. `recovery_point` is the first offset not known to be flushed;
         `clean_shutdown` skips the scan when every index passes its sanity check; `topic_id`
         (a Uuid or its string) is written to `partition.metadata`; `log_start_offset`
-        (checkpointed by the caller) is raised to the first segment's base offset unless the
-        log is tiered (its start may then lie in the remote tier; a tiered log without a
-        checkpointed start begins at 0, as Kafka's, until the RemoteLogManager raises it);
+        (checkpointed by the caller) is kept even below the first segment's base offset, tiered
+        or not (the start of a tiered log may lie in the remote tier; a log opened with
+        tiering off keeps it for when tiering is back); without it the log starts at its
+        first segment, or at 0 when tiered (as Kafka's, until the RemoteLogManager raises it);
         `remote_log_enabled` defaults to the topic's `remote.storage.enable` (see
         `is_remote_log_enabled`); `clock` gives now in ms (segment times, retention).
 
@@ -336,11 +339,17 @@ class UnifiedLog:
         recovered = self._recover(clean_shutdown, missing_index)
         self.active_segment.resize_indexes()
         first = self._segments[0].base_offset
-        if self._remote_log_enabled:
-            # Kafka's LogLoader: a tiered log's start may lie in the remote tier.
-            self._log_start_offset = int(log_start_offset or 0)
+        if log_start_offset is not None:
+            # A checkpointed start is kept even below the first local segment, whatever
+            # `remote_log_enabled` is now (Kafka's LogLoader raises it for an untiered log):
+            # a tiered log opened with tiering off must not forget the remote offsets it
+            # still holds, or they would be deleted as a log start breach once tiering is
+            # back. An untiered log reads from its local start in any case.
+            self._log_start_offset = int(log_start_offset)
         else:
-            self._log_start_offset = max(first, int(log_start_offset or 0))
+            # A tiered log without a checkpoint begins at 0 (its start may lie in the
+            # remote tier) until the RemoteLogManager raises it, as Kafka's.
+            self._log_start_offset = 0 if self._remote_log_enabled else first
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
         # Kafka's LogLoader: after a clean shutdown with nothing recovered, everything up to
         # the log end is known to be flushed.
@@ -1056,7 +1065,10 @@ class UnifiedLog:
 
     def delete_records(self, new_log_start_offset: int) -> int:
         """Moves the log start offset up (Kafka's DeleteRecords, see
-        `maybe_increment_log_start_offset`). Returns the log start offset.
+        `maybe_increment_log_start_offset`). Returns the log start offset. When it moved,
+        `log_start_offset_listener(self)` is called afterwards (the LogManager checkpoints
+        the new start at once, so that a crash cannot lose a deletion already answered);
+        an error it raises is the caller's.
 
         Raises:
             OffsetOutOfRangeError: `new_log_start_offset` above the log end offset.
@@ -1065,9 +1077,14 @@ class UnifiedLog:
             self._require_open("delete_records")
             if new_log_start_offset > self.log_end_offset:
                 raise self._out_of_range(new_log_start_offset, "delete-records")
-            self.maybe_increment_log_start_offset(
+            moved = self.maybe_increment_log_start_offset(
                 new_log_start_offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
-            return self._log_start_offset
+            start = self._log_start_offset
+        listener = self.log_start_offset_listener
+        if moved and listener is not None:
+            # Outside the lock: the listener (the LogManager's checkpoint) reads other logs.
+            listener(self)
+        return start
 
     # -- retention -------------------------------------------------------------------------
 
@@ -1268,8 +1285,10 @@ class UnifiedLog:
             self._require_open("fetch_offset_by_timestamp")
             cache = self.leader_epoch_cache
             if timestamp == EARLIEST_TIMESTAMP:
-                return (self._log_start_offset, _NO_TIMESTAMP,
-                        cache.epoch_for_offset(self._log_start_offset))
+                # An untiered log cannot serve offsets below its local start.
+                start = (self._log_start_offset if self._remote_log_enabled
+                         else self.local_log_start_offset)
+                return start, _NO_TIMESTAMP, cache.epoch_for_offset(start)
             if timestamp == EARLIEST_LOCAL_TIMESTAMP:
                 start = self.local_log_start_offset
                 return start, _NO_TIMESTAMP, cache.epoch_for_offset(start)

@@ -17,12 +17,13 @@ Sections:
       and RLMM each time); aggregate MB/s and speed-up.
   (b) remote vs local read, same offsets: RemoteLogManager.read(tiered-0, offset, 1 MiB)
       chunk after chunk over the whole partition (local copies deleted, so every read is
-      remote: reader pool hand-off, RLMM lookup, warm RemoteIndexCache, bounded preads)
-      against UnifiedLog reads of local-0 at the same offsets (zero-copy views). Each
-      returned chunk is touched (one byte per 4 KiB page), and again with every byte read.
-      Target: remote >= 0.8x local.
+      remote: reader pool hand-off, RLMM lookup, warm RemoteIndexCache, header walk, and
+      the records as a view of the tier's mapped .log via map_range) against UnifiedLog
+      reads of local-0 at the same offsets (zero-copy views). Each returned chunk is touched
+      (one byte per 4 KiB page), and again with every byte read. Target: remote >= 0.8x local.
       Also shown: the remote path without the reader pool (engine.rlm.reader.read_remote on
-      the calling thread).
+      the calling thread; and with RemoteLogManager's plan/quota/metrics work), and the copying path the reader takes for an RSM without
+      map_range (read_range_into: a pread into a recycled buffer), with and without the pool.
   (c) remote read throughput: 1, 2, 4 threads each reading a whole tiered partition through
       RemoteLogManager.read (remote.log.reader.threads = 4); aggregate MB/s and speed-up.
 """
@@ -52,7 +53,6 @@ from engine.log import LogManager
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.rlm import RemoteLogManager
-from engine.rlm import reader as reader_module
 from engine.rlm.reader import read_remote
 
 PARTITIONS = 4
@@ -161,18 +161,25 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
         for o in starts:
             touch(rlm.read("tiered", 0, o, MAX_BYTES).records)
 
+    def run_remote_inline():
+        # RemoteLogManager.read's own work (plan, quota, metrics) without the pool hand-off
+        for o in starts:
+            _, work = rlm._plan_read("tiered", 0, o, MAX_BYTES, True, "read_uncommitted")
+            touch(work().records)
+
     def run_remote_direct():
         for o in starts:
             touch(read_remote(rlm, st, o, MAX_BYTES, True, "read_uncommitted")[0])
 
-    def run_remote_fresh():
-        # the same reads with buffer recycling off: every read lands in fresh memory
-        pool = reader_module._BUFFERS
-        kept, pool.max_bytes = pool.max_bytes, 0
-        try:
-            run_remote()
-        finally:
-            pool.max_bytes = kept
+    def without_map_range(run):
+        # the reader duck-types map_range: hiding it gives the pread path of other RSMs
+        def go():
+            s.rsm.map_range = None
+            try:
+                run()
+            finally:
+                del s.rsm.map_range
+        return go
 
     def run_local_all():
         for o in starts:
@@ -184,24 +191,36 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
 
     assert rlm.read("tiered", 0, 0, MAX_BYTES).from_remote
     t = measure_group({"local": run_local, "remote": run_remote,
-                       "remote_direct": run_remote_direct, "remote_fresh": run_remote_fresh,
+                       "remote_direct": run_remote_direct,
+                       "remote_inline": run_remote_inline,
+                       "remote_pread": without_map_range(run_remote),
+                       "remote_pread_direct": without_map_range(run_remote_direct),
                        "local_all": run_local_all,
-                       "remote_all": run_remote_all}, repeat)
+                       "remote_all": run_remote_all,
+                       "remote_pread_all": without_map_range(run_remote_all)}, repeat)
     names = {"local": "UnifiedLog.read (local)", "remote": "RemoteLogManager.read (remote)",
              "remote_direct": "reader.read_remote on the caller (remote, no pool)",
-             "remote_fresh": "RemoteLogManager.read, no buffer recycling",
+             "remote_inline": "RemoteLogManager read work on the caller (quota, metrics)",
+             "remote_pread": "RemoteLogManager.read, pread path (no map_range)",
+             "remote_pread_direct": "reader.read_remote on the caller, pread path",
              "local_all": "UnifiedLog.read, every byte read",
-             "remote_all": "RemoteLogManager.read, every byte read"}
+             "remote_all": "RemoteLogManager.read, every byte read",
+             "remote_pread_all": "RemoteLogManager.read, pread path, every byte read"}
     for k, v in t.items():
         rep.add("(b)", f"{names[k]}, {len(starts)} x 1 MiB", nbytes / v / 1e6, "MB/s")
     rep.ratio("(b) remote read / local read, same offsets", t["local"] / t["remote"], 0.8,
               "warm index cache")
     rep.ratio("(b) remote read without the reader pool / local read",
               t["local"] / t["remote_direct"])
-    rep.ratio("(b) remote read without buffer recycling / local read",
-              t["local"] / t["remote_fresh"])
+    rep.ratio("(b) RemoteLogManager read work on the caller (no pool hop) / local read",
+              t["local"] / t["remote_inline"])
+    rep.ratio("(b) remote read, pread path / local read", t["local"] / t["remote_pread"])
+    rep.ratio("(b) remote read without the reader pool, pread path / local read",
+              t["local"] / t["remote_pread_direct"])
     rep.ratio("(b) remote read / local read, every byte read", t["local_all"] / t["remote_all"],
               0.8)
+    rep.ratio("(b) remote read, pread path / local read, every byte read",
+              t["local_all"] / t["remote_pread_all"])
 
 
 def section_c(rep: Report, s: Setup, repeat: int) -> None:

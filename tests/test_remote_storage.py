@@ -248,6 +248,120 @@ def test_open_log_cache_never_closes_a_file_under_a_reader(tmp_path, segment):
     assert len(os.listdir("/proc/self/fd")) == open_fds - 1  # mds[2], the one still cached
 
 
+def test_open_log_cache_closes_the_loser_of_an_open_race(tmp_path, segment):
+    from engine.remote import filesystem
+
+    rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
+    md = copied(rsm, segment)
+    path = rsm.segment_path(md, ".log")
+    cache = filesystem._OpenLogCache(2)
+    first, second = (filesystem._OpenLog(os.open(path, os.O_RDONLY), path, 1)
+                     for _ in range(2))
+    assert cache.insert("k", first) is first
+    assert cache.insert("k", second) is first  # another thread cached it meanwhile
+    with pytest.raises(OSError):
+        os.fstat(second.fd)
+    cache.release(first)  # both callers' reads end: the cache's hold keeps it open
+    cache.release(first)
+    assert first.refs == 1 and os.fstat(first.fd)
+    cache.clear()
+    with pytest.raises(OSError):
+        os.fstat(first.fd)
+
+
+def test_map_range_views_every_edge_without_copying(tmp_path, segment):
+    rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
+    md = copied(rsm, segment)
+    log = segment[0].log_segment.read_bytes()
+    size = len(log)
+    for start, end in [(0, size), (0, 1), (size - 3, size), (17, 4096), (5, 5), (size, size)]:
+        view = rsm.map_range(md, start, end)
+        assert view.readonly and view.nbytes == end - start
+        assert bytes(view) == log[start:end], (start, end)
+    for start, end in [(-1, 2), (4, 3), (0, size + 1), (size + 1, size + 1)]:
+        with pytest.raises(ValueError, match=f"outside {rsm.segment_path(md, '.log')}"):
+            rsm.map_range(md, start, end)
+    a, b = rsm.map_range(md, 0, 10), rsm.map_range(md, 100, 200)
+    assert a.obj is b.obj  # one mapping of the segment serves every view
+    with pytest.raises(TypeError):
+        a[0] = 1
+
+
+def test_map_range_checks_like_read_range(tmp_path, segment):
+    rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
+    md = copied(rsm, segment)
+    path = rsm.segment_path(md, ".log")
+    content = bytearray(path.read_bytes())
+    content[len(content) // 2] ^= 0x40
+    path.write_bytes(bytes(content))
+    with pytest.raises(RemoteStorageError, match=f"CRC32C mismatch in remote file {path}"):
+        rsm.map_range(md, 0, 10)
+    path.write_bytes(bytes(content[:-1]))
+    with pytest.raises(RemoteStorageError, match=f"{path} has .* bytes, its checksum record"):
+        FileSystemRemoteStorageManager([tmp_path], log_read_verification="size").map_range(
+            md, 0, 10)
+    other = segment_metadata(TIP, 100, segment[1], segment[2])
+    with pytest.raises(RemoteResourceNotFoundError) as caught:
+        rsm.map_range(other, 0, 1)
+    assert caught.value.file == str(rsm.segment_path(other, ".log"))
+    rsm.close()
+    with pytest.raises(RemoteStorageError, match="closed"):
+        rsm.map_range(md, 0, 1)
+
+
+def test_map_range_views_survive_eviction_deletion_and_close(tmp_path, segment):
+    from engine.remote import filesystem
+
+    rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
+    rsm._open_logs = filesystem._OpenLogCache(2)
+    mds = [copied(rsm, segment) for _ in range(4)]
+    log = segment[0].log_segment.read_bytes()
+    views = [rsm.map_range(md, 10, len(log)) for md in mds]  # mds[0], mds[1] evicted
+    rsm.delete_log_segment_data(mds[3])  # dropped from the cache and unlinked
+    assert not rsm.segment_path(mds[3], ".log").exists()
+    rsm.close()
+    for view in views:
+        assert bytes(view) == log[10:]
+    held = views[0][:5]
+    del views
+    import gc
+    gc.collect()
+    assert bytes(held) == log[10:15]  # a slice keeps the mapping alive too
+    fds = len(os.listdir("/proc/self/fd"))
+    del held
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == fds - 1  # the last view unmapped its file
+
+
+def test_map_range_concurrent_with_eviction(tmp_path, segment):
+    from engine.remote import filesystem
+
+    rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
+    rsm._open_logs = filesystem._OpenLogCache(2)
+    mds = [copied(rsm, segment) for _ in range(5)]
+    log = segment[0].log_segment.read_bytes()
+    errors = []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(300):
+                md = rng.choice(mds)
+                a = rng.randrange(len(log))
+                b = rng.randrange(a, len(log) + 1)
+                view = rsm.map_range(md, a, b)
+                assert bytes(view) == log[a:b]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
 def test_delete_is_idempotent_and_removes_empty_partition_dir(tmp_path, segment):
     rsm = FileSystemRemoteStorageManager([tmp_path])
     md = copied(rsm, segment)

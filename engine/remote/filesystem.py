@@ -41,14 +41,16 @@ default), the CRC of the whole `.log` on the first read of the segment in this p
 verdict is cached per segment id and (inode, size, mtime). `read_range` keeps the `.log`
 files of the 128 most recently read segments open (reference-counted, so eviction never
 closes a file under a read; deleting a segment drops its file), so a ranged read is one
-pread. A mismatch raises RemoteStorageError naming the file. Metadata without custom
+pread; `map_range` hands out read-only views of a mapping of the open file instead (no
+copy; stored files are immutable, so the views stay valid, even after the file is deleted). A mismatch raises RemoteStorageError naming the file. Metadata without custom
 metadata (another RSM's, or a segment still being copied) is read unchecked.
 
 Errors: a missing file raises RemoteResourceNotFoundError, any other OSError
 RemoteStorageError; both name the path.
 
-Thread-safety: every method may be called from any number of threads; nothing is held open
-between calls, and all file I/O releases the GIL.
+Thread-safety: every method may be called from any number of threads; only the open-file
+cache (and its mappings) lives between calls, and all file I/O releases the GIL (a
+`map_range` view's page faults happen where its bytes are read).
 """
 
 from __future__ import annotations
@@ -179,12 +181,16 @@ def _decode_checksums(data: bytes) -> SegmentChecksums:
 
 class _OpenLog:
     """An open, checked `.log`. `refs` counts the cache's hold plus each read in progress;
-    the fd is closed when it drops to 0, so eviction never closes it under a reader."""
+    the fd is closed when it drops to 0, so eviction never closes it under a reader.
+    `mapped` is its read-only mapping once `map_range` made one: it is never closed
+    explicitly, only dropped, so views handed out keep it mapped (their buffer export holds
+    the mmap object) and it is unmapped when the last of them goes."""
 
-    __slots__ = ("fd", "path", "refs", "size")
+    __slots__ = ("fd", "mapped", "path", "refs", "size")
 
     def __init__(self, fd: int, path: Path, size: int):
         self.fd, self.path, self.size, self.refs = fd, path, size, 1
+        self.mapped: mmap.mmap | None = None
 
 
 class _OpenLogCache:
@@ -212,8 +218,7 @@ class _OpenLogCache:
             existing = self._files.get(key)
             if existing is not None:
                 existing.refs += 1
-                f.refs -= 1
-                closing.append(f)
+                closing.append(f)  # the caller's reference, dropped below
                 f = existing
             else:
                 f.refs += 1  # the cache's hold
@@ -245,11 +250,23 @@ class _OpenLogCache:
         for f in closing:
             os.close(f.fd)
 
+    def set_mapping(self, f: _OpenLog, mapped: mmap.mmap) -> mmap.mmap:
+        """Keeps `mapped` as f's mapping unless another thread set one first; returns the
+        one kept (a mapping that loses the race is dropped, never closed)."""
+        with self._lock:
+            if f.mapped is None:
+                f.mapped = mapped
+            return f.mapped
+
     @staticmethod
     def _drop(f: _OpenLog) -> bool:
-        """Drops one reference (lock held); True if the fd must now be closed."""
+        """Drops one reference (lock held); True if the fd must now be closed. The mapping
+        is dropped with it: live views keep it mapped (see _OpenLog)."""
         f.refs -= 1
-        return f.refs == 0
+        if f.refs == 0:
+            f.mapped = None
+            return True
+        return False
 
 
 # ---- configuration -----------------------------------------------------------------------
@@ -531,6 +548,32 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
             return len(view)
         finally:
             view.release()
+            self._open_logs.release(f)
+
+    def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
+                  end_exclusive: int) -> memoryview:
+        """A read-only view of `.log` bytes [start, end_exclusive): no byte is copied. The
+        segment's file is mapped once (while it stays in the open-file cache) and checked
+        as `read_range` checks it. Sound because a stored `.log` never changes once renamed
+        into place, and deleting it (unlink) leaves existing mappings readable: a view stays
+        valid after eviction, `close()` and the segment's deletion. Requires
+        0 <= start <= end_exclusive <= size: ValueError otherwise."""
+        f = self._acquire_log(metadata)
+        try:
+            _check_range(start, end_exclusive, f.size, f.path, inclusive=False)
+            if start == end_exclusive:
+                return memoryview(b"")
+            mapped = f.mapped
+            if mapped is None:
+                try:
+                    mapped = mmap.mmap(f.fd, f.size, flags=mmap.MAP_SHARED,
+                                       prot=mmap.PROT_READ)
+                except OSError as exc:
+                    raise RemoteStorageError(f"cannot map {f.path}: {exc.strerror or exc}",
+                                             file=str(f.path)) from None
+                mapped = self._open_logs.set_mapping(f, mapped)
+            return memoryview(mapped)[start:end_exclusive]
+        finally:
             self._open_logs.release(f)
 
     def _acquire_log(self, metadata: RemoteLogSegmentMetadata) -> _OpenLog:

@@ -15,9 +15,10 @@ this segment's transaction index, then later remote segments' (skipping those wh
 metadata says their index is empty, KIP-1058) until one search is complete, then the local
 log's.
 
-Byte ranges are read with the RSM's `read_range_into` / `read_range` fast paths when it has
-them (the filesystem tier), into recycled buffers, else through `fetch_log_segment` streams
-closed after each use.
+Byte ranges come from the RSM's `map_range` when it has it (the filesystem tier: read-only
+views of its mapped, immutable files, no byte copied), else its `read_range_into` /
+`read_range` fast paths (into recycled buffers), else `fetch_log_segment` streams closed after
+each use.
 """
 
 from __future__ import annotations
@@ -125,11 +126,15 @@ class RemoteSegmentReader:
         self._start = 0
         self._buf = b""
         self.bytes_read = 0
+        # a view of a mapping costs nothing to redo, so ranges are never stitched together
+        self._map_range = getattr(rsm, "map_range", None)
 
     def _fetch(self, start: int, end: int):
         read_range_into = getattr(self.rsm, "read_range_into", None)
         read_range = getattr(self.rsm, "read_range", None)
-        if read_range_into is not None:
+        if self._map_range is not None:
+            data = self._map_range(self.metadata, start, end)
+        elif read_range_into is not None:
             buffer = _BUFFERS.get(end - start)
             read_range_into(self.metadata, start, buffer)
             data = memoryview(buffer)
@@ -155,9 +160,9 @@ class RemoteSegmentReader:
         if start >= end:
             return memoryview(b"")
         kept_end = self._start + len(self._buf)
-        if self._start <= start < kept_end:
-            if end <= kept_end:
-                return memoryview(self._buf)[start - self._start:end - self._start]
+        if self._start <= start < kept_end and end <= kept_end:
+            return memoryview(self._buf)[start - self._start:end - self._start]
+        if self._start <= start < kept_end and self._map_range is None:
             head = memoryview(self._buf)[start - self._start:]
             self._buf = b"".join((head, self._fetch(kept_end, end)))
         else:
@@ -167,14 +172,16 @@ class RemoteSegmentReader:
 
     def read_exact(self, start: int, end: int) -> memoryview:
         """Bytes [start, min(end, size)) in one buffer of exactly that size: a slice of the
-        kept range when it covers them; else the kept head is copied and only the rest is
-        read (into a recycled buffer, with an RSM that reads into buffers), or all of it."""
+        kept range when it covers them; else a view of the RSM's mapping (`map_range`), or
+        the kept head is copied and only the rest is read (into a recycled buffer, with an
+        RSM that reads into buffers), or all of it."""
         end = min(end, self.size)
         kept_end = self._start + len(self._buf)
         if self._start <= start and end <= kept_end:
             return memoryview(self._buf)[start - self._start:end - self._start]
         read_range_into = getattr(self.rsm, "read_range_into", None)
-        if read_range_into is not None and self._start <= start < kept_end:
+        if read_range_into is not None and self._map_range is None and \
+                self._start <= start < kept_end:
             buffer = _BUFFERS.get(end - start)
             head = kept_end - start
             buffer[:head] = np.frombuffer(self._buf, dtype=np.uint8,

@@ -1,0 +1,73 @@
+"""Remote reads through each byte-range path an RSM may offer (engine.rlm.reader picks the
+first it has): the filesystem tier's zero-copy `map_range`, `read_range_into` into recycled
+buffers, `read_range`, and plain `fetch_log_segment` streams. Each must answer exactly what a
+local read of the same offsets answers."""
+
+from __future__ import annotations
+
+import pytest
+from test_rlm_helpers import TOPIC, Env
+
+from engine.remote.filesystem import FileSystemRemoteStorageManager
+
+PATHS = ("map_range", "read_range_into", "read_range", "fetch_log_segment")
+
+
+def _rsm_using(path: str, remote_dir):
+    """The filesystem tier with the fast paths before `path` hidden (duck typing treats
+    an attribute that is None as absent), counting calls of `path`."""
+    hidden = {name: None for name in PATHS[:PATHS.index(path)]}
+
+    def counted(self, *args, **kwargs):
+        self.calls += 1
+        return getattr(FileSystemRemoteStorageManager, path)(self, *args, **kwargs)
+
+    cls = type("Only" + path.title().replace("_", ""), (FileSystemRemoteStorageManager,),
+               {**hidden, path: counted, "calls": 0})
+    return cls([remote_dir], fsync=False)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_range_read_path_matches_the_local_read(tmp_path, path):
+    rsm = _rsm_using(path, tmp_path / "remote")
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1}, rsm=rsm)
+    try:
+        env.produce(24, per_batch=2, size=120)
+        unified = env.log()
+        end = unified.segments[-1].base_offset
+        sizes = [1, 300, 301, 5000]
+        before = {}
+        for o in range(end):
+            for mb in sizes:
+                view, nxt = unified.read(o, mb, True)
+                before[(o, mb)] = (bytes(view), nxt)
+        env.rlm.run_once()
+        assert unified.local_log_start_offset == end
+        for (o, mb), (data, nxt) in before.items():
+            got = env.rlm.read(TOPIC, 0, o, mb)
+            assert got.from_remote
+            assert bytes(got.records) == data, (path, o, mb)
+            assert got.next_offset == nxt
+        assert rsm.calls > 0  # the reads went through the path under test
+    finally:
+        env.close()
+
+
+def test_mapped_records_outlive_the_remote_segment(tmp_path):
+    """A zero-copy answer stays readable after the remote segment is deleted."""
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
+    try:
+        env.produce(12, per_batch=2, size=120)
+        unified = env.log()
+        want, _ = unified.read(0, 5000, True)
+        want = bytes(want)
+        env.rlm.run_once()
+        got = env.rlm.read(TOPIC, 0, 0, 5000)
+        assert got.from_remote and isinstance(got.records, memoryview)
+        assert got.records.readonly
+        tip = env.rlm._partitions[(TOPIC, 0)].tip
+        for md in env.rlmm.list_remote_log_segments(tip):
+            env.rsm.delete_log_segment_data(md)
+        assert bytes(got.records) == want
+    finally:
+        env.close()

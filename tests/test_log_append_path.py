@@ -368,3 +368,35 @@ def test_segment_append_refused_by_the_time_index_rolls_back_the_offset_entry(tm
     assert seg.size_in_bytes == size == os.path.getsize(seg.log_file)
     assert seg.max_timestamp_so_far == 102 and seg.next_offset() == 3
     seg.close()
+
+
+def _one_record(timestamp):
+    b = RecordBatchBuilder()
+    b.append(b"v" * 100, key=b"k", timestamp=timestamp)
+    return b.build()
+
+
+def test_the_roll_check_follows_update_config_and_epochs_follow_each_append(tmp_path):
+    # The append path keeps segment.bytes / segment.ms as plain attributes: a config update
+    # must reach them, and the leader's epoch shortcut must keep the cache's rules.
+    from engine.config import BrokerConfig, TopicConfig
+    t0 = 1_700_000_000_000
+    log = UnifiedLog.open(tmp_path / "t-0")
+    for i in range(3):
+        log.append_as_leader(_one_record(t0 + i), 0)
+    assert len(log.segments) == 1
+    size = log.active_segment.size_in_bytes
+    log.update_config(TopicConfig.resolve({"segment.bytes": str(size + 10)}, BrokerConfig({})))
+    assert log.segment_bytes == size + 10
+    log.append_as_leader(_one_record(t0 + 3), 0)  # would pass segment.bytes: rolls
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    log.update_config(TopicConfig.resolve({"segment.ms": "1000"}, BrokerConfig({})))
+    log.append_as_leader(_one_record(t0 + 3 + 1000), 0)  # 1000 ms after: not more
+    log.append_as_leader(_one_record(t0 + 3 + 1001), 0)  # more than segment.ms: rolls
+    assert [s.base_offset for s in log.segments] == [0, 3, 5]
+    log.append_as_leader(_one_record(t0 + 3 + 1001), 2)
+    log.append_as_leader(_one_record(t0 + 3 + 1001), 1)  # a lower epoch changes nothing
+    log.append_as_leader(_one_record(t0 + 3 + 1001), 4)
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == \
+        [(0, 0), (2, 6), (4, 8)]
+    log.close()

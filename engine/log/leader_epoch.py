@@ -48,8 +48,9 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        entry = self.latest_entry
-        return None if entry is None else entry.epoch
+        # Read on every leader append: no lock, one atomic slice of the entry list.
+        last = self._entries[-1:]
+        return last[0].epoch if last else None
 
     def _assign_unflushed(self, entry: EpochEntry) -> bool:
         latest = self._entries[-1] if self._entries else None

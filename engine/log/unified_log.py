@@ -57,7 +57,6 @@ import logging
 import mmap
 import os
 import re
-import struct
 import threading
 import time
 import enum
@@ -89,6 +88,7 @@ from engine.log.checkpoint import (
     Uuid,
     fsync_dir,
 )
+from engine.log._abstract_index import INT32_MAX
 from engine.log.leader_epoch import LeaderEpochFileCache
 from engine.log.producer_state import ProducerStateManager, apply_batches, snapshot_file
 from engine.log.transaction_index import AbortedTxn
@@ -120,9 +120,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 _MIN_MAGIC = 2
-_BASE_OFFSET = struct.Struct(">q")
-_LEADER_EPOCH = struct.Struct(">i")
-_LEADER_EPOCH_POSITION = 12
 
 
 #: Topics Kafka never tiers (internal topics, the RLMM's topic, the KRaft metadata log).
@@ -185,6 +182,10 @@ class UnifiedLog:
                  clock: Callable[[], int]):
         self.dir = Path(directory)
         self.config = config
+        # The roll check reads these on every append: plain attributes, not config lookups
+        # (refreshed by `update_config`).
+        self._segment_bytes: int = config["segment.bytes"]
+        self._segment_ms: int = config["segment.ms"]
         self.recovery_point = max(0, int(recovery_point))
         self._clock = clock
         self._lock = threading.RLock()
@@ -214,11 +215,11 @@ class UnifiedLog:
 
     @property
     def segment_bytes(self) -> int:
-        return self.config["segment.bytes"]
+        return self._segment_bytes
 
     @property
     def segment_ms(self) -> int:
-        return self.config["segment.ms"]
+        return self._segment_ms
 
     @property
     def index_interval_bytes(self) -> int:
@@ -271,6 +272,8 @@ class UnifiedLog:
             raise TypeError(f"update_config needs a TopicConfig, got {type(config).__name__}")
         with self._lock:
             self.config = config
+            self._segment_bytes = config["segment.bytes"]
+            self._segment_ms = config["segment.ms"]
             self._remote_log_enabled = self.is_remote_log_enabled(True, config, self.topic)
 
     # -- opening ---------------------------------------------------------------------------
@@ -715,10 +718,11 @@ class UnifiedLog:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
         data, headers = self._validate(records)
         with self._lock:
-            self._require_open("append_as_leader")
-            first, last = _records.assign_offsets(headers, self.active_segment.next_offset(),
+            if self._closed:
+                self._require_open("append_as_leader")
+            first, last = _records.assign_offsets(headers, self._segments[-1].next_offset(),
                                                   leader_epoch)
-            self._append(data, headers)
+            self._append(data, headers, leader_epoch)
             return first, last
 
     def append_as_follower(self, records) -> tuple[int, int]:
@@ -753,15 +757,36 @@ class UnifiedLog:
             self._append(data, headers)
             return first, int(headers["last_offset"][-1])
 
-    def _append(self, data: bytearray, headers: np.ndarray) -> None:
+    def _append(self, data: bytearray, headers: np.ndarray,
+                leader_epoch: int | None = None) -> None:
+        """Appends validated batches; `leader_epoch` is the one every batch was stamped with
+        (a leader append), None when each keeps its own (a follower append)."""
         first, largest, max_ts, shallow, first_max_ts, size = _records.append_summary(headers)
-        segment = self._maybe_roll(size, max_ts, first, largest)
-        _assign_epochs(self.leader_epoch_cache, headers)
+        segment = self._segments[-1]
+        reason = self._should_roll(segment, size, max_ts, largest)
+        if reason is not None:
+            new_base = max(first, segment.next_offset())
+            log.info("Rolling log %s at offset %d: %s", self.dir, new_base, reason)
+            segment = self._roll(new_base)
+        cache = self.leader_epoch_cache
+        if leader_epoch is None:
+            _assign_epochs(cache, headers)
+        else:  # one epoch for all the batches: the cache changes only when it rises
+            latest = cache.latest_epoch
+            if latest is None or leader_epoch > latest:
+                cache.assign(leader_epoch, first)
         was_empty = segment.size_in_bytes == 0
         segment.append(largest, max_ts, shallow, data, headers)
         if was_empty:
             self._rolling_ts[segment.base_offset] = first_max_ts
-        self._apply_producer_batches(data, headers, segment)
+        ids = headers["producer_id"]
+        # No idempotent/transactional batch: the common case, one field read per append.
+        if (ids.item(0) if len(ids) == 1 else ids.max()) < 0:
+            state = self._producer_state
+            if state.map_end_offset <= largest:
+                state.map_end_offset = largest + 1
+        else:
+            apply_batches(self._producer_state, data, headers, segment.txn_index.append)
 
     def _rolling_timestamp(self, segment: LogSegment) -> int:
         ts = self._rolling_ts.get(segment.base_offset)
@@ -773,34 +798,30 @@ class UnifiedLog:
 
     def _should_roll(self, segment: LogSegment, size: int, max_ts: int,
                      largest: int) -> str | None:
-        if segment.size_in_bytes > self.segment_bytes - size:
-            return (f"size {segment.size_in_bytes} + {size} incoming bytes exceeds "
-                    f"segment.bytes {self.segment_bytes}")
+        """Why the active `segment` must roll before this append, None if it need not.
+        Runs on every append: attributes only, no config lookup."""
+        current = segment.size_in_bytes
+        if current > self._segment_bytes - size:
+            return (f"size {current} + {size} incoming bytes exceeds "
+                    f"segment.bytes {self._segment_bytes}")
         if segment.offset_index.is_full():
             return "offset index full"
         if segment.time_index.is_full():
             return "time index full"
-        if not segment.can_convert_to_relative_offset(largest):
+        if not 0 <= largest - segment.base_offset <= INT32_MAX:
             return f"offset {largest} does not fit relative to base {segment.base_offset}"
-        if segment.size_in_bytes > 0:
-            rolling = self._rolling_timestamp(segment)
+        if current > 0:
+            rolling = self._rolling_ts.get(segment.base_offset)
+            if rolling is None:
+                rolling = self._rolling_timestamp(segment)
             if rolling >= 0:
                 waited = max_ts - rolling
             else:
                 waited = self._clock() - self._created_ms.get(segment.base_offset,
                                                               self._clock())
-            if waited > self.segment_ms:
+            if waited > self._segment_ms:
                 return f"{waited} ms since the segment's first batch exceeds segment.ms"
         return None
-
-    def _maybe_roll(self, size: int, max_ts: int, first: int, largest: int) -> LogSegment:
-        segment = self.active_segment
-        reason = self._should_roll(segment, size, max_ts, largest)
-        if reason is None:
-            return segment
-        log.info("Rolling log %s at offset %d: %s", self.dir, max(first, self.log_end_offset),
-                 reason)
-        return self._roll(max(first, self.log_end_offset))
 
     def roll(self) -> LogSegment:
         """Starts a new active segment at the log end offset (no-op when the active segment

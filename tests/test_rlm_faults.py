@@ -31,6 +31,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
 )
 from engine.rlm import RemoteLogManager
+from engine.rlm import manager as rlm_manager
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 WAIT_S = 60  # upper bound of a wait for the scheduler's progress, never a timing claim
@@ -438,4 +439,33 @@ def test_leadership_change_during_a_copy_never_uploads_a_segment_twice(tmp_path)
         assert start == end + 1, segments
     assert segments[0][0] == 0 and len(segments) == 3
     assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == env.acked[(TOPIC, 0)]
+    env.close()
+
+
+def test_partition_deleted_during_a_stuck_copy_leaves_no_files(tmp_path, monkeypatch):
+    """delete_partition stops waiting for a copy stuck in the RSM and deletes the partition;
+    when the copy returns its FINISHED update is refused and its files are removed."""
+    copying = threading.Event()
+    gate = threading.Event()
+
+    class GatedRSM(FileSystemRemoteStorageManager):
+        def copy_log_segment_data(self, md, data):
+            copying.set()
+            assert gate.wait(WAIT_S)
+            return super().copy_log_segment_data(md, data)
+
+    env = Env(tmp_path, rsm=GatedRSM([tmp_path / "remote"], fsync=False))
+    env.log()
+    env.produce(12)
+    run = threading.Thread(target=env.rlm.run_once, daemon=True)
+    run.start()
+    assert copying.wait(WAIT_S)
+    tip = env.rlm._partitions[(TOPIC, 0)].tip
+    monkeypatch.setattr(rlm_manager, "_RUN_ONCE_LOCK_WAIT_S", 0.05)
+    env.rlm.delete_partition(TOPIC, 0, delete_local=False)
+    gate.set()
+    run.join(WAIT_S)
+    assert not run.is_alive()
+    assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
+    assert not [p for p in (tmp_path / "remote").rglob("*") if p.is_file()]
     env.close()

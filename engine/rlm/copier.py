@@ -170,3 +170,10 @@ def _undo_copy(rlm, st: PartitionState, metadata: RemoteLogSegmentMetadata,
         st.abandoned_copy_ids.add(metadata.remote_log_segment_id)
         log.warning("Could not delete the partial copy %s of %s (the expiration task "
                     "retries): %s", metadata.remote_log_segment_id.id, st.name, exc)
+        # the entry may already be past DELETE_SEGMENT_STARTED (the partition was deleted
+        # while this copy was in the RSM): its files are ours to remove all the same
+        try:
+            rlm.rsm.delete_log_segment_data(metadata)
+        except Exception as rsm_exc:
+            log.warning("Deleting the files of the partial copy %s of %s failed: %s",
+                        metadata.remote_log_segment_id.id, st.name, rsm_exc)

@@ -339,7 +339,8 @@ def test_flush_ms_falls_back_to_scheduler_interval():
 def test_topic_defaults_with_empty_broker():
     topic = TopicConfig.resolve({}, BrokerConfig({}))
     expected = {
-        "segment.bytes": 1073741824, "segment.ms": 604800000, "segment.index.bytes": 10485760,
+        "segment.bytes": 1073741824, "segment.ms": 604800000, "segment.jitter.ms": 0,
+        "segment.index.bytes": 10485760,
         "index.interval.bytes": 4096, "retention.ms": 604800000, "retention.bytes": -1,
         "local.retention.ms": -2, "local.retention.bytes": -2, "remote.storage.enable": False,
         "remote.log.copy.disable": False, "remote.log.delete.on.disable": False,

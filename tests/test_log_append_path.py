@@ -400,3 +400,41 @@ def test_the_roll_check_follows_update_config_and_epochs_follow_each_append(tmp_
     assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == \
         [(0, 0), (2, 6), (4, 8)]
     log.close()
+
+
+def test_segment_jitter_ms_is_subtracted_from_segment_ms(tmp_path, monkeypatch):
+    from engine.config import BrokerConfig, TopicConfig
+    from engine.log import unified_log
+
+    class Draws:
+        def __init__(self):
+            self.bounds = []
+
+        def randrange(self, bound):
+            self.bounds.append(bound)
+            return 300
+
+    draws = Draws()
+    monkeypatch.setattr(unified_log, "_jitter_random", draws)
+    t0 = 1_700_000_000_000
+    # The broker synonym in hours gives the default; segment.ms bounds the draw.
+    config = TopicConfig.resolve({"segment.ms": "1000"},
+                                 BrokerConfig({"log.roll.jitter.hours": "1"}))
+    assert config["segment.jitter.ms"] == 3_600_000
+    log = UnifiedLog.open(tmp_path / "t-0", config=config)
+    assert draws.bounds == [1000]
+    log.append_as_leader(_one_record(t0), 0)
+    log.append_as_leader(_one_record(t0 + 700), 0)  # 700 ms: not more than 1000 - 300
+    assert len(log.segments) == 1
+    log.append_as_leader(_one_record(t0 + 701), 0)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert draws.bounds == [1000, 1000]  # one draw per segment
+    # Without jitter (Kafka's default 0) nothing is drawn and segment.ms applies as is.
+    draws.bounds.clear()
+    plain = UnifiedLog.open(tmp_path / "u-0", config=TopicConfig.resolve(
+        {"segment.ms": "1000", "segment.jitter.ms": "0"}, BrokerConfig({})))
+    plain.append_as_leader(_one_record(t0), 0)
+    plain.append_as_leader(_one_record(t0 + 1000), 0)
+    assert len(plain.segments) == 1 and draws.bounds == []
+    log.close()
+    plain.close()

@@ -19,7 +19,10 @@ Kafka's rules kept here (kafka-reference.md §2):
 - Rolling before an append when the active segment's size > segment.bytes - incoming size,
   an index is full, the largest incoming offset does not fit relative to the base offset,
   or the incoming max timestamp is more than segment.ms past the segment's first batch's
-  max timestamp (its creation time when it has no timestamp). No jitter.
+  max timestamp (its creation time when it has no timestamp), minus the segment's jitter:
+  a random value in [0, min(segment.jitter.ms, segment.ms)) drawn when the segment is
+  created or loaded (0 when segment.jitter.ms is 0), so that partitions do not all roll at
+  once.
 - The epoch cache is assigned (epoch, first offset of the batch) for each v2 batch whose
   partition leader epoch is above the latest one, and checkpointed at once.
 
@@ -40,7 +43,7 @@ Kafka's rules kept here (kafka-reference.md §2):
   first offset of the earliest open transaction, else the high watermark.
 
 Not done here: LOG_APPEND_TIME rewriting on leader appends (batches keep their
-timestamps), segment.jitter.ms (not among the engine's topic configs), sequence/epoch
+timestamps), sequence/epoch
 validation of producer appends (no duplicate detection),
 and producer expiry (producer.id.expiration.ms). Segments deleted by retention are renamed
 to `.deleted` and unlinked `file.delete.delay.ms` later (by a later retention pass or at
@@ -53,13 +56,14 @@ Thread-safety: every public method serializes on one lock. Views returned by `re
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 import mmap
 import os
+import random
 import re
 import threading
 import time
-import enum
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -82,16 +86,15 @@ from engine.errors import (
     InvalidRecordError,
     OffsetOutOfRangeError,
 )
+from engine.log._abstract_index import INT32_MAX
 from engine.log.checkpoint import (
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
     Uuid,
     fsync_dir,
 )
-from engine.log._abstract_index import INT32_MAX
 from engine.log.leader_epoch import LeaderEpochFileCache
 from engine.log.producer_state import ProducerStateManager, apply_batches, snapshot_file
-from engine.log.transaction_index import AbortedTxn
 from engine.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -100,6 +103,7 @@ from engine.log.segment import (
     LogSegment,
     segment_file_name,
 )
+from engine.log.transaction_index import AbortedTxn
 
 __all__ = ["LEADER_EPOCH_CHECKPOINT_FILE", "PARTITION_METADATA_FILE", "UnifiedLog"]
 
@@ -120,6 +124,8 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 _MIN_MAGIC = 2
+#: draws each segment's roll jitter (a module attribute so that tests can seed it).
+_jitter_random = random.Random()
 
 
 #: Topics Kafka never tiers (internal topics, the RLMM's topic, the KRaft metadata log).
@@ -186,6 +192,9 @@ class UnifiedLog:
         # (refreshed by `update_config`).
         self._segment_bytes: int = config["segment.bytes"]
         self._segment_ms: int = config["segment.ms"]
+        self._segment_jitter_ms: int = config["segment.jitter.ms"]
+        #: base offset -> the segment's roll jitter (Kafka's LogSegment.rollJitterMs).
+        self._roll_jitter_ms: dict[int, int] = {}
         self.recovery_point = max(0, int(recovery_point))
         self._clock = clock
         self._lock = threading.RLock()
@@ -274,6 +283,7 @@ class UnifiedLog:
             self.config = config
             self._segment_bytes = config["segment.bytes"]
             self._segment_ms = config["segment.ms"]
+            self._segment_jitter_ms = config["segment.jitter.ms"]
             self._remote_log_enabled = self.is_remote_log_enabled(True, config, self.topic)
 
     # -- opening ---------------------------------------------------------------------------
@@ -431,8 +441,15 @@ class UnifiedLog:
         for suffix in (LOG_SUFFIX, *_INDEX_SUFFIXES):
             (self.dir / segment_file_name(base, suffix)).unlink(missing_ok=True)
 
+    def _random_segment_jitter(self) -> int:
+        """Kafka's randomSegmentJitter: uniform in [0, min(segment.jitter.ms, segment.ms))."""
+        if self._segment_jitter_ms <= 0:
+            return 0
+        return _jitter_random.randrange(min(self._segment_jitter_ms, self._segment_ms))
+
     def _open_segment(self, base: int) -> LogSegment:
         self._created_ms[base] = self._clock()
+        self._roll_jitter_ms[base] = self._random_segment_jitter()
         return LogSegment.open(self.dir, base, index_interval_bytes=self.index_interval_bytes,
                                max_index_size=self.segment_index_bytes)
 
@@ -441,6 +458,7 @@ class UnifiedLog:
         for suffix in _INDEX_SUFFIXES:
             (self.dir / segment_file_name(base, suffix)).unlink(missing_ok=True)
         self._created_ms[base] = self._clock()
+        self._roll_jitter_ms[base] = self._random_segment_jitter()
         return LogSegment.create(self.dir, base, index_interval_bytes=self.index_interval_bytes,
                                  max_index_size=self.segment_index_bytes)
 
@@ -455,6 +473,7 @@ class UnifiedLog:
         del self._bases[i]
         self._rolling_ts.pop(segment.base_offset, None)
         self._created_ms.pop(segment.base_offset, None)
+        self._roll_jitter_ms.pop(segment.base_offset, None)
 
     @staticmethod
     def _indexes_sane(segment: LogSegment) -> bool:
@@ -819,8 +838,10 @@ class UnifiedLog:
             else:
                 waited = self._clock() - self._created_ms.get(segment.base_offset,
                                                               self._clock())
-            if waited > self._segment_ms:
-                return f"{waited} ms since the segment's first batch exceeds segment.ms"
+            jitter = self._roll_jitter_ms.get(segment.base_offset, 0)
+            if waited > self._segment_ms - jitter:
+                return (f"{waited} ms since the segment's first batch exceeds segment.ms "
+                        f"{self._segment_ms} minus its jitter {jitter} ms")
         return None
 
     def roll(self) -> LogSegment:

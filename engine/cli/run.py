@@ -130,6 +130,8 @@ def run(args) -> int:
                         manager.cleanup_logs()
                         manager.checkpoint_log_start_offsets()
                         next_cleanup = time.monotonic() + retention_every
+                    # starts moved by remote expiration survive a crash within the interval
+                    manager.maybe_checkpoint_log_start_offsets()
             print(f"run: stopping ({_status_line(rlm)}): closing the remote log manager "
                   "and the logs", file=sys.stderr, flush=True)
     finally:

@@ -126,3 +126,38 @@ def test_fresh_manager_answers_offsets_and_status_from_the_tier(tmp_path):
     env.rlm.initialise_partitions(TOPIC, 0)  # done already: no-op
     assert env.rlm.is_idle()
     env.close()
+
+
+def test_truncation_makes_the_copied_offset_stale_and_the_new_offsets_get_copied(tmp_path):
+    """Offsets dropped by truncation and written again (here in a new epoch, before any
+    leadership call reaches the RLM) are copied by the next run: the state is initialised
+    again from the truncated log, not left at the old copied offset."""
+    env = Env(tmp_path)
+    unified = env.log()
+    env.produce(12)
+    env.rlm.run_once()
+    copied_before = max(end for _, end in _finished(env))
+    assert copied_before >= 20
+    unified.truncate_to(20)
+    end = unified.log_end_offset
+    assert end <= 20 and unified.highest_offset_in_remote_storage == end - 1
+    env.produce(2, epoch=1)  # a segment wholly below the old copied offset
+    unified.roll()
+    env.produce(2, epoch=1)
+    unified.roll()
+    rewritten = (unified.segments[-3].base_offset, unified.segments[-2].base_offset - 1)
+    assert rewritten[0] == end and rewritten[1] < copied_before
+    env.rlm.run_once()
+    # the new epoch-1 segment wholly below the old copied offset is copied too
+    assert rewritten in _finished(env)
+    assert unified.highest_offset_in_remote_storage == unified.log_end_offset - 1
+    # once only the remote tier has them, reads serve the new records, not the dropped ones
+    env.lm.update_topic_config(TOPIC, {"local.retention.bytes": "1"})
+    env.rlm.run_once()
+    assert unified.local_log_start_offset > rewritten[1]
+    latest = dict(env.acked[(TOPIC, 0)])  # the records written again replace the dropped
+    expected = sorted((o, v) for o, v in latest.items()
+                      if end <= o < unified.log_end_offset)
+    got = read_all(env.rlm, TOPIC, 0, end, unified.log_end_offset)
+    assert got == expected
+    env.close()

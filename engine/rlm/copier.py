@@ -71,7 +71,7 @@ def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
     unified = st.log
     if st.copy_cancelled or not st.is_leader:
         return
-    if not st.initialised:
+    if st.needs_initialisation:
         rlm._initialise_leader(st)
     if unified.remote_log_copy_disabled:
         return

@@ -151,7 +151,7 @@ def plan_expiration(st: PartitionState, segments: list[RemoteLogSegmentMetadata]
     remaining = None
     # before the leader's initialisation the highest offset in remote storage is unknown
     # (-1): every local segment would count as local-only and retention.bytes look breached
-    if config["retention.bytes"] > -1 and st.initialised:
+    if config["retention.bytes"] > -1 and not st.needs_initialisation:
         started = time.perf_counter()
         remote_size = _remote_size_in_lineage(segments, lineage, leo)
         plan.size_computation_ms = (time.perf_counter() - started) * 1000

@@ -476,6 +476,7 @@ class RemoteLogManager:
         """First copy run as leader: the log start offset from the remote tier, and the
         highest copied offset of the lineage (no duplicate uploads after a leader change)."""
         unified = st.log
+        st.truncation_epoch = unified.truncation_epoch
         entries = unified.leader_epoch_cache.entries
         if entries and entries[0].start_offset > unified.log_start_offset:
             # the cache does not reach back to the log start offset: a lost log-start
@@ -529,10 +530,10 @@ class RemoteLogManager:
             return 0
 
     def _expire_once(self, st: PartitionState) -> tuple[int, list[Exception]]:
-        if not st.initialised and st.copy_lock.acquire(blocking=False):
+        if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
             # a running copy initialises the state itself; till then size retention waits
             try:
-                if not st.initialised:
+                if st.needs_initialisation:
                     self._initialise_leader(st)
             except Exception as exc:
                 st.copy_lock.release()
@@ -653,12 +654,12 @@ class RemoteLogManager:
     def _ensure_initialised(self, st: PartitionState) -> bool:
         """Initialises a leader's state unless done; False when a copy run held the copy
         lock for the whole wait (that run initialises it)."""
-        if st.initialised or not st.is_leader:
+        if not st.needs_initialisation or not st.is_leader:
             return True
         if not st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
             return False
         try:
-            if not st.initialised:
+            if st.needs_initialisation:
                 self._initialise_leader(st)
         finally:
             st.copy_lock.release()

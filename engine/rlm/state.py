@@ -29,6 +29,9 @@ class PartitionState:
     copied_offset: int = -1
     copied_epoch: int = -1
     initialised: bool = False
+    #: the log's truncation_epoch when the state was initialised: a truncation since then
+    #: (offsets dropped and written again) makes the copied offset stale
+    truncation_epoch: int = 0
     #: why copying stopped until the next leadership change (custom metadata too large)
     copy_cancelled: str | None = None
     segment_ids_being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
@@ -49,6 +52,10 @@ class PartitionState:
     deleted_partition: bool = False
     copy_lock: threading.Lock = field(default_factory=threading.Lock)
     expiration_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def needs_initialisation(self) -> bool:
+        return not self.initialised or self.log.truncation_epoch != self.truncation_epoch
 
     @property
     def name(self) -> str:

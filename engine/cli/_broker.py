@@ -130,12 +130,11 @@ class BrokerSession:
         as a restarted broker's first copy-task run does (the log start offset and the
         highest copied offset from the tier): without it a one-shot command in a fresh
         process would report latest-tiered -1 and every local segment as copy lag.
-        `is_idle()` is the RLM's public call that does this for every tiered leader
-        without copying anything."""
+        `initialise_partitions()` does this for every tiered leader without copying."""
         if self.rlm is None:
             from engine.rlm import RemoteLogManager
             self.rlm = RemoteLogManager.from_config(self.broker, self.log_manager)
-            self.rlm.is_idle()
+            self.rlm.initialise_partitions()
         return self.rlm
 
     def log(self, topic: str, partition: int):

@@ -71,3 +71,56 @@ def test_mapped_records_outlive_the_remote_segment(tmp_path):
         assert bytes(got.records) == want
     finally:
         env.close()
+
+
+def test_reads_needing_no_storage_io_stay_on_the_calling_thread(tmp_path):
+    """The first remote read of a segment opens, checks and maps its `.log` and downloads its
+    indexes on the reader pool; once that is done, reads of it need no storage I/O and are
+    served on the caller's thread with the same answer. read_committed (transaction
+    indexes of later segments) keeps using the pool."""
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
+    try:
+        env.produce(12, per_batch=2, size=120)
+        unified = env.log()
+        end = unified.segments[-1].base_offset
+        expected = {o: unified.read(o, 400, True) for o in range(end)}
+        expected = {o: (bytes(v), n) for o, (v, n) in expected.items()}
+        env.rlm.run_once()
+        assert unified.local_log_start_offset == end
+        submitted = []
+        submit = env.rlm.reader_pool.submit
+        env.rlm.reader_pool.submit = lambda work: submitted.append(1) or submit(work)
+        first = env.rlm.read(TOPIC, 0, 0, 400)
+        assert (bytes(first.records), first.next_offset) == expected[0]
+        assert len(submitted) == 1  # nothing cached yet: the pool did the I/O
+        for o in range(end):
+            got = env.rlm.read(TOPIC, 0, o, 400)
+            assert got.from_remote and (bytes(got.records), got.next_offset) == expected[o]
+        segments = len({md.remote_log_segment_id for md in env.rlmm.list_remote_log_segments(
+            env.rlm._sync_partitions()[0].tip)})
+        assert len(submitted) <= segments  # once per segment at most, the rest inline
+        before = len(submitted)
+        env.rlm.read(TOPIC, 0, 0, 400, isolation="read_committed")
+        assert len(submitted) == before + 1
+    finally:
+        env.close()
+
+
+def test_map_range_if_open_never_opens_a_file(tmp_path):
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
+    try:
+        env.produce(8, per_batch=2, size=120)
+        env.rlm.run_once()
+        st = env.rlm._sync_partitions()[0]
+        md = next(iter(env.rlmm.list_remote_log_segments(st.tip)))
+        rsm = env.rsm
+        assert rsm.map_range_if_open(md, 0, 10) is None
+        assert env.rlm.index_cache.cached_entry(md) is None
+        mapped = rsm.map_range(md, 0, 10)
+        assert bytes(rsm.map_range_if_open(md, 0, 10)) == bytes(mapped)
+        with pytest.raises(ValueError):
+            rsm.map_range_if_open(md, 0, md.segment_size_in_bytes + 1)
+        env.rlm.index_cache.get_index_entry(md)
+        assert env.rlm.index_cache.cached_entry(md) is not None
+    finally:
+        env.close()

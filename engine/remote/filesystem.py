@@ -576,6 +576,28 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
         finally:
             self._open_logs.release(f)
 
+    def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
+                          end_exclusive: int) -> memoryview | None:
+        """`map_range` when the segment's `.log` is already open, checked and mapped, else
+        None: it never opens, checks or maps a file, so a reader may call it on a thread
+        that must not wait on storage (the RLM serves such reads on the caller's thread).
+        Page faults on the mapping remain: on a local tier they are page-cache reads, as
+        for the local log; on a network mount they are network reads."""
+        self._check_open()
+        f = self._open_logs.acquire((metadata.remote_log_segment_id.id,
+                                     metadata.custom_metadata))
+        if f is None:
+            return None
+        try:
+            if f.mapped is None:
+                return None
+            _check_range(start, end_exclusive, f.size, f.path, inclusive=False)
+            if start == end_exclusive:
+                return memoryview(b"")
+            return memoryview(f.mapped)[start:end_exclusive]
+        finally:
+            self._open_logs.release(f)
+
     def _acquire_log(self, metadata: RemoteLogSegmentMetadata) -> _OpenLog:
         """The segment's open, checked `.log` (from the open-file cache when possible);
         the caller releases it."""

@@ -178,6 +178,18 @@ class RemoteIndexCache:
                 return load.entry
         return self._load(key, load, metadata)
 
+    def cached_entry(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry | None:
+        """The segment's entry if it is cached, else None: never downloads or waits for a
+        load, so a caller that must not block can try it first."""
+        key = metadata.remote_log_segment_id.id
+        with self._lock:
+            self._check_open()
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return entry
+
     def lookup_offset(self, metadata: RemoteLogSegmentMetadata, offset: int) -> int:
         """Byte position in the remote `.log` to start reading for `offset`."""
         return self.get_index_entry(metadata).lookup_offset(offset)

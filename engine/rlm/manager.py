@@ -44,6 +44,7 @@ from engine.config import BrokerConfig, ConfigError
 from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
+from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata import (
     RemoteLogSegmentMetadata,
@@ -126,6 +127,11 @@ class RemoteLogManager:
         self.config = broker_config
         self.log_manager = log_manager
         self.rsm, self.rlmm = rsm, rlmm
+        # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
+        # answering from memory) is served on the caller's thread: the hand-off to a reader
+        # thread and back costs more than the read itself (bench/compare_remote_read.py)
+        self._inline_reads = reader.can_read_without_blocking(rsm) and \
+            isinstance(rlmm, EmbeddedRemoteLogMetadataManager)
         self.broker_id = int(broker_id)
         self.clock = clock or _now_ms
         self.started_ms = self.clock()
@@ -724,11 +730,14 @@ class RemoteLogManager:
                                              isolation)
 
     def _read_remote(self, st: PartitionState, offset, max_bytes, min_one_message,
-                     isolation) -> RemoteFetchResult:
+                     isolation, nonblocking: bool = False) -> RemoteFetchResult:
         started = time.perf_counter()
         try:
             data, next_offset, aborted = reader.read_remote(self, st, offset, max_bytes,
-                                                            min_one_message, isolation)
+                                                            min_one_message, isolation,
+                                                            nonblocking)
+        except reader.WouldBlock:
+            raise
         except Exception as exc:
             self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
             st.last_fetch_error = f"{type(exc).__name__}: {exc}"
@@ -780,6 +789,12 @@ class RemoteLogManager:
         if isinstance(planned, RemoteFetchResult):
             return planned
         st, work = planned
+        if self._inline_reads and isolation == "read_uncommitted":
+            try:
+                return self._read_remote(st, offset, max_bytes, min_one_message, isolation,
+                                         nonblocking=True)
+            except reader.WouldBlock:
+                pass  # it needs storage I/O: on the reader pool, bounded by the wait
         future = self._submit(st, work)
         return self._await(st, future, self.fetch_max_wait_ms / 1000.0, offset)
 

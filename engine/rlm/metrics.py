@@ -42,6 +42,7 @@ class RLMMetrics:
     """All metrics of one RemoteLogManager. `value(name, **labels)` reads one back."""
 
     def __init__(self):
+        self._meter_children: dict = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self.meters = {name: Counter(name, doc, ["topic"], registry=self.registry)
                        for name, doc in _METERS.items()}
@@ -54,7 +55,12 @@ class RLMMetrics:
         self._server = None
 
     def mark(self, name: str, topic: str, amount: float = 1) -> None:
-        self.meters[name].labels(topic=topic).inc(amount)
+        # labelled children are cached: `labels()` takes a lock and builds a key per call,
+        # a cost every remote read pays several times
+        child = self._meter_children.get((name, topic))
+        if child is None:
+            child = self._meter_children[(name, topic)] = self.meters[name].labels(topic=topic)
+        child.inc(amount)
 
     def set_gauge(self, name: str, topic: str, partition: int, value: float) -> None:
         self.gauges[name].labels(topic=topic, partition=str(partition)).set(value)

@@ -119,7 +119,7 @@ class RemoteSegmentReader:
     """Byte ranges of one remote segment's `.log`, keeping the last range read so that
     header walks within it cost no further read."""
 
-    def __init__(self, rsm, metadata: RemoteLogSegmentMetadata):
+    def __init__(self, rsm, metadata: RemoteLogSegmentMetadata, nonblocking: bool = False):
         self.rsm = rsm
         self.metadata = metadata
         self.size = metadata.segment_size_in_bytes
@@ -128,6 +128,8 @@ class RemoteSegmentReader:
         self.bytes_read = 0
         # a view of a mapping costs nothing to redo, so ranges are never stitched together
         self._map_range = getattr(rsm, "map_range", None)
+        if nonblocking:
+            self._map_range = _nonblocking(getattr(rsm, "map_range_if_open"))
 
     def _fetch(self, start: int, end: int):
         read_range_into = getattr(self.rsm, "read_range_into", None)
@@ -228,6 +230,25 @@ class RemoteSegmentReader:
             position += size
 
 
+class WouldBlock(Exception):
+    """A non-blocking remote read needs storage I/O (an index download, opening or
+    checking a segment file): it must go to the reader pool."""
+
+
+def _nonblocking(map_range_if_open):
+    def map_range(metadata, start, end):
+        view = map_range_if_open(metadata, start, end)
+        if view is None:
+            raise WouldBlock
+        return view
+    return map_range
+
+
+def can_read_without_blocking(rsm) -> bool:
+    """Whether `rsm` can say which reads need no storage I/O (`map_range_if_open`)."""
+    return callable(getattr(rsm, "map_range_if_open", None))
+
+
 def _out_of_range(st, offset: int, epoch) -> OffsetOutOfRangeError:
     unified = st.log
     return OffsetOutOfRangeError(
@@ -243,12 +264,18 @@ def _segment_for(rlm, st, offset: int):
     return epoch, rlm.rlmm.remote_log_segment_metadata(st.tip, epoch, offset)
 
 
-def _read_segment(rlm, md, offset: int, max_bytes: int,
-                  min_one_message: bool) -> tuple[memoryview | bytes, int] | None:
+def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
+                  nonblocking: bool = False) -> tuple[memoryview | bytes, int] | None:
     """(whole batches, next offset) from `md`, or None if it holds no batch ending at or
-    after `offset`."""
-    reader = RemoteSegmentReader(rlm.rsm, md)
-    start = rlm.index_cache.lookup_offset(md, offset)
+    after `offset`. `nonblocking`: raise WouldBlock instead of any storage I/O."""
+    reader = RemoteSegmentReader(rlm.rsm, md, nonblocking)
+    if nonblocking:
+        entry = rlm.index_cache.cached_entry(md)
+        if entry is None:
+            raise WouldBlock
+        start = entry.lookup_offset(offset)
+    else:
+        start = rlm.index_cache.lookup_offset(md, offset)
     # batch headers are walked in a window of at most 64 KiB from the index position (the
     # target is within index.interval.bytes of it); the answer is then one exact read,
     # or a slice of the window when the window holds it
@@ -267,15 +294,17 @@ def _read_segment(rlm, md, offset: int, max_bytes: int,
 
 
 def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
-                isolation: str) -> tuple[memoryview | bytes, int, list[AbortedTxn]]:
+                isolation: str, nonblocking: bool = False
+                ) -> tuple[memoryview | bytes, int, list[AbortedTxn]]:
     """(records: a view of whole batches, next offset, aborted transactions) from the
     remote tier. Raises
-    OffsetOutOfRangeError when no copied segment holds `offset`."""
+    OffsetOutOfRangeError when no copied segment holds `offset`; with `nonblocking`,
+    WouldBlock when the read needs storage I/O."""
     epoch, md = _segment_for(rlm, st, offset)
     if md is None:
         raise _out_of_range(st, offset, epoch)
     while md is not None:
-        got = _read_segment(rlm, md, offset, max_bytes, min_one_message)
+        got = _read_segment(rlm, md, offset, max_bytes, min_one_message, nonblocking)
         if got is not None:
             data, next_offset = got
             aborted = []

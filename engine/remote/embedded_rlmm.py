@@ -111,6 +111,9 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
     configure().
     """
 
+    # every query is answered by the in-memory cache (a partition's files are read once)
+    in_memory_queries = True
+
     def __init__(self, metadata_dir=None, broker_id: int = 0, *,
                  snapshot_interval_entries: int = DEFAULT_SNAPSHOT_INTERVAL_ENTRIES,
                  read_only: bool = False):

@@ -29,6 +29,10 @@ class RemoteLogMetadataManager(abc.ABC):
     """Implementations are thread-safe. Illegal state transitions raise
     IllegalStateTransitionError and change nothing."""
 
+    #: whether the query methods answer from memory, never waiting on storage or network:
+    #: the RLM then serves remote reads that need no other I/O on the caller's thread
+    in_memory_queries: bool = False
+
     def configure(self, configs: Mapping[str, str]) -> None:
         """Takes the `rlmm.config.`-prefixed broker properties (prefix stripped), plus
         `broker.id` and `log.dir`. Raises ConfigError for a bad value."""

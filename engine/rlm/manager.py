@@ -44,7 +44,6 @@ from engine.config import BrokerConfig, ConfigError
 from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
-from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata import (
     RemoteLogSegmentMetadata,
@@ -130,8 +129,7 @@ class RemoteLogManager:
         # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
         # answering from memory) is served on the caller's thread: the hand-off to a reader
         # thread and back costs more than the read itself (bench/compare_remote_read.py)
-        self._inline_reads = reader.can_read_without_blocking(rsm) and \
-            isinstance(rlmm, EmbeddedRemoteLogMetadataManager)
+        self._inline_reads = reader.can_read_without_blocking(rsm) and rlmm.in_memory_queries
         self.broker_id = int(broker_id)
         self.clock = clock or _now_ms
         self.started_ms = self.clock()

@@ -160,11 +160,8 @@ class RemoteIndexCache:
         key = metadata.remote_log_segment_id.id
         while True:
             with self._lock:
-                self._check_open()
-                entry = self._entries.get(key)
+                entry = self._hit(key)
                 if entry is not None:
-                    self._entries.move_to_end(key)
-                    self.hits += 1
                     return entry
                 load = self._loading.get(key)
                 if load is None:
@@ -181,14 +178,17 @@ class RemoteIndexCache:
     def cached_entry(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry | None:
         """The segment's entry if it is cached, else None: never downloads or waits for a
         load, so a caller that must not block can try it first."""
-        key = metadata.remote_log_segment_id.id
         with self._lock:
-            self._check_open()
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                self.hits += 1
-            return entry
+            return self._hit(metadata.remote_log_segment_id.id)
+
+    def _hit(self, key) -> RemoteIndexCacheEntry | None:
+        """The cached entry of `key`, marked recently used; the caller holds the lock."""
+        self._check_open()
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return entry
 
     def lookup_offset(self, metadata: RemoteLogSegmentMetadata, offset: int) -> int:
         """Byte position in the remote `.log` to start reading for `offset`."""

@@ -172,6 +172,21 @@ def _check_batch_bound(name, raw, spec, prefix, streaming) -> None:
         raise ConfigError(name, raw, "earliest is not allowed as an ending offset")
 
 
+def _positive_int(opts: Mapping[str, str], name: str, default=None) -> int | None:
+    """Option `name` (looked up lower-cased, as Spark passes option keys) as an int >= 1,
+    or `default` when absent."""
+    raw = opts.get(name.lower(), default)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(name, raw, "must be an integer") from None
+    if value < 1:
+        raise ConfigError(name, raw, "must be at least 1")
+    return value
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
     """Validated options. Names are case-insensitive (Spark lower-cases them). Raises
     ConfigError naming the option and what is wrong."""
@@ -204,32 +219,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         if not assign:
             raise ConfigError("assign", opts["assign"], "names no partition")
 
-    raw_max = opts.get("maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION)
-    try:
-        max_bytes = int(raw_max)
-    except (TypeError, ValueError):
-        raise ConfigError("maxBytesPerPartition", raw_max, "must be an integer") from None
-    if max_bytes < 1:
-        raise ConfigError("maxBytesPerPartition", raw_max, "must be at least 1")
-
-    min_partitions = opts.get("minpartitions")
-    if min_partitions is not None:
-        try:
-            min_partitions = int(min_partitions)
-        except (TypeError, ValueError):
-            raise ConfigError("minPartitions", min_partitions, "must be an integer") from None
-        if min_partitions < 1:
-            raise ConfigError("minPartitions", min_partitions, "must be at least 1")
-
-    max_offsets = opts.get("maxoffsetspertrigger")
-    if max_offsets is not None:
-        try:
-            max_offsets = int(max_offsets)
-        except (TypeError, ValueError):
-            raise ConfigError("maxOffsetsPerTrigger", max_offsets, "must be an integer") \
-                from None
-        if max_offsets < 1:
-            raise ConfigError("maxOffsetsPerTrigger", max_offsets, "must be at least 1")
+    max_bytes = _positive_int(opts, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION)
+    min_partitions = _positive_int(opts, "minPartitions")
+    max_offsets = _positive_int(opts, "maxOffsetsPerTrigger")
 
     strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
     if strategy not in ("error", "latest"):

@@ -12,20 +12,17 @@ import os
 import struct
 import zlib
 
+import kafka.record as kafka_records
+import kafka.record.default_records as default_records
+import kafka.record.legacy_records as legacy_records
 import pytest
-
-hypothesis = pytest.importorskip("hypothesis")
+from crc32c import crc32c
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from engine._native import records as native
 from engine.errors import KafkaEngineError
 from engine.records import MemoryRecords, compress, decompress, scan_batches
-
-crc32c = pytest.importorskip("crc32c").crc32c
-kafka_records = pytest.importorskip("kafka.record")
-legacy_records = pytest.importorskip("kafka.record.legacy_records")
-default_records = pytest.importorskip("kafka.record.default_records")
 
 settings.register_profile("default", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

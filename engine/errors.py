@@ -56,6 +56,30 @@ class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
     optional transaction index that was never copied."""
 
 
+class CorruptRemoteObjectError(RemoteStorageError, ValueError):
+    """An object of the object-store tier is damaged or not in the format it should be: a
+    segment manifest that does not parse or whose sizes do not add up, a chunk whose GCM tag,
+    zstd frame or size is wrong, custom metadata that does not decode. `object_key` (also
+    `file`) names the object; `chunk` is the chunk id when one chunk is at fault. Raised
+    instead of ever returning bytes that may be wrong."""
+
+    def __init__(self, message, *, object_key=None, chunk=None, position=None):
+        super().__init__(message, file=object_key, position=position)
+        self.object_key = object_key
+        self.chunk = chunk
+
+
+class RemoteEncryptionKeyError(RemoteStorageError):
+    """A segment's data key cannot be unwrapped: its key pair id is not in the configured
+    key ring (`encryption.key.pairs`), or that pair's private key is not the one it was
+    wrapped with. `key_id` names the key pair; `object_key` the manifest."""
+
+    def __init__(self, message, *, key_id=None, object_key=None):
+        super().__init__(message, file=object_key)
+        self.key_id = key_id
+        self.object_key = object_key
+
+
 class RemoteLogReaderRejectedError(KafkaEngineError, RuntimeError):
     """A remote read was refused because the remote-log-reader queue is full
     (`remote.log.reader.max.pending.tasks`; Kafka's RejectedExecutionException). Returned as
@@ -95,6 +119,8 @@ __all__ = [
     "InvalidTopicError",
     "RemoteStorageError",
     "RemoteResourceNotFoundError",
+    "CorruptRemoteObjectError",
+    "RemoteEncryptionKeyError",
     "RemoteLogReaderRejectedError",
     "RemoteFetchTimeoutError",
     "CustomMetadataSizeLimitExceededError",

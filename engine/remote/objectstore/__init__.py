@@ -2,7 +2,27 @@
 client, GCS and Azure) object storage, in the Aiven tiered-storage plugin's on-bucket format,
 so a bucket either writes the other reads.
 
-- `keys`, `manifest`, `custom_metadata`: the format (object keys, `.rsm-manifest`, KIP-917
-  custom metadata).
-- `transforms`: per-chunk zstd and AES-256-GCM envelope encryption.
+- The I/O layer: the client (store), chunk-aligned parallel ranged reads with single-flight
+  (reads), the chunk cache over memory and many disks (chunk_cache), and the tier's metrics
+  (metrics). Nothing there knows the key layout or the manifest.
+- The format: `keys`, `manifest`, `custom_metadata` (object keys, `.rsm-manifest`, KIP-917
+  custom metadata) and `transforms` (per-chunk zstd and AES-256-GCM envelope encryption).
 """
+
+from engine.remote.objectstore.metrics import ObjectStoreMetrics
+from engine.remote.objectstore.store import (
+    STORE_CONFIG_KEYS,
+    ObjectInfo,
+    ObjectStore,
+    StoreConfig,
+    TokenBucket,
+)
+
+__all__ = [
+    "STORE_CONFIG_KEYS",
+    "ObjectInfo",
+    "ObjectStore",
+    "ObjectStoreMetrics",
+    "StoreConfig",
+    "TokenBucket",
+]

@@ -56,7 +56,7 @@ def test_missing_or_bad_plugin_setting_names_the_prefixed_key(tmp_path):
 
 
 @pytest.mark.parametrize("name, rule", [
-    ("io.aiven.kafka.tieredstorage.RemoteStorageManager", "cannot import module"),
+    ("com.example.tiered.RemoteStorageManager", "cannot import module"),
     ("engine.remote.filesystem:Nope", "has no 'Nope'"),
     ("engine.remote.index_cache:RemoteIndexCache", "is not a engine.remote.storage"),
     ("engine.remote.filesystem:ROOT_DIR_NAME", "is not a"),

@@ -5,6 +5,10 @@ plugin loading, RemoteLogManager.createRemoteStorageManager / createRemoteLogMet
   (`engine.remote.filesystem.FileSystemRemoteStorageManager`, configured by
   `rsm.config.dirs`). It is configured with the properties under
   `remote.log.storage.manager.impl.prefix` (prefix stripped) plus `broker.id`.
+- The object-store tier (`engine.remote.objectstore.rsm.ObjectStorageRemoteStorageManager`)
+  is also named `engine.remote.ObjectStorageRemoteStorageManager`, and by the Aiven plugin's
+  class name `io.aiven.kafka.tieredstorage.RemoteStorageManager`, so a broker file written for
+  the plugin loads unchanged (RSM_CLASS_ALIASES).
 - RLMM: `remote.log.metadata.manager.class.name`; unset or Kafka's default
   `TopicBasedRemoteLogMetadataManager` (a Kafka topic this engine does not have) means the
   embedded RLMM (`engine.remote.embedded_rlmm.EmbeddedRemoteLogMetadataManager`), stored in
@@ -31,6 +35,8 @@ __all__ = [
     "DEFAULT_RLMM_CLASS",
     "DEFAULT_RSM_CLASS",
     "KAFKA_TOPIC_BASED_RLMM_CLASS",
+    "OBJECT_STORAGE_RSM_CLASS",
+    "RSM_CLASS_ALIASES",
     "create_remote_log_metadata_manager",
     "create_remote_storage_manager",
 ]
@@ -41,6 +47,12 @@ RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
 RLMM_PREFIX_KEY = "remote.log.metadata.manager.impl.prefix"
 DEFAULT_RSM_CLASS = "engine.remote.filesystem:FileSystemRemoteStorageManager"
 DEFAULT_RLMM_CLASS = "engine.remote.embedded_rlmm:EmbeddedRemoteLogMetadataManager"
+OBJECT_STORAGE_RSM_CLASS = "engine.remote.objectstore.rsm:ObjectStorageRemoteStorageManager"
+#: Other names of the engine's RSMs: the short one and the Aiven plugin's.
+RSM_CLASS_ALIASES = {
+    "engine.remote.ObjectStorageRemoteStorageManager": OBJECT_STORAGE_RSM_CLASS,
+    "io.aiven.kafka.tieredstorage.RemoteStorageManager": OBJECT_STORAGE_RSM_CLASS,
+}
 KAFKA_TOPIC_BASED_RLMM_CLASS = (
     "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager")
 
@@ -48,6 +60,7 @@ KAFKA_TOPIC_BASED_RLMM_CLASS = (
 def create_remote_storage_manager(broker_config: BrokerConfig) -> RemoteStorageManager:
     """A configured RSM. ConfigError for a bad class name or plugin setting."""
     name = broker_config[RSM_CLASS_KEY] or DEFAULT_RSM_CLASS
+    name = RSM_CLASS_ALIASES.get(name.strip(), name)
     prefix = broker_config[RSM_PREFIX_KEY]
     configs = broker_config.with_prefix(prefix)
     configs["broker.id"] = str(broker_config.broker_id)

@@ -1,0 +1,476 @@
+"""ObjectStorageRemoteStorageManager against a real S3 server (SeaweedFS, tests/s3_server.py):
+every transform combination round-trips byte-exact, a bucket assembled by hand to the Aiven
+plugin's documented layout reads back, hostile objects are typed errors, failed copies leave
+nothing, and the configuration is the plugin's."""
+
+import base64
+import json
+import os
+import uuid
+
+import numpy as np
+import obstore
+import pytest
+import zstandard
+from Crypto.Cipher import PKCS1_OAEP
+from Crypto.Hash import SHA3_512
+from Crypto.PublicKey import RSA
+from Crypto.Signature.pss import MGF1
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from fault_proxy import Fault
+from rsm_crash_writer import make_segment, segment_metadata
+from test_objectstore_transforms import write_key_pair
+
+from engine.config import BrokerConfig, ConfigError
+from engine.errors import (
+    CorruptRemoteObjectError,
+    RemoteEncryptionKeyError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from engine.log.checkpoint import Uuid
+from engine.remote import IndexType
+from engine.remote.factory import create_remote_storage_manager
+from engine.remote.metadata import TopicIdPartition
+from engine.remote.objectstore import custom_metadata as cm
+from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
+
+TIP = TopicIdPartition(Uuid.from_string("lZ6vvmajTWKDBUTV6SQAtQ"), "my-topic", 3)
+CHUNK = 1000
+INDEX_TYPES = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT,
+               IndexType.LEADER_EPOCH, IndexType.TRANSACTION)
+
+
+@pytest.fixture(scope="module")
+def segment(tmp_path_factory):
+    """A closed segment at offset 100 with aborted transactions (so a .txnindex)."""
+    return make_segment(tmp_path_factory.mktemp("local"), 100, batches=30, aborted=3, seed=7)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    return {name: write_key_pair(d, name) for name in ("k1", "k2")}
+
+
+def rsm_configs(s3_server, prefix=None, **extra) -> dict:
+    configs = dict(s3_server.config())
+    configs["key.prefix"] = prefix if prefix is not None else f"t-{uuid.uuid4().hex[:8]}/"
+    configs["chunk.size"] = str(CHUNK)
+    configs.update({k.replace("_", "."): str(v) for k, v in extra.items()})
+    return configs
+
+
+def encryption_configs(keys, active="k1", pairs=("k1", "k2")) -> dict:
+    out = {"encryption.enabled": "true", "encryption.key.pair.id": active,
+           "encryption.key.pairs": ",".join(pairs)}
+    for name in pairs:
+        public, private, _ = keys[name]
+        out[f"encryption.key.pairs.{name}.public.key.file"] = public
+        out[f"encryption.key.pairs.{name}.private.key.file"] = private
+    return out
+
+
+def make_rsm(configs) -> ObjectStorageRemoteStorageManager:
+    rsm = ObjectStorageRemoteStorageManager()
+    rsm.configure(configs)
+    return rsm
+
+
+def copy(rsm, segment, segment_id=None):
+    data, last, size = segment
+    md = segment_metadata(TIP, 100, last, size, segment_id)
+    custom = rsm.copy_log_segment_data(md, data)
+    return segment_metadata(TIP, 100, last, size, md.remote_log_segment_id.id, custom)
+
+
+def listed(s3_server, prefix):
+    return sorted(m["path"] for page in obstore.list(s3_server.raw_store(), prefix=prefix)
+                  for m in page)
+
+
+def raw_get(s3_server, key) -> bytes:
+    return bytes(obstore.get(s3_server.raw_store(), key).bytes())
+
+
+def expected_index(data, index_type):
+    return {IndexType.OFFSET: data.offset_index.read_bytes(),
+            IndexType.TIMESTAMP: data.time_index.read_bytes(),
+            IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot.read_bytes(),
+            IndexType.LEADER_EPOCH: data.leader_epoch_index,
+            IndexType.TRANSACTION: data.transaction_index.read_bytes()}[index_type]
+
+
+def check_reads(rsm, md, data):
+    log = data.log_segment.read_bytes()
+    assert rsm.read_range(md, 0, len(log)) == log
+    for start, end in ((0, 1), (999, 1001), (1500, 4321), (len(log) - 5, len(log)),
+                       (CHUNK * 3, CHUNK * 4), (7, 7)):
+        assert rsm.read_range(md, start, end) == log[start:end], (start, end)
+    buf = bytearray(2500)
+    assert rsm.read_range_into(md, 1234, buf) == 2500 and bytes(buf) == log[1234:3734]
+    assert rsm.read_range_into(md, len(log) - 10, buf) == 10
+    assert bytes(rsm.map_range(md, 10, 2010)) == log[10:2010]
+    with rsm.fetch_log_segment(md, 0) as stream:
+        assert stream.read() == log
+    with rsm.fetch_log_segment(md, 1500, 2999) as stream:
+        assert stream.read() == log[1500:3000]
+    for index_type in INDEX_TYPES:
+        assert rsm.fetch_index_bytes(md, index_type) == expected_index(data, index_type)
+        with rsm.fetch_index(md, index_type) as stream:
+            assert stream.read() == expected_index(data, index_type)
+    with pytest.raises(RemoteStorageError, match="outside"):
+        rsm.read_range(md, 0, len(log) + 1)
+
+
+@pytest.mark.parametrize("compression,encryption", [(False, False), (True, False),
+                                                    (False, True), (True, True)],
+                         ids=["plain", "zstd", "encrypted", "zstd+encrypted"])
+def test_each_transform_combination_round_trips(s3_server, segment, keys, compression,
+                                                encryption):
+    configs = rsm_configs(s3_server, compression_enabled=str(compression).lower())
+    if encryption:
+        configs.update(encryption_configs(keys))
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        data = segment[0]
+        prefix = configs["key.prefix"]
+        main = (f"{prefix}my-topic-lZ6vvmajTWKDBUTV6SQAtQ/3/00000000000000000100-"
+                f"{md.remote_log_segment_id.id}")
+        assert listed(s3_server, prefix) == sorted(main + s for s in (".indexes", ".log",
+                                                                      ".rsm-manifest"))
+        manifest = json.loads(raw_get(s3_server, main + ".rsm-manifest"))
+        assert manifest["compression"] is compression
+        assert manifest["chunkIndex"]["type"] == ("variable" if compression else "fixed")
+        assert ("encryption" in manifest) is encryption
+        if encryption:
+            assert manifest["encryption"]["dataKey"].startswith("k1:")
+            assert len(base64.b64decode(manifest["encryption"]["aad"])) == 32
+        stored_log = raw_get(s3_server, main + ".log")
+        log = data.log_segment.read_bytes()
+        if not compression and not encryption:
+            assert stored_log == log  # plain mode: the Kafka segment itself
+            assert raw_get(s3_server, main + ".indexes") == b"".join(
+                expected_index(data, t) for t in INDEX_TYPES)
+        else:
+            assert stored_log != log
+        assert md.custom_metadata is None
+        check_reads(rsm, md, data)
+        # a second instance (no caches) reads it too
+        with make_rsm(configs) as fresh:
+            check_reads(fresh, md, data)
+
+
+def test_large_segment_multipart_upload_and_parallel_reads(s3_server, tmp_path, keys):
+    """A segment over the part size goes up as a multipart upload of transformed chunks;
+    reads across many chunks come back exact."""
+    data, last, size = make_segment(tmp_path / "big", 0, batches=60, records=50,
+                                    value_size=2000, seed=3)
+    assert size > 5 * 1024 * 1024
+    configs = rsm_configs(s3_server, chunk_size=64 * 1024, compression_enabled="true",
+                          storage_s3_multipart_upload_part_size=5 * 1024 * 1024,
+                          fetch_coalesce_max_bytes=256 * 1024)
+    configs.update(encryption_configs(keys))
+    with make_rsm(configs) as rsm:
+        md0 = segment_metadata(TIP, 0, last, size)
+        rsm.copy_log_segment_data(md0, data)
+        log = data.log_segment.read_bytes()
+        assert rsm.read_range(md0, 0, size) == log
+        assert rsm.read_range(md0, 100_000, 3_000_000) == log[100_000:3_000_000]
+
+
+def test_retried_copy_overwrites_and_delete_is_idempotent(s3_server, segment):
+    configs = rsm_configs(s3_server)
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        again = copy(rsm, segment, md.remote_log_segment_id.id)
+        check_reads(rsm, again, segment[0])
+        assert len(listed(s3_server, configs["key.prefix"])) == 3
+        rsm.delete_log_segment_data(md)
+        assert listed(s3_server, configs["key.prefix"]) == []
+        rsm.delete_log_segment_data(md)
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.read_range(md, 0, 10)
+
+
+def test_failed_copy_deletes_what_it_wrote(s3_server, fault_proxy, segment):
+    configs = rsm_configs(s3_server, storage_api_call_max_retries=0)
+    configs["storage.s3.endpoint.url"] = fault_proxy.endpoint
+    with make_rsm(configs) as rsm:
+        fault_proxy.add(Fault("status", method="PUT", path_contains=".rsm-manifest",
+                              status=500, times=None))
+        with pytest.raises(RemoteStorageError, match="rsm-manifest"):
+            copy(rsm, segment)
+        # .log and .indexes were written, then deleted
+        assert fault_proxy.requests("PUT", ".log") and fault_proxy.requests("PUT", ".indexes")
+        assert listed(s3_server, configs["key.prefix"]) == []
+        fault_proxy.clear()
+        md = copy(rsm, segment)
+        check_reads(rsm, md, segment[0])
+
+
+def test_missing_transaction_index_is_not_found(s3_server, tmp_path):
+    data, last, size = make_segment(tmp_path, 0, batches=5)
+    assert data.transaction_index is None
+    with make_rsm(rsm_configs(s3_server)) as rsm:
+        md = segment_metadata(TIP, 0, last, size)
+        rsm.copy_log_segment_data(md, data)
+        with pytest.raises(RemoteResourceNotFoundError, match="transaction index"):
+            rsm.fetch_index_bytes(md, IndexType.TRANSACTION)
+        assert rsm.fetch_index_bytes(md, IndexType.OFFSET) == data.offset_index.read_bytes()
+
+
+def test_compression_heuristic_skips_compressed_segments(s3_server, tmp_path):
+    from engine.log.segment import LogSegment
+    from engine.records import CompressionType, RecordBatchBuilder
+    from engine.remote import LogSegmentData
+
+    seg = LogSegment.create(tmp_path, 0, index_interval_bytes=1024, max_index_size=1 << 16)
+    b = RecordBatchBuilder(compression_type=CompressionType.ZSTD)
+    b.extend([b"x" * 100] * 50)
+    seg.append(49, 0, 49, b.build())
+    seg.on_become_inactive_segment()
+    size = seg.size_in_bytes
+    seg.close()
+    data = LogSegmentData(tmp_path / f"{0:020d}.log", tmp_path / f"{0:020d}.index",
+                          tmp_path / f"{0:020d}.timeindex", None, None, b"0\n0\n")
+    configs = rsm_configs(s3_server, compression_enabled="true",
+                          compression_heuristic_enabled="true")
+    with make_rsm(configs) as rsm:
+        md = segment_metadata(TIP, 0, 49, size)
+        rsm.copy_log_segment_data(md, data)
+        key = rsm.keys.key(md, "rsm-manifest")
+        manifest = json.loads(raw_get(s3_server, key))
+        assert manifest["compression"] is False and manifest["chunkIndex"]["type"] == "fixed"
+        assert raw_get(s3_server, rsm.keys.key(md, "log")) == data.log_segment.read_bytes()
+        assert rsm.fetch_index_bytes(md, IndexType.PRODUCER_SNAPSHOT) == b""
+
+
+def test_custom_metadata_fields_and_object_key_override(s3_server, segment):
+    configs = rsm_configs(s3_server,
+                          custom_metadata_fields_include="REMOTE_SIZE,OBJECT_PREFIX,OBJECT_KEY")
+    prefix = configs["key.prefix"]
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        fields = cm.decode_custom_metadata(md.custom_metadata)
+        objects = {m["path"]: m["size"] for page in obstore.list(
+            s3_server.raw_store(), prefix=prefix) for m in page}
+        assert fields[cm.REMOTE_SIZE] == sum(objects.values())
+        assert fields[cm.OBJECT_PREFIX] == prefix
+        assert prefix + fields[cm.OBJECT_KEY] + ".log" in objects
+        # the custom metadata moves .log and .indexes (not the manifest) elsewhere
+        store = s3_server.raw_store()
+        for suffix in (".log", ".indexes"):
+            src = prefix + fields[cm.OBJECT_KEY] + suffix
+            obstore.put(store, "moved/x" + suffix, raw_get(s3_server, src))
+            obstore.delete(store, src)
+        custom = cm.encode_custom_metadata({cm.OBJECT_PREFIX: "moved/",
+                                            cm.OBJECT_KEY: "x"})
+        data, last, size = segment
+        elsewhere = segment_metadata(TIP, 100, last, size, md.remote_log_segment_id.id, custom)
+        check_reads(rsm, elsewhere, data)
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.read_range(md, 0, 10)
+        obstore.delete(store, ["moved/x.log", "moved/x.indexes"])
+
+
+# ---- a bucket assembled by hand ------------------------------------------------------------
+
+def _oaep_wrap(public_pem_path, key: bytes) -> bytes:
+    with open(public_pem_path, "rb") as f:
+        public = RSA.import_key(f.read())
+    return PKCS1_OAEP.new(public, hashAlgo=SHA3_512,
+                          mgfunc=lambda s, n: MGF1(s, n, SHA3_512)).encrypt(key)
+
+
+def _chunk_sizes_frame(sizes) -> str:
+    """ChunkSizesBinaryCodec written out from the plugin's description, in a zstd frame."""
+    body = sizes[:-1]
+    base = min(body)
+    width = max(1, max((s - base).bit_length() for s in body) + 7 >> 3)
+    raw = (len(sizes).to_bytes(4, "big") + base.to_bytes(4, "big") + bytes([width])
+           + b"".join((s - base).to_bytes(width, "big") for s in body)
+           + sizes[-1].to_bytes(4, "big"))
+    return base64.b64encode(zstandard.ZstdCompressor(write_content_size=True)
+                            .compress(raw)).decode()
+
+
+@pytest.mark.parametrize("mode", ["plain", "zstd+encrypted"])
+def test_bucket_assembled_by_hand_reads_back(s3_server, segment, keys, mode):
+    """Objects written with the store client alone, to the documented layout (no engine
+    writer code), read back through the RSM."""
+    data, last, size = segment
+    prefix = f"hand-{uuid.uuid4().hex[:8]}/"
+    segment_id = Uuid.random()
+    main = f"{prefix}my-topic-{TIP.topic_id}/3/{100:020d}-{segment_id}"
+    log = data.log_segment.read_bytes()
+    indexes = [expected_index(data, t) for t in INDEX_TYPES]
+    store = s3_server.raw_store()
+    manifest = {"version": "1"}
+    if mode == "plain":
+        n = -(-len(log) // CHUNK)
+        obstore.put(store, main + ".log", log)
+        stored_indexes = indexes
+        manifest["chunkIndex"] = {"type": "fixed", "originalChunkSize": CHUNK,
+                                  "originalFileSize": len(log), "transformedChunkSize": CHUNK,
+                                  "finalTransformedChunkSize": len(log) - (n - 1) * CHUNK}
+    else:
+        dek, aad = os.urandom(32), os.urandom(32)
+        aes = AESGCM(dek)
+
+        def seal(b):
+            iv = os.urandom(12)
+            return iv + aes.encrypt(iv, b, aad)
+
+        chunks = [seal(zstandard.ZstdCompressor(write_content_size=True).compress(
+            log[i:i + CHUNK])) for i in range(0, len(log), CHUNK)]
+        obstore.put(store, main + ".log", b"".join(chunks))
+        stored_indexes = [seal(i) if i else b"" for i in indexes]
+        manifest["chunkIndex"] = {"type": "variable", "originalChunkSize": CHUNK,
+                                  "originalFileSize": len(log),
+                                  "transformedChunks": _chunk_sizes_frame(
+                                      [len(c) for c in chunks])}
+    positions = np.cumsum([0] + [len(i) for i in stored_indexes]).tolist()
+    names = ("offset", "timestamp", "producerSnapshot", "leaderEpoch", "transaction")
+    manifest["segmentIndexes"] = {name: {"position": positions[i],
+                                         "size": len(stored_indexes[i])}
+                                  for i, name in enumerate(names)}
+    manifest["compression"] = mode != "plain"
+    if mode != "plain":
+        wrapped = _oaep_wrap(keys["k2"][0], dek)
+        manifest["encryption"] = {"dataKey": "k2:" + base64.b64encode(wrapped).decode(),
+                                  "aad": base64.b64encode(aad).decode()}
+    manifest["remoteLogSegmentMetadata"] = {"anything": ["is", "ignored"]}
+    obstore.put(store, main + ".indexes", b"".join(stored_indexes))
+    obstore.put(store, main + ".rsm-manifest", json.dumps(manifest).encode())
+
+    configs = rsm_configs(s3_server, prefix=prefix)
+    configs.update(encryption_configs(keys))  # active k1; the segment is under k2
+    with make_rsm(configs) as rsm:
+        md = segment_metadata(TIP, 100, last, size, segment_id)
+        check_reads(rsm, md, data)
+    if mode != "plain":
+        configs.update(encryption_configs(keys, active="k1", pairs=("k1",)))
+        for k in list(configs):
+            if k.startswith("encryption.key.pairs.k2."):
+                del configs[k]
+        with make_rsm(configs) as rsm, pytest.raises(RemoteEncryptionKeyError,
+                                                     match="'k2', which is not in"):
+            rsm.read_range(md, 0, 10)
+        # a damaged chunk: an error naming the object and chunk, never wrong bytes
+        stored = bytearray(b"".join(chunks))
+        stored[len(chunks[0]) + len(chunks[1]) + 40] ^= 1
+        obstore.put(store, main + ".log", bytes(stored))
+        configs.update(encryption_configs(keys))
+        with make_rsm(configs) as rsm:
+            assert rsm.read_range(md, 0, CHUNK) == log[:CHUNK]
+            with pytest.raises(CorruptRemoteObjectError, match=r"\.log chunk 2: AES-GCM") as e:
+                rsm.read_range(md, 0, 5 * CHUNK)
+            assert e.value.chunk == 2 and e.value.object_key == main + ".log"
+
+
+def test_hostile_manifest_objects(s3_server, segment):
+    configs = rsm_configs(s3_server)
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        key = rsm.keys.key(md, "rsm-manifest")
+        store = s3_server.raw_store()
+        good = raw_get(s3_server, key)
+        obj = json.loads(good)
+        obj["chunkIndex"]["finalTransformedChunkSize"] += 1
+        for bad, match in ((b"{not json", "bad JSON"),
+                           (json.dumps(obj).encode(), "finalTransformedChunkSize"),
+                           (b"x" * (17 << 20), "more than the 16777216")):
+            obstore.put(store, key, bad)
+            with make_rsm(configs) as fresh:
+                with pytest.raises((CorruptRemoteObjectError, RemoteStorageError),
+                                   match=match) as info:
+                    fresh.read_range(md, 0, 10)
+                assert key in str(info.value)
+        # the .log shorter than the manifest says: an error, never short bytes
+        obstore.put(store, key, good)
+        log_key = rsm.keys.key(md, "log")
+        obstore.put(store, log_key, raw_get(s3_server, log_key)[:-100])
+        with make_rsm(configs) as fresh, pytest.raises(RemoteStorageError):
+            fresh.read_range(md, 0, segment[2])
+
+
+# ---- configuration -------------------------------------------------------------------------
+
+def test_config_errors_name_the_key(s3_server, keys, tmp_path):
+    base = rsm_configs(s3_server)
+    cases = [
+        ({"chunk.size": None}, "chunk.size", "required"),
+        ({"chunk.size": "0"}, "chunk.size", r"\[1, 1073741823\]"),
+        ({"compression.heuristic.enabled": "true"}, "compression.heuristic.enabled",
+         "needs compression.enabled"),
+        ({"compression.enabled": "yes"}, "compression.enabled", "true or false"),
+        ({"chunk.sise": "5"}, "chunk.sise", "did you mean 'chunk.size'"),
+        ({"custom.metadata.fields.include": "REMOTE_SIZE,NOPE"},
+         "custom.metadata.fields.include", "'NOPE'"),
+        ({"fetch.chunk.cache.class": "x.Y"}, "fetch.chunk.cache.class", "MemoryChunkCache"),
+        ({"segment.format": "iceberg"}, "segment.format", "only the kafka"),
+        ({"encryption.enabled": "true"}, "encryption.key.pair.id", "required"),
+        (dict(encryption_configs(keys), **{"encryption.key.pairs": "k2"}),
+         "encryption.key.pairs", "'k1'"),
+        (dict(encryption_configs(keys), **{"encryption.key.pairs.k2.private.key.file":
+                                           str(tmp_path / "nope.pem")}),
+         "encryption.key.pairs.k2.private.key.file", "Errno 2"),
+        (dict(encryption_configs(keys), **{"encryption.key.pairs.k1.private.key.file":
+                                           keys["k2"][1]}),
+         "encryption.key.pairs.k1.private.key.file", "not the private key"),
+    ]
+    for change, key, match in cases:
+        configs = dict(base)
+        for k, v in change.items():
+            if v is None:
+                configs.pop(k, None)
+            else:
+                configs[k] = v
+        with pytest.raises(ConfigError, match=match) as info:
+            make_rsm(configs)
+        assert info.value.key == key, (key, info.value)
+        assert s3_server.secret_key not in str(info.value)
+    assert listed(s3_server, base["key.prefix"]) == []  # nothing written
+
+
+def test_secrets_stay_out_of_repr_and_errors(s3_server, fault_proxy, segment):
+    configs = rsm_configs(s3_server, storage_api_call_max_retries=0)
+    configs["storage.s3.endpoint.url"] = fault_proxy.endpoint
+    with make_rsm(configs) as rsm:
+        assert s3_server.secret_key not in repr(rsm)
+        assert s3_server.secret_key not in repr(rsm.config)
+        fault_proxy.add(Fault("status", method="PUT", status=500, times=None))
+        with pytest.raises(RemoteStorageError) as info:
+            copy(rsm, segment)
+        assert s3_server.secret_key not in str(info.value)
+        assert s3_server.access_key not in repr(rsm.store.config)
+
+
+@pytest.mark.parametrize("class_name", [
+    "engine.remote.ObjectStorageRemoteStorageManager",
+    "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+    "engine.remote.objectstore.rsm.ObjectStorageRemoteStorageManager",
+])
+def test_factory_loads_plugin_broker_files(s3_server, segment, class_name):
+    """A broker config written for the Aiven plugin (its class names and keys) loads."""
+    props = {"broker.id": "1", "log.dirs": "/tmp/unused",
+             "remote.log.storage.system.enable": "true",
+             "remote.log.storage.manager.class.name": class_name,
+             "rsm.config.storage.backend.class":
+                 "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
+             "rsm.config.fetch.chunk.cache.class":
+                 "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache",
+             "rsm.config.fetch.chunk.cache.size": "104857600"}
+    props.update({"rsm.config." + k: v for k, v in rsm_configs(s3_server).items()})
+    rsm = create_remote_storage_manager(BrokerConfig(props))
+    try:
+        assert isinstance(rsm, ObjectStorageRemoteStorageManager)
+        assert rsm.config.chunk_cache_class == "memory"
+        check_reads(rsm, copy(rsm, segment), segment[0])
+    finally:
+        rsm.close()
+    props["rsm.config.chunk.sise"] = "1"
+    with pytest.raises(ConfigError) as info:
+        create_remote_storage_manager(BrokerConfig(props))
+    assert info.value.key == "rsm.config.chunk.sise"

@@ -9,7 +9,20 @@ so a bucket either writes the other reads.
   custom metadata) and `transforms` (per-chunk zstd and AES-256-GCM envelope encryption).
 """
 
+from engine.remote.objectstore.chunk_cache import (
+    CHUNK_CACHE_CONFIG_KEYS,
+    ChunkCache,
+    ChunkCacheConfig,
+    ChunkKey,
+    LoadingCache,
+)
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
+from engine.remote.objectstore.reads import (
+    ChunkRanges,
+    Detransform,
+    RangeReader,
+    SegmentObject,
+)
 from engine.remote.objectstore.store import (
     STORE_CONFIG_KEYS,
     ObjectInfo,
@@ -19,10 +32,19 @@ from engine.remote.objectstore.store import (
 )
 
 __all__ = [
+    "CHUNK_CACHE_CONFIG_KEYS",
     "STORE_CONFIG_KEYS",
+    "ChunkCache",
+    "ChunkCacheConfig",
+    "ChunkKey",
+    "ChunkRanges",
+    "Detransform",
+    "LoadingCache",
     "ObjectInfo",
     "ObjectStore",
     "ObjectStoreMetrics",
+    "RangeReader",
+    "SegmentObject",
     "StoreConfig",
     "TokenBucket",
 ]

@@ -169,7 +169,7 @@ def test_large_segment_multipart_upload_and_parallel_reads(s3_server, tmp_path, 
     assert size > 5 * 1024 * 1024
     configs = rsm_configs(s3_server, chunk_size=64 * 1024, compression_enabled="true",
                           storage_s3_multipart_upload_part_size=5 * 1024 * 1024,
-                          fetch_coalesce_max_bytes=256 * 1024)
+                          fetch_max_request_bytes=256 * 1024)
     configs.update(encryption_configs(keys))
     with make_rsm(configs) as rsm:
         md0 = segment_metadata(TIP, 0, last, size)
@@ -466,7 +466,7 @@ def test_factory_loads_plugin_broker_files(s3_server, segment, class_name):
     rsm = create_remote_storage_manager(BrokerConfig(props))
     try:
         assert isinstance(rsm, ObjectStorageRemoteStorageManager)
-        assert rsm.config.chunk_cache_class == "memory"
+        assert rsm.config.cache.kind == "memory"
         check_reads(rsm, copy(rsm, segment), segment[0])
     finally:
         rsm.close()
@@ -474,3 +474,33 @@ def test_factory_loads_plugin_broker_files(s3_server, segment, class_name):
     with pytest.raises(ConfigError) as info:
         create_remote_storage_manager(BrokerConfig(props))
     assert info.value.key == "rsm.config.chunk.sise"
+
+
+def test_chunk_cache_serves_repeat_reads_and_survives_a_restart(s3_server, fault_proxy,
+                                                                segment, tmp_path, keys):
+    """With the plugin's DiskChunkCache class, a second read of the same chunks makes no
+    GET, and neither does a read by a new instance on the same cache dirs; chunks of a
+    re-upload under another manifest are not served from the old entries."""
+    configs = rsm_configs(s3_server, compression_enabled="true")
+    configs.update(encryption_configs(keys))
+    configs.update({"storage.s3.endpoint.url": fault_proxy.endpoint,
+                    "fetch.chunk.cache.class":
+                        "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache",
+                    "fetch.chunk.cache.size": str(64 << 20),
+                    "fetch.chunk.cache.path": f"{tmp_path / 'c1'},{tmp_path / 'c2'}"})
+    log = segment[0].log_segment.read_bytes()
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        assert rsm.read_range(md, 0, len(log)) == log
+        gets = len(fault_proxy.requests("GET", ".log"))
+        assert 1 <= gets <= 4 * len(range(0, len(log), CHUNK))
+        assert rsm.read_range(md, 2500, 7000) == log[2500:7000]
+        assert len(fault_proxy.requests("GET", ".log")) == gets
+        assert rsm.chunk_cache.flush()
+    with make_rsm(configs) as again:
+        assert again.read_range(md, 0, len(log)) == log
+        assert len(fault_proxy.requests("GET", ".log")) == gets
+        # the same segment id copied again: another manifest, so another cache identity
+        md2 = copy(again, segment, md.remote_log_segment_id.id)
+        assert again.read_range(md2, 0, 10) == log[:10]
+        assert len(fault_proxy.requests("GET", ".log")) == gets + 1

@@ -267,6 +267,18 @@ class ChunkIndex:
         c = self.original_chunk_size
         return range(start // c, (end - 1) // c + 1)
 
+    # the ChunkRanges protocol of `reads` (half-open ranges)
+    def original_range(self, i: int) -> tuple[int, int]:
+        start = i * self.original_chunk_size
+        return start, start + self.original_size(i)
+
+    def transformed_range(self, i: int) -> tuple[int, int]:
+        start = self.transformed_position(i)
+        return start, start + self.transformed_size(i)
+
+    def chunks_for(self, original_start: int, original_end: int) -> range:
+        return self.chunk_ids(original_start, original_end)
+
     def to_json_obj(self) -> dict:
         raise NotImplementedError
 

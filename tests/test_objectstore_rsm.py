@@ -25,6 +25,7 @@ from engine.config import BrokerConfig, ConfigError
 from engine.errors import (
     CorruptRemoteObjectError,
     RemoteEncryptionKeyError,
+    RemoteFetchTimeoutError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
@@ -510,7 +511,7 @@ def test_chunk_cache_serves_repeat_reads_and_survives_a_restart(s3_server, fault
 def test_empty_segment(s3_server, tmp_path, keys, compression, encryption):
     """A 0-byte .log is one empty chunk (plain mode's fixed index; compression is skipped
     for it, as the plugin cannot write an empty compressed index)."""
-    data, last, size = make_segment(tmp_path, 0, batches=1)
+    data, last, _ = make_segment(tmp_path, 0, batches=1)
     data.log_segment.write_bytes(b"")
     configs = rsm_configs(s3_server, compression_enabled=str(compression).lower())
     if encryption:
@@ -527,3 +528,20 @@ def test_empty_segment(s3_server, tmp_path, keys, compression, encryption):
         with rsm.fetch_log_segment(md, 0) as stream:
             assert stream.read() == b""
         assert rsm.fetch_index_bytes(md, IndexType.OFFSET) == data.offset_index.read_bytes()
+
+
+def test_slow_store_read_fails_at_the_fetch_deadline(s3_server, fault_proxy, segment):
+    """A store slower than `fetch.chunk.cache.get.timeout.ms` makes the read fail with
+    RemoteFetchTimeoutError naming the object (the deadline, not the store's own timeouts,
+    ends it); once the store answers again the same read succeeds."""
+    configs = rsm_configs(s3_server, fetch_chunk_cache_get_timeout_ms=300)
+    configs["storage.s3.endpoint.url"] = fault_proxy.endpoint
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        rsm.fetch_index_bytes(md, IndexType.OFFSET)  # manifest cached
+        fault_proxy.add(Fault("delay", method="GET", path_contains=".log", delay_s=2.0,
+                              times=1))
+        with pytest.raises(RemoteFetchTimeoutError, match="did not finish") as info:
+            rsm.read_range(md, 0, 100)
+        assert rsm.keys.key(md, "log") in str(info.value)
+        assert rsm.read_range(md, 0, 100) == segment[0].log_segment.read_bytes()[:100]

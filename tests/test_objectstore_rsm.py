@@ -545,3 +545,23 @@ def test_slow_store_read_fails_at_the_fetch_deadline(s3_server, fault_proxy, seg
             rsm.read_range(md, 0, 100)
         assert rsm.keys.key(md, "log") in str(info.value)
         assert rsm.read_range(md, 0, 100) == segment[0].log_segment.read_bytes()[:100]
+
+
+@pytest.mark.parametrize("compression", [False, True])
+def test_copy_of_missing_files_names_them_and_leaves_nothing(s3_server, tmp_path, compression):
+    import dataclasses
+    import errno
+
+    data, last, size = make_segment(tmp_path, 0, batches=3)
+    configs = rsm_configs(s3_server, compression_enabled=str(compression).lower())
+    with make_rsm(configs) as rsm:
+        md = segment_metadata(TIP, 0, last, size)
+        gone = dataclasses.replace(data, log_segment=tmp_path / "missing.log")
+        with pytest.raises(RemoteStorageError, match="missing.log") as info:
+            rsm.copy_log_segment_data(md, gone)
+        assert info.value.errno == errno.ENOENT
+        gone = dataclasses.replace(data, time_index=tmp_path / "missing.timeindex")
+        with pytest.raises(RemoteStorageError, match="missing.timeindex") as info:
+            rsm.copy_log_segment_data(md, gone)
+        assert info.value.errno == errno.ENOENT
+        assert listed(s3_server, configs["key.prefix"]) == []

@@ -5,7 +5,9 @@ or the plugin's own `io.aiven.kafka.tieredstorage.RemoteStorageManager`; configu
 plugin's names under `rsm.config.` (see `RSM_CONFIG_KEYS` and the store's
 `STORE_CONFIG_KEYS`), so a broker file written for the plugin loads unchanged. An unknown key
 or a bad value fails `configure` with a ConfigError naming the key; secrets (the store's
-credentials) never appear in errors, logs or `repr`.
+credentials) never appear in errors, logs or `repr`. The plugin's `key.prefix.mask` and
+`metrics.*` keys are accepted and have no effect (object keys are not secrets here; the
+metrics have no sampling windows).
 
 Copy (`copy_log_segment_data`), in the plugin's order:
 
@@ -653,6 +655,8 @@ def _transformed_chunks(path, file_size: int, chunk_size: int, transform: ChunkT
             sizes.append(len(stored))
             yield stored
             pos += n
+    except RemoteStorageError:
+        raise
     except OSError as exc:
         raise _storage_error(exc, f"cannot read segment {path}") from None
     finally:

@@ -58,7 +58,9 @@ class TieredCluster:
     """Log dirs, a filesystem tier and a properties file; topics produced with
     produce-demo's generator and tiered by RemoteLogManager.run_once()."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, tier_props: dict[str, str] | None = None):
+        """`tier_props`: the RSM's properties (class name, `rsm.config.*`) instead of the
+        filesystem tier's."""
         self.base = Path(base)
         self.log_dirs = [self.base / "logs-a", self.base / "logs-b"]
         self.tier_dir = self.base / "tier"
@@ -67,8 +69,8 @@ class TieredCluster:
         self.props = {
             "log.dirs": ",".join(map(str, self.log_dirs)),
             "remote.log.storage.system.enable": "true",
-            "rsm.config.dirs": str(self.tier_dir),
-            "rsm.config.fsync": "false",
+            **(tier_props or {"rsm.config.dirs": str(self.tier_dir),
+                              "rsm.config.fsync": "false"}),
         }
         self.config = self.base / "server.properties"
         self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))

@@ -44,6 +44,8 @@ Thread-safety: every method may be called from any number of threads.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import difflib
 import hashlib
 import io
@@ -111,6 +113,9 @@ RSM_CONFIG_KEYS = frozenset({
 })
 _KEY_FILE_SUFFIXES = (".public.key.file", ".private.key.file")
 _SECRET_WORDS = ("secret", "password", "token", "credentials.json", "account.key")
+# chunk transforms run on a small pool, this many chunks ahead of the upload
+_TRANSFORM_WORKERS = min(4, os.cpu_count() or 1)
+_TRANSFORM_AHEAD = _TRANSFORM_WORKERS + 1
 
 
 # ---- configuration -----------------------------------------------------------------------
@@ -273,6 +278,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                                      cache.indexes_cache_retention_ms, weigher=len,
                                      metrics=metrics)
         self._chunk_cache = cache.build(metrics)
+        self._transform_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=_TRANSFORM_WORKERS, thread_name_prefix="chunk-transform")
         self._reader = RangeReader(store, self._chunk_cache, max_in_flight=config.max_in_flight,
                                    max_request_bytes=config.max_request_bytes,
                                    fetch_max_wait_ms=cache.get_timeout_ms,
@@ -361,8 +368,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             last = file_size - (n - 1) * c
             return FixedChunkIndex(c, file_size, c, last), written
         sizes: list[int] = []
-        written = self._store.upload(key, _transformed_chunks(path, file_size, c, transform,
-                                                              sizes), object_type="log")
+        written = self._store.upload(key, _transformed_chunks(
+            path, file_size, c, transform, sizes, self._transform_pool), object_type="log")
         if sum(sizes) != written or len(sizes) != (-(-file_size // c) if file_size else 0):
             raise RemoteStorageError(f"upload of {path} sent {written} bytes for "
                                      f"{len(sizes)} chunks", file=str(path))
@@ -556,6 +563,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if self._store is None:
             return
         self._reader.close()
+        self._transform_pool.shutdown(wait=True, cancel_futures=True)
         if self._chunk_cache is not None:
             self._chunk_cache.close()
         self._store.close()
@@ -637,29 +645,38 @@ def _read_source(source) -> bytes:
 
 
 def _transformed_chunks(path, file_size: int, chunk_size: int, transform: ChunkTransform,
-                        sizes: list[int]) -> Iterator[bytes]:
-    """The `.log`'s chunks, transformed, in order; records each transformed size."""
+                        sizes: list[int], pool: concurrent.futures.Executor
+                        ) -> Iterator[bytes]:
+    """The `.log`'s chunks, transformed, in order; records each transformed size. Up to
+    `_TRANSFORM_AHEAD` chunks are read and transformed ahead of the upload on `pool` (zstd
+    and AES-GCM run without the GIL), so memory stays at a few chunks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise _storage_error(exc, f"cannot open segment {path}") from None
+    pending: collections.deque = collections.deque()
     try:
         pos = 0
-        while pos < file_size:
-            n = min(chunk_size, file_size - pos)
-            data = os.pread(fd, n, pos)
-            if len(data) != n:
-                raise RemoteStorageError(f"segment {path} ended at byte {pos + len(data)}, "
-                                         f"before its size {file_size}", file=str(path))
-            stored = transform.transform(data)
+        while pos < file_size or pending:
+            while pos < file_size and len(pending) < _TRANSFORM_AHEAD:
+                n = min(chunk_size, file_size - pos)
+                data = os.pread(fd, n, pos)
+                if len(data) != n:
+                    raise RemoteStorageError(f"segment {path} ended at byte "
+                                             f"{pos + len(data)}, before its size {file_size}",
+                                             file=str(path))
+                pending.append(pool.submit(transform.transform, data))
+                pos += n
+            stored = pending.popleft().result()
             sizes.append(len(stored))
             yield stored
-            pos += n
     except RemoteStorageError:
         raise
     except OSError as exc:
         raise _storage_error(exc, f"cannot read segment {path}") from None
     finally:
+        for fut in pending:
+            fut.cancel()
         os.close(fd)
 
 

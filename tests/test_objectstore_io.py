@@ -128,14 +128,18 @@ def test_token_bucket_paces_to_the_rate_and_goes_into_debt():
     assert sum(slept) == pytest.approx(2.5)
 
 
-def test_upload_rate_limit_is_shared_by_uploads(s3_server):
+def test_upload_rate_limit_is_shared_by_uploads(s3_server, tmp_path):
+    path = tmp_path / "seg.log"
+    path.write_bytes(os.urandom(PART + 1))
     with make_store(s3_server, **{"upload.rate.limit.bytes.per.second": 4 * MiB}) as s:
         assert s._rate is not None and s._rate.rate == 4 * MiB
         waited = []
         real = s._rate.acquire
         s._rate.acquire = lambda n: waited.append(real(n)) or waited[-1]
         s.upload(unique("rate-a"), os.urandom(PART + 1))
-        s.upload(unique("rate-b"), os.urandom(PART + 1))
+        key = unique("rate-b")
+        s.upload(key, path)  # a file is read block by block through the same bucket
+        assert s.get(key) == path.read_bytes()
         # 2 x (5 MiB + 1) through a 4 MiB/s bucket with a 4 MiB burst: about 1.5 s of waits
         assert sum(waited) == pytest.approx((2 * (PART + 1) - 4 * MiB) / (4 * MiB), rel=0.2)
 
@@ -208,6 +212,27 @@ def test_slowdown_answers_are_retried(proxied, fault_proxy):
     assert bytes(proxied.get_range(key, 1, 4)) == b"ayl"
     assert [r.fault for r in fault_proxy.requests("GET", key)] == \
         ["status", "status", "status", None]
+
+
+def test_dropped_connections_are_retried(proxied, fault_proxy):
+    key = unique("drop")
+    proxied.put_bytes(key, b"0123456789")
+    fault_proxy.add(Fault("drop", method="GET", times=2))
+    assert bytes(proxied.get_range(key, 2, 5)) == b"234"
+    assert [r.fault for r in fault_proxy.requests("GET", key)] == ["drop", "drop", None]
+
+
+def test_persistent_server_errors_give_up_after_the_bounded_retries(s3_server, fault_proxy):
+    key = unique("down")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint,
+                    **{"storage.api.call.max.retries": 2}) as s:
+        s.put_bytes(key, b"x" * 100)
+        fault_proxy.add(Fault("status", method="GET", status=500, times=None))
+        with pytest.raises(RemoteStorageError, match="server") as info:
+            s.get_range(key, 0, 10)
+        assert key in str(info.value)
+        assert len(fault_proxy.requests("GET", key)) == 3  # the first try + 2 retries
+        assert s.metrics.value("server_errors") == 1
 
 
 # -- reads -----------------------------------------------------------------------------------

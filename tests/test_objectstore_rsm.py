@@ -401,7 +401,6 @@ def test_hostile_manifest_objects(s3_server, segment):
 def test_config_errors_name_the_key(s3_server, keys, tmp_path):
     base = rsm_configs(s3_server)
     cases = [
-        ({"chunk.size": None}, "chunk.size", "required"),
         ({"chunk.size": "0"}, "chunk.size", r"\[1, 1073741823\]"),
         ({"compression.heuristic.enabled": "true"}, "compression.heuristic.enabled",
          "needs compression.enabled"),
@@ -421,6 +420,9 @@ def test_config_errors_name_the_key(s3_server, keys, tmp_path):
                                            keys["k2"][1]}),
          "encryption.key.pairs.k1.private.key.file", "not the private key"),
     ]
+    without = {k: v for k, v in base.items() if k != "chunk.size"}
+    with make_rsm(without) as rsm:
+        assert rsm.config.chunk_size == 8 << 20  # reads.DEFAULT_CHUNK_SIZE
     for change, key, match in cases:
         configs = dict(base)
         for k, v in change.items():

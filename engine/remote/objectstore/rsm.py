@@ -80,6 +80,7 @@ from engine.remote.objectstore.manifest import (
     VariableChunkIndex,
 )
 from engine.remote.objectstore.reads import (
+    DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_REQUEST_BYTES,
     RangeReader,
@@ -125,7 +126,7 @@ class RsmConfig:
     """The tier's own settings (the store's are in `StoreConfig`, the caches' in `cache`)."""
 
     key_prefix: str = ""
-    chunk_size: int = 4 * MiB
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     compression: bool = False
     compression_heuristic: bool = False
     encryption: bool = False
@@ -216,7 +217,8 @@ class RsmConfig:
         prefix = configs.get("key.prefix")
         return cls(
             key_prefix="" if prefix is None else str(prefix),
-            chunk_size=integer("chunk.size", None, 1, INT32_MAX // 2),
+            # the plugin requires chunk.size; omitted, the engine takes its benchmarked size
+            chunk_size=integer("chunk.size", DEFAULT_CHUNK_SIZE, 1, INT32_MAX // 2),
             compression=compression, compression_heuristic=heuristic, encryption=encryption,
             key_pair_id=key_pair_id, key_files=key_files,
             custom_metadata_fields=tuple(sorted(set(fields))),

@@ -567,3 +567,33 @@ def test_copy_of_missing_files_names_them_and_leaves_nothing(s3_server, tmp_path
             rsm.copy_log_segment_data(md, gone)
         assert info.value.errno == errno.ENOENT
         assert listed(s3_server, configs["key.prefix"]) == []
+
+
+def test_map_range_if_open_serves_only_what_needs_no_io(s3_server, fault_proxy, segment):
+    """map_range_if_open answers from the cached manifest and the chunk cache's memory
+    alone: None before the chunks were read, the bytes after, and never a request."""
+    configs = rsm_configs(s3_server, compression_enabled="true",
+                          fetch_chunk_cache_class="memory",
+                          fetch_chunk_cache_size=str(64 << 20))
+    configs["storage.s3.endpoint.url"] = fault_proxy.endpoint
+    log = segment[0].log_segment.read_bytes()
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        requests = len(fault_proxy.requests())
+        assert rsm.map_range_if_open(md, 0, 100) is None  # manifest not loaded
+        assert len(fault_proxy.requests()) == requests
+        assert rsm.read_range(md, 1500, 1600) == log[1500:1600]  # chunk 1 now cached
+        requests = len(fault_proxy.requests())
+        view = rsm.map_range_if_open(md, 1500, 1600)
+        assert view.readonly and bytes(view) == log[1500:1600]
+        assert rsm.map_range_if_open(md, 900, 1100) is None  # chunk 0 is not
+        assert rsm.read_range(md, 0, 3 * CHUNK) == log[:3 * CHUNK]
+        requests = len(fault_proxy.requests())
+        assert bytes(rsm.map_range_if_open(md, 500, 2500)) == log[500:2500]
+        assert rsm.map_range_if_open(md, 0, len(log) + 1) is None
+        assert len(fault_proxy.requests()) == requests
+    without_cache = rsm_configs(s3_server)
+    with make_rsm(without_cache) as rsm:
+        md = copy(rsm, segment)
+        rsm.read_range(md, 0, 100)
+        assert rsm.map_range_if_open(md, 0, 100) is None

@@ -293,6 +293,20 @@ class ChunkCache:
         """Count a load that failed (its result is not cached)."""
         self.metrics.cache_event(self.CACHE, "cache_load_failure")
 
+    def get_in_memory(self, key: ChunkKey) -> bytes | memoryview | None:
+        """The chunk's bytes if the memory tier holds them, else None; never touches a disk
+        (for reads that must not block on I/O). A hit counts as one."""
+        digest = key.digest()
+        now = self._clock()
+        with self._lock:
+            hit = self._mem.get(digest)
+            if hit is None or self._expired(hit[1], now):
+                return None
+            self._mem[digest] = (hit[0], now)
+            self._mem.move_to_end(digest)
+        self.metrics.cache_event(self.CACHE, "cache_hits")
+        return hit[0]
+
     def contains(self, key: ChunkKey) -> bool:
         """Whether the chunk is cached (memory or disk index), without counting a lookup."""
         digest = key.digest()
@@ -520,6 +534,18 @@ class LoadingCache:
         self.metrics.cache_event(self.name, "cache_load_success")
         fut.set_result(value)
         return value
+
+    def peek(self, key: Hashable):
+        """The cached value, or None; never loads (for reads that must not block on I/O)."""
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or (self._retention_s is not None
+                               and now - hit[2] > self._retention_s):
+                return None
+            self._entries[key] = (hit[0], hit[1], now)
+            self._entries.move_to_end(key)
+            return hit[0]
 
     def invalidate(self, key: Hashable) -> None:
         with self._lock:

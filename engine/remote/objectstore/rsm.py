@@ -67,6 +67,7 @@ from engine.remote.objectstore import custom_metadata as cm
 from engine.remote.objectstore.chunk_cache import (
     CHUNK_CACHE_CONFIG_KEYS,
     ChunkCacheConfig,
+    ChunkKey,
     LoadingCache,
 )
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, ObjectKeyFactory, main_path
@@ -517,6 +518,42 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
     def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
                   end_exclusive: int) -> memoryview:
         return memoryview(self.read_range(metadata, start, end_exclusive))
+
+    def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
+                          end_exclusive: int) -> memoryview | None:
+        """`.log` bytes [start, end_exclusive) when they need no storage I/O: the manifest
+        cached and every chunk of the range in the chunk cache's memory tier (plain chunks
+        of one chunk are handed out without a copy); else None, and the caller reads through
+        `read_range` on a thread that may block."""
+        if self._closed or self._store is None or self._chunk_cache is None:
+            return None
+        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+        if segment is None:
+            return None
+        index = segment.manifest.chunk_index
+        if not 0 <= start <= end_exclusive <= index.original_file_size:
+            return None
+        key = self._read_key(metadata, LOG)
+        ids = index.chunk_ids(start, end_exclusive)
+        parts = []
+        for i in ids:
+            data = self._chunk_cache.get_in_memory(ChunkKey(key, segment.identity, i))
+            if data is None:
+                return None
+            parts.append((i, data))
+        if not parts:
+            return memoryview(b"")
+        if len(parts) == 1:
+            lo = index.original_range(parts[0][0])[0]
+            return memoryview(parts[0][1])[start - lo:end_exclusive - lo]
+        out = bytearray(end_exclusive - start)
+        pos = 0
+        for i, data in parts:
+            lo, hi = index.original_range(i)
+            a, b = max(start, lo) - lo, min(end_exclusive, hi) - lo
+            out[pos:pos + b - a] = memoryview(data)[a:b]
+            pos += b - a
+        return memoryview(out).toreadonly()
 
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None):

@@ -597,3 +597,25 @@ def test_map_range_if_open_serves_only_what_needs_no_io(s3_server, fault_proxy, 
         md = copy(rsm, segment)
         rsm.read_range(md, 0, 100)
         assert rsm.map_range_if_open(md, 0, 100) is None
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_index_reads_take_one_get(s3_server, fault_proxy, segment, keys, monkeypatch, whole):
+    """Small `.indexes` objects come in one GET for every index; larger ones one GET per
+    index; either way each index is fetched once and GCM-checked."""
+    import engine.remote.objectstore.rsm as rsm_module
+
+    if not whole:
+        monkeypatch.setattr(rsm_module, "_WHOLE_INDEXES_BYTES", 0)
+    configs = rsm_configs(s3_server)
+    configs.update(encryption_configs(keys))
+    configs["storage.s3.endpoint.url"] = fault_proxy.endpoint
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        for _ in range(2):
+            for index_type in INDEX_TYPES:
+                assert rsm.fetch_index_bytes(md, index_type) == expected_index(segment[0],
+                                                                               index_type)
+        gets = fault_proxy.requests("GET", ".indexes")
+        stored = sum(1 for t in INDEX_TYPES if expected_index(segment[0], t))
+        assert len(gets) == (1 if whole else stored)

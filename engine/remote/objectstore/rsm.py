@@ -35,8 +35,10 @@ coalesced ranged GETs with `fetch.max.in.flight.requests` in flight and at most
 detransformed and checked here (a bad GCM tag, zstd frame or size is a
 CorruptRemoteObjectError naming the object and chunk), then cut to the range. Chunk cache
 entries are named by the `.log` key plus the segment id and a digest of the manifest, so a
-re-upload never aliases. Indexes are one ranged GET of `.indexes` each, cached
-(`fetch.indexes.cache.size` bytes for `fetch.indexes.cache.retention.ms`). When the segment's
+re-upload never aliases. Indexes are cached (`fetch.indexes.cache.size` bytes for
+`fetch.indexes.cache.retention.ms`); the first index read of a segment whose `.indexes` is at
+most 1 MiB fetches them all in one GET (a remote read wants the offset and transaction
+indexes), a larger one takes one ranged GET per index. When the segment's
 custom metadata names an object prefix or key, reads of `.log` and `.indexes` use them.
 
 Thread-safety: every method may be called from any number of threads.
@@ -115,6 +117,8 @@ RSM_CONFIG_KEYS = frozenset({
 })
 _KEY_FILE_SUFFIXES = (".public.key.file", ".private.key.file")
 _SECRET_WORDS = ("secret", "password", "token", "credentials.json", "account.key")
+# a segment's `.indexes` up to this size is fetched whole on its first index read
+_WHOLE_INDEXES_BYTES = 1 << 20
 # chunk transforms run on a small pool, this many chunks ahead of the upload
 _TRANSFORM_WORKERS = min(4, os.cpu_count() or 1)
 _TRANSFORM_AHEAD = _TRANSFORM_WORKERS + 1
@@ -242,6 +246,19 @@ def _check_unknown_keys(configs: Mapping[str, str]) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         shown = "[hidden]" if any(w in key for w in _SECRET_WORDS) else configs[key]
         raise ConfigError(key, shown, f"unknown object-store tier config{hint}")
+
+
+class _IndexSet:
+    """Every index of one segment, read with one GET; weighs its bytes in the index cache."""
+
+    __slots__ = ("data", "nbytes")
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.nbytes = sum(len(v) for v in data.values())
+
+    def __len__(self) -> int:
+        return self.nbytes
 
 
 @dataclass(frozen=True)
@@ -438,7 +455,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._manifests.invalidate(self._keys.key(metadata, MANIFEST))
         for key in {self._keys.key(metadata, INDEXES), self._read_key(metadata, INDEXES,
                                                                       strict=False)}:
-            for index_type in IndexType:
+            for index_type in (*IndexType, None):
                 self._indexes.invalidate((key, index_type))
 
     # -- reads ---------------------------------------------------------------------------
@@ -582,12 +599,22 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 f"copied (null in {segment.manifest_key})", file=key)
         if entry.size == 0:
             return b""
+        if segment.manifest.segment_indexes.total_size <= _WHOLE_INDEXES_BYTES:
+            # small: one GET brings every index of the segment (a remote read wants the
+            # offset and transaction indexes, a time lookup the time index)
+            indexes = self._indexes.get((key, None),
+                                        lambda: self._load_all_indexes(segment, key))
+            return indexes.data[index_type]
         return self._indexes.get((key, index_type),
-                                 lambda: self._load_index(segment, key, entry, index_type))
+                                 lambda: self._load_index(segment, key, entry, index_type,
+                                                          None))
 
     def _load_index(self, segment: _Segment, key: str, entry: SegmentIndex,
-                    index_type: IndexType) -> bytes:
-        stored = self._store.get_range(key, entry.position, entry.position + entry.size)
+                    index_type: IndexType, whole) -> bytes:
+        if whole is None:
+            stored = self._store.get_range(key, entry.position, entry.position + entry.size)
+        else:
+            stored = memoryview(whole)[entry.position:entry.position + entry.size]
         name = f"{key} ({index_type.name.lower()} index)"
         data = segment.transform.decrypt(stored, name, None)
         expected = entry.size - (GCM_OVERHEAD if segment.transform.data_key else 0)
@@ -595,6 +622,17 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             raise CorruptRemoteObjectError(f"{name}: {len(data)} bytes, {expected} expected",
                                            object_key=key)
         return bytes(data)
+
+    def _load_all_indexes(self, segment: _Segment, key: str) -> _IndexSet:
+        indexes = segment.manifest.segment_indexes
+        whole = self._store.get_range(key, 0, indexes.total_size)
+        data = {}
+        for index_type in IndexType:
+            entry = indexes.get(index_type)
+            if entry is not None:
+                data[index_type] = (self._load_index(segment, key, entry, index_type, whole)
+                                    if entry.size else b"")
+        return _IndexSet(data)
 
     # -- lifecycle -----------------------------------------------------------------------
 

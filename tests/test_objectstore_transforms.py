@@ -200,3 +200,25 @@ def test_first_batch_heuristic(tmp_path):
     assert first_batch_compressed(tmp_path / "empty.log") is None
     (tmp_path / "cut.log").write_bytes(bad[:30])
     assert first_batch_compressed(tmp_path / "cut.log") is None
+
+
+def test_the_jdk_unwraps_the_data_key(ring_files, tmp_path):
+    """The JDK's RSA-OAEP with SHA3-512 for hash and MGF1 (tests/java/OaepUnwrap.java)
+    recovers the engine's data key: the wrap is the plugin's, checked by another
+    implementation. Java is needed by the Spark tests already; its absence fails."""
+    import base64
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if not javac or not java:
+        pytest.fail("a JDK (javac, java) is required: install openjdk-17-jdk", pytrace=False)
+    source = Path(__file__).with_name("java") / "OaepUnwrap.java"
+    subprocess.run([javac, "-d", str(tmp_path), str(source)], check=True, timeout=120)
+    files, _, _ = ring_files
+    dk = KeyRing.load("k1", files, _config_key).new_data_key()
+    out = subprocess.run([java, "-cp", str(tmp_path), "OaepUnwrap", files["k1"][1],
+                          base64.b64encode(dk.metadata.wrapped_data_key).decode()],
+                         check=True, capture_output=True, text=True, timeout=120)
+    assert base64.b64decode(out.stdout.strip()) == dk.key

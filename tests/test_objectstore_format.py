@@ -153,6 +153,9 @@ def test_chunk_ranges():
     assert index.transformed_file_size == 250
     empty = FixedChunkIndex(100, 0, 100, 0)
     assert _chunks(empty) == [Chunk(0, 0, 0, 0, 0)]
+    assert index == FixedChunkIndex(100, 250, 100, 50) != FixedChunkIndex(100, 250, 100, 49)
+    assert index != VariableChunkIndex(100, 250, [100, 100, 50])
+    assert len({index, FixedChunkIndex(100, 250, 100, 50)}) == 1
 
 
 def test_fixed_sizes_checked_against_transforms(VECTORS):

@@ -38,6 +38,7 @@ index against its transforms (the plugin does not; its own test manifests would 
 
 from __future__ import annotations
 
+import abc
 import base64
 import binascii
 import json
@@ -223,7 +224,7 @@ class Chunk:
         return self.transformed_position + self.transformed_size
 
 
-class ChunkIndex:
+class ChunkIndex(abc.ABC):
     """Where each chunk's original and transformed bytes are. Subclasses give the
     transformed sizes."""
 
@@ -240,11 +241,13 @@ class ChunkIndex:
             return self.original_file_size - i * self.original_chunk_size
         return self.original_chunk_size
 
+    @abc.abstractmethod
     def transformed_position(self, i: int) -> int:
-        raise NotImplementedError
+        """Where chunk i starts in the `.log` object."""
 
+    @abc.abstractmethod
     def transformed_size(self, i: int) -> int:
-        raise NotImplementedError
+        """Bytes of chunk i in the `.log` object."""
 
     @property
     def transformed_file_size(self) -> int:
@@ -279,14 +282,19 @@ class ChunkIndex:
     def chunks_for(self, original_start: int, original_end: int) -> range:
         return self.chunk_ids(original_start, original_end)
 
+    @abc.abstractmethod
     def to_json_obj(self) -> dict:
-        raise NotImplementedError
+        """The manifest's `chunkIndex` object."""
+
+    def _identity(self) -> tuple:
+        return (type(self), self.original_chunk_size, self.original_file_size,
+                tuple(self.transformed_size(i) for i in range(self.chunk_count)))
 
     def __eq__(self, other):
-        return type(other) is type(self) and self.to_json_obj() == other.to_json_obj()
+        return isinstance(other, ChunkIndex) and self._identity() == other._identity()
 
     def __hash__(self):
-        return hash(json.dumps(self.to_json_obj()))
+        return hash(self._identity())
 
 
 class FixedChunkIndex(ChunkIndex):

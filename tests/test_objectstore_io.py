@@ -1,6 +1,7 @@
 """The object-store I/O layer (engine/remote/objectstore: store, reads, chunk_cache) against a
 real S3 server (SeaweedFS, tests/s3_server.py), with faults injected by a loopback proxy."""
 
+import asyncio
 import concurrent.futures
 import errno
 import os
@@ -357,6 +358,16 @@ def test_a_body_cut_short_is_an_error_and_nothing_is_cached(s3_server, fault_pro
         assert cache.contains(seg.chunk_key(0))
 
 
+def test_a_body_cut_once_is_fetched_again_within_the_retries(proxied, fault_proxy,
+                                                              zlib_object):
+    seg, data = zlib_object
+    cache = ChunkCache(memory_bytes=16 * MiB)
+    reader = RangeReader(proxied, cache, max_in_flight=1, fetch_max_wait_ms=20_000)
+    fault_proxy.add(Fault("cut", method="GET", cut_after=100, times=1))
+    assert bytes(reader.read(seg, 0, 3 * CHUNK)) == data[:3 * CHUNK]
+    assert [r.fault for r in fault_proxy.requests("GET", seg.key)] == ["cut", None]
+
+
 def test_a_damaged_chunk_is_an_error_naming_object_and_chunk(store, zlib_object):
     seg, _ = zlib_object
 
@@ -495,7 +506,7 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
                              prefetch_max_bytes=3 * CHUNK)
         n = first.index.chunk_count
         reader.read(first, first.index.original_range(n - 2)[0], len(data),
-                    next_segment=second)
+                    next_segment=second, sequential=True)
         wanted = [second.chunk_key(i) for i in range(3)]
         deadline = time.monotonic() + 20
         while not all(cache.contains(k) for k in wanted) and time.monotonic() < deadline:
@@ -507,6 +518,27 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
         # only the next read-ahead (chunks 3..) may have gone to the store
         assert all(int(r.range[6:].split("-")[0]) >= 3 * CHUNK
                    for r in fault_proxy.requests("GET", key))
+        reader.close()
+
+
+def test_read_ahead_follows_sequential_reads_only(s3_server, fault_proxy, plain_object):
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK, identity="seq")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000, prefetch_max_bytes=2 * CHUNK)
+        reader.read(seg, 5 * CHUNK + 10, 5 * CHUNK + 20)  # a random probe: no read-ahead
+        assert reader.prefetch_pending_bytes == 0  # (queued synchronously, if at all)
+        reader.read(seg, 9 * CHUNK + 10, 9 * CHUNK + 20)  # another one
+        assert reader.prefetch_pending_bytes == 0
+        assert len(fault_proxy.requests("GET", key)) == 2
+        reader.read(seg, 9 * CHUNK + 20, 9 * CHUNK + 900)  # continues the last: read-ahead
+        deadline = time.monotonic() + 20
+        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cache.contains(seg.chunk_key(10)) and cache.contains(seg.chunk_key(11))
+        assert not cache.contains(seg.chunk_key(12))  # bounded by prefetch.max.size
+        assert not cache.contains(seg.chunk_key(6))
         reader.close()
 
 
@@ -526,3 +558,61 @@ def test_list_chunk_ranges_helper_agrees_with_itself():
     assert list(idx.chunks_for(9, 11)) == [0, 1]
     assert list(idx.chunks_for(10, 20)) == [1]
     assert list(idx.chunks_for(24, 100)) == [2]
+
+
+def test_cached_slices_never_pin_their_whole_fetch_buffer():
+    cache = ChunkCache(memory_bytes=100_000)
+    fetched = bytes(range(256)) * 64  # one GET's buffer holding 4 chunks
+    view = memoryview(fetched)
+    cache.put(ChunkKey("o.log", "id", 0), view[:4096])
+    cache.put(ChunkKey("o.log", "id", 1), view)  # the whole buffer: kept as it is
+    first = cache.get(ChunkKey("o.log", "id", 0))
+    assert isinstance(first, bytes) and first == fetched[:4096]
+    assert cache.get(ChunkKey("o.log", "id", 1)).obj is fetched
+
+
+def test_each_reading_thread_has_its_own_loop_closed_with_the_thread(store):
+    from engine.remote.objectstore import store as store_module
+
+    loops = []
+
+    def body():
+        async def probe():
+            return asyncio.get_running_loop()
+        loops.append(store.run(probe()))
+        loops.append(store.run(probe()))
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(10)
+    assert loops[0] is loops[1] and not loops[0].is_running()
+    del t
+    import gc
+
+    gc.collect()
+    assert loops[0].is_closed()
+    assert store_module._thread_loop() is not loops[0]
+
+
+def test_entries_expire_after_retention_without_access(tmp_path):
+    now = [100.0]
+    cache = ChunkCache(memory_bytes=MiB, disk_paths=[str(tmp_path / "c")], retention_ms=1000,
+                       clock=lambda: now[0])
+    key = ChunkKey("o.log", "id", 0)
+    cache.put(key, b"chunk")
+    assert cache.flush(30)
+    now[0] += 0.9
+    assert cache.get(key) == b"chunk"  # an access renews it
+    now[0] += 0.9
+    assert cache.get(key) == b"chunk"
+    cache._put_memory("other", b"x" * MiB, now[0])  # pushes the entry out of memory
+    now[0] += 0.5
+    assert cache.get(key) == b"chunk"  # from disk: the memory hits renewed it there too
+    now[0] += 1.1
+    assert cache.get(key) is None
+    assert cache.disk_bytes == 0 and not list((tmp_path / "c").rglob("*.chunk"))
+    cache.close()
+    loading = LoadingCache("segment-indexes-cache", 10, 1000, clock=lambda: now[0])
+    assert loading.get("k", lambda: 1) == 1
+    now[0] += 1.1
+    assert loading.get("k", lambda: 2) == 2

@@ -243,8 +243,15 @@ class ChunkCache:
             if hit is not None and not self._expired(hit[1], now):
                 self._mem[digest] = (hit[0], now)
                 self._mem.move_to_end(digest)
+                on_disk = self._disk.get(digest)
+                if on_disk is not None:  # one entry, one last access, whichever tier served
+                    self._disk[digest] = (on_disk[0], on_disk[1], now)
+                    self._disk.move_to_end(digest)
                 self.metrics.cache_event(self.CACHE, "cache_hits")
                 return hit[0]
+            if hit is not None:  # expired
+                del self._mem[digest]
+                self._mem_bytes -= len(hit[0])
             on_disk = self._disk.get(digest)
             if on_disk is not None and self._expired(on_disk[2], now):
                 self._drop_disk_locked(digest, evicted=True)
@@ -271,8 +278,8 @@ class ChunkCache:
         """Cache a complete, detransformed chunk (memory now, disk soon). `data` is any
         read-only bytes-like object and is kept as given (no copy): the caller must not
         change it afterwards (fetched buffers and decoded chunks are never reused)."""
-        if not isinstance(data, (bytes, memoryview)):
-            data = bytes(data)
+        if not isinstance(data, (bytes, memoryview)) or _holds_more(data):
+            data = bytes(data)  # a slice of a larger buffer would keep all of it alive
         digest = key.digest()
         now = self._clock()
         self._put_memory(digest, data, now)
@@ -472,6 +479,17 @@ class ChunkCache:
 
     def _report_size(self) -> None:
         self.metrics.set_cache_size(self.CACHE, self._mem_bytes + self._disk_bytes)
+
+
+def _holds_more(data) -> bool:
+    """Whether a memoryview is a slice of a larger buffer (so caching it would hold more
+    bytes than it counts)."""
+    if not isinstance(data, memoryview):
+        return False
+    try:
+        return data.obj is None or len(data.obj) != data.nbytes
+    except TypeError:
+        return True
 
 
 class LoadingCache:

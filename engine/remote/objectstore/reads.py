@@ -23,8 +23,11 @@ past it, outstanding GETs are cancelled and `RemoteFetchTimeoutError` names the 
 the range. Each GET is also bounded by the store's own timeouts and retries.
 
 **Read-ahead.** With a chunk cache and `prefetch_max_bytes` > 0
-(`fetch.chunk.cache.prefetch.max.size`), every read schedules the chunks that follow it, up
-to that many original bytes, in the background; when the read reaches its segment's end and
+(`fetch.chunk.cache.prefetch.max.size`), a sequential read (one that starts in a segment's
+first chunk or where the reader's previous read of the segment ended, or one the caller
+flags) schedules the chunks that follow it, up to that many original bytes, in the
+background; random reads (index probes, timestamp searches) fetch only what they ask. When
+the read-ahead reaches the segment's end and
 the caller names the segment that comes next in the lineage (`next_segment`), the read-ahead
 continues into that segment's first chunks (the plugin stops at the segment's end).
 
@@ -39,6 +42,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -60,14 +64,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-# chosen by bench/compare_objectstore.py's sweep (bench/RESULTS.md): 8 MiB chunks beat 1 and
-# 4 MiB for both 8 MiB fetches and 1 MiB sequential reads with read-ahead, and matched 16 MiB
-# at half the read amplification; past 2 GETs in flight per read, no count won consistently,
-# 4 keeps a read's GETs busy at 8-16 MiB chunks per fetch
+# chosen by bench/compare_objectstore.py's sweep (bench/RESULTS.md): 8 MiB chunks were within
+# noise of the best in both 8 MiB fetches and 1 MiB sequential reads with read-ahead, in every
+# run (1 MiB chunks were the slowest in both; 16 MiB the slowest for 8 MiB fetches); 2-4 GETs
+# in flight per read were best, 8 worse
 DEFAULT_CHUNK_SIZE = 8 * MiB
 DEFAULT_MAX_IN_FLIGHT = 4
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 _PREFETCH_WORKERS = 2
+_POSITIONS_KEPT = 4096
 
 
 @runtime_checkable
@@ -124,7 +129,7 @@ class RangeReader:
     """Chunk-aligned, coalesced, parallel, single-flight ranged reads through a chunk cache.
 
     `store`: the ObjectStore. `cache`: a ChunkCache or None. `max_in_flight`: GETs in flight
-    per read (and for the whole reader, through one semaphore on the store's loop).
+    per read (the reader pool's thread count bounds how many reads run at once).
     `max_request_bytes`: the largest coalesced GET. `fetch_max_wait_ms`: the default bound
     of a read (`remote.fetch.max.wait.ms`). `prefetch_max_bytes`: read-ahead after each
     read (0 = none; needs a cache)."""
@@ -143,19 +148,28 @@ class RangeReader:
         self.prefetch_max_bytes = prefetch_max_bytes if cache is not None else 0
         self._lock = threading.Lock()
         self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
-        self._semaphore: asyncio.Semaphore | None = None
         self._prefetch_pool = None
         self._prefetch_pending = 0
+        # where this reader's last read of each segment ended, for sequential detection
+        self._positions: OrderedDict[tuple[str, str], int] = OrderedDict()
         if self.prefetch_max_bytes > 0:
             self._prefetch_pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=_PREFETCH_WORKERS, thread_name_prefix="chunk-prefetch")
 
     # -- public reads --------------------------------------------------------------------
     def read(self, seg: SegmentObject, start: int, end: int, *,
-             timeout_s: float | None = None, next_segment: SegmentObject | None = None):
+             timeout_s: float | None = None, next_segment: SegmentObject | None = None,
+             sequential: bool | None = None):
         """Original bytes [start, end) of the segment (clamped to its size), as bytes or a
         read-only memoryview (a read within one chunk is a view of the cached or fetched
-        chunk, without a copy). Raises RemoteFetchTimeoutError past the deadline,
+        chunk, without a copy).
+
+        Read-ahead follows a sequential read: `sequential` True or False says whether this
+        one is; None (the default) takes it as sequential when it starts in the segment's
+        first chunk or in the chunk where this reader's previous read of the segment ended.
+        `next_segment` is where read-ahead continues past the segment's end.
+
+        Raises RemoteFetchTimeoutError past the deadline,
         RemoteStorageError / RemoteResourceNotFoundError for store failures, and the
         detransform's typed errors for damaged chunks."""
         deadline = time.monotonic() + (self.fetch_max_wait_s if timeout_s is None
@@ -167,9 +181,11 @@ class RangeReader:
         if start >= end:
             return b""
         chunks = seg.index.chunks_for(start, end)
+        follows = self._follows(seg, chunks, end, sequential)
         plain = self._fetch(seg, list(chunks), deadline, what=f"bytes [{start}, {end})")
         self.store.metrics.requested(end - start)
-        self._prefetch_after(seg, chunks[-1], next_segment)
+        if follows:
+            self._prefetch_after(seg, chunks[-1], next_segment)
         if len(chunks) == 1:
             lo = seg.index.original_range(chunks[0])[0]
             return memoryview(plain[chunks[0]])[start - lo:end - lo]
@@ -181,16 +197,24 @@ class RangeReader:
 
     def read_into(self, seg: SegmentObject, start: int, buffer, *,
                   timeout_s: float | None = None,
-                  next_segment: SegmentObject | None = None) -> int:
+                  next_segment: SegmentObject | None = None,
+                  sequential: bool | None = None) -> int:
         """Fill `buffer` with original bytes from `start`; returns the bytes written
-        (fewer at the segment's end)."""
+        (fewer at the segment's end). As `read`."""
         view = memoryview(buffer).cast("B")
         data = self.read(seg, start, start + len(view), timeout_s=timeout_s,
-                         next_segment=next_segment)
+                         next_segment=next_segment, sequential=sequential)
         view[:len(data)] = data
         return len(data)
 
+    @property
+    def prefetch_pending_bytes(self) -> int:
+        """Original bytes of read-ahead queued or running."""
+        with self._lock:
+            return self._prefetch_pending
+
     def close(self) -> None:
+        """Stop read-ahead: queued prefetches are dropped, running ones finish."""
         if self._prefetch_pool is not None:
             self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
 
@@ -216,6 +240,15 @@ class RangeReader:
                     owned[i] = fut
                 else:
                     waits[i] = fut
+        if owned and self.cache is not None:
+            # a fetch that finished between this reader's cache miss and its registration
+            # has cached the chunk already: take it rather than fetching it again
+            for i in list(owned):
+                key = seg.chunk_key(i)
+                data = self.cache.get(key) if self.cache.contains(key) else None
+                if data is not None:
+                    plain[i] = data
+                    self._resolve(seg, i, owned.pop(i), result=data)
         if owned:
             self._fetch_owned(seg, owned, deadline, what)
             for i, fut in owned.items():
@@ -232,41 +265,53 @@ class RangeReader:
                      deadline: float, what: str) -> None:
         """Fetch the chunks this reader registered; every owned future ends resolved (with
         the chunk or the error) and unregistered, whatever happens."""
-        runs = self._plan_runs(seg, sorted(owned))
-        pending = {}
         try:
-            for run in runs:
-                t0 = seg.index.transformed_range(run[0])[0]
-                t1 = seg.index.transformed_range(run[-1])[1]
-                pending[self.store.submit(self._get(seg.key, t0, t1))] = (run, t0)
-            for _ in range(len(runs)):
-                if not pending:
-                    break
-                remaining = deadline - time.monotonic()
-                done, _ = concurrent.futures.wait(
-                    pending, timeout=max(0.0, remaining),
-                    return_when=concurrent.futures.FIRST_COMPLETED)
-                if not done:
-                    left = sorted(i for run, _ in pending.values() for i in run)
-                    raise self._timeout(seg, what, left)
-                for f in done:
-                    run, t0 = pending.pop(f)
-                    raw = memoryview(f.result())
-                    for i in run:
-                        a, b = seg.index.transformed_range(i)
-                        data = self._detransform(seg, i, raw[a - t0:b - t0])
-                        if self.cache is not None:
-                            self.cache.put(seg.chunk_key(i), data)
-                        self._resolve(seg, i, owned[i], result=data)
+            self.store.run(self._fetch_runs(seg, owned, deadline, what))
         except BaseException as e:
-            for f in pending:
-                f.cancel()
             for i, fut in owned.items():
                 if not fut.done():
                     if self.cache is not None:
                         self.cache.load_failed()
                     self._resolve(seg, i, fut, error=e)
             raise
+
+    async def _fetch_runs(self, seg: SegmentObject,
+                          owned: dict[int, concurrent.futures.Future], deadline: float,
+                          what: str) -> None:
+        """The GETs of one read, at most max_in_flight at once, each chunk detransformed,
+        cached and handed to its waiters as soon as its GET is done."""
+        runs = self._plan_runs(seg, sorted(owned))
+        gate = asyncio.Semaphore(self.max_in_flight)
+        pending = {}
+        for run in runs:
+            t0 = seg.index.transformed_range(run[0])[0]
+            t1 = seg.index.transformed_range(run[-1])[1]
+            task = asyncio.ensure_future(self._get(gate, seg.key, t0, t1))
+            pending[task] = (run, t0)
+        try:
+            for _ in range(len(runs)):
+                if not pending:
+                    break
+                remaining = deadline - time.monotonic()
+                done, _ = await asyncio.wait(pending, timeout=max(0.0, remaining),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    left = sorted(i for run, _ in pending.values() for i in run)
+                    raise self._timeout(seg, what, left)
+                for task in done:
+                    run, t0 = pending.pop(task)
+                    raw = memoryview(task.result())
+                    for i in run:
+                        a, b = seg.index.transformed_range(i)
+                        data = self._detransform(seg, i, raw[a - t0:b - t0])
+                        if self.cache is not None:
+                            self.cache.put(seg.chunk_key(i), data)
+                        self._resolve(seg, i, owned[i], result=data)
+        finally:
+            if pending:  # a failure or the deadline: the other GETs are abandoned
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
 
     def _resolve(self, seg, i, fut, *, result=None, error=None) -> None:
         with self._lock:
@@ -294,10 +339,8 @@ class RangeReader:
                 size = b - a
         return runs
 
-    async def _get(self, key: str, start: int, end: int):
-        if self._semaphore is None:  # created on the store's loop, its only user
-            self._semaphore = asyncio.Semaphore(self.max_in_flight)
-        async with self._semaphore:
+    async def _get(self, gate: asyncio.Semaphore, key: str, start: int, end: int):
+        async with gate:
             if end == start:
                 return b""
             return await self.store.get_range_async(key, start, end)
@@ -329,6 +372,23 @@ class RangeReader:
             file=self.store.url(seg.key))
 
     # -- read-ahead ----------------------------------------------------------------------
+    def _follows(self, seg: SegmentObject, chunks: range, end: int,
+                 sequential: bool | None) -> bool:
+        """Whether this read is sequential (see `read`); records where it ends."""
+        if self.prefetch_max_bytes <= 0:
+            return False
+        k = (seg.key, seg.identity)
+        with self._lock:
+            last = self._positions.pop(k, None)
+            self._positions[k] = end
+            if len(self._positions) > _POSITIONS_KEPT:
+                self._positions.popitem(last=False)
+        if sequential is not None:
+            return sequential
+        if chunks[0] == 0:
+            return True
+        return last is not None and seg.index.original_range(chunks[0])[0] <= last <= end
+
     def _prefetch_after(self, seg: SegmentObject, last: int,
                         next_segment: SegmentObject | None) -> None:
         if self.prefetch_max_bytes <= 0:

@@ -24,9 +24,10 @@ What this layer adds on top of obstore, and why:
   file, with the errno of a socket error when there is one, and counted by kind in the
   metrics (throttling, server, configured_timeout, io, other). Secrets never appear: the
   message is the first line of obstore's error with any configured secret masked.
-- **One event loop.** Async calls (`get_range_async` and the like, for parallel ranged
-  reads in reads.py) run on one background asyncio loop per store; `call(coro, timeout)`
-  runs a coroutine there from any thread and cancels it when the bound passes.
+- **Event loops.** Async calls (`get_range_async`, for parallel ranged reads in reads.py)
+  run on an event loop kept per calling thread (`run`: the caller's thread drives its own
+  GETs, with no thread hand-off on the hot path) or on one background loop per store
+  (`call(coro, timeout)` and `submit`: from any thread, cancelled when the bound passes).
 
 Configuration: `StoreConfig.from_configs` reads the plugin's names (without the
 `rsm.config.` prefix; see `STORE_CONFIG_KEYS`) and raises `ConfigError` naming a bad key.
@@ -268,6 +269,27 @@ class _Loop:
             self.loop.close()
 
 
+_THREAD = threading.local()
+
+
+class _ThreadLoop:
+    """A thread's own event loop, closed when the thread ends (its thread-local dies)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self):
+        if not self.loop.is_closed() and not self.loop.is_running():
+            self.loop.close()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    holder = _THREAD.__dict__.get("holder")
+    if holder is None or holder.loop.is_closed():
+        holder = _THREAD.holder = _ThreadLoop()
+    return holder.loop
+
+
 _STATUS_RE = re.compile(r"status code: (\d{3})|\b(\d{3}) (?:Service Unavailable|Slow Down|"
                         r"Internal Server Error|Too Many Requests|Bad Gateway)")
 _ERRNO_RE = re.compile(r"Os \{\s*code: (\d+)")
@@ -280,8 +302,9 @@ class ObjectStore:
     """The tier's bucket. Thread-safe: every method may be called from any thread.
 
     Sync calls: `upload`, `put_bytes`, `get`, `get_range`, `head`, `delete`, `list`.
-    Async calls for the loop (`call`, `submit`): `get_range_async`. Keys are the full object
-    keys inside the bucket (the key layout is the format's business)."""
+    Async: `get_range_async`, awaited on any event loop (the caller's own through `run`, or
+    the store's through `call` / `submit`). Keys are the full object keys inside the bucket
+    (the key layout is the format's business)."""
 
     def __init__(self, config: StoreConfig, metrics: ObjectStoreMetrics | None = None):
         self.config = config
@@ -324,6 +347,18 @@ class ObjectStore:
         """Schedule a coroutine on the store's event loop (for callers that wait on many)."""
         return self._loop.submit(coro)
 
+    def run(self, coro):
+        """Run a coroutine to completion from a synchronous caller, on an event loop of the
+        calling thread's own (kept for the thread's life), so the GETs it starts and the
+        caller's wake-up need no hand-off between threads; a caller already inside a
+        running loop uses the store's loop instead. The coroutine bounds itself."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            loop = _thread_loop()
+            return loop.run_until_complete(coro)
+        return self._loop.submit(coro).result()
+
     def call(self, coro, *, op: str, key: str, timeout_s: float | None = None):
         """Run a coroutine on the loop and wait at most `timeout_s` (default: the overall
         call timeout); past it the call is cancelled and a RemoteStorageError raised."""
@@ -342,7 +377,9 @@ class ObjectStore:
     # -- reads ---------------------------------------------------------------------------
     async def get_range_async(self, key: str, start: int, end: int):
         """Bytes [start, end) of an object (a buffer; `memoryview()` it for zero copy).
-        Runs on the store's loop. Raises the typed errors; a short answer is an error."""
+        Raises the typed errors; a short answer is an error. Each attempt is bounded by the
+        store's attempt timeout and retries; callers bound the whole (reads.py cancels it at
+        the read's deadline, `get_range` at the call timeout)."""
         self.metrics.request("get_object_requests")
         try:
             data = await obstore.get_range_async(self._store, key, start=start, end=end)

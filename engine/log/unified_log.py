@@ -104,6 +104,7 @@ from engine.log.segment import (
     segment_file_name,
 )
 from engine.log.transaction_index import AbortedTxn
+from engine.records import MemoryRecords
 
 __all__ = ["LEADER_EPOCH_CHECKPOINT_FILE", "PARTITION_METADATA_FILE", "UnifiedLog"]
 
@@ -1300,14 +1301,14 @@ class UnifiedLog:
                                      upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions of the local segments overlapping
         [start_offset, upper_bound_offset) (Kafka's collectAbortedTransactions): from the
-        segment holding `start_offset` on, stopping at the first complete search."""
+        segment holding `start_offset` on, stopping at the first complete search. Segments
+        starting at or after the upper bound are searched too: a transaction's abort is
+        indexed in the segment of its marker, which may come any number of rolls later."""
         with self._lock:
             self._require_open("collect_aborted_transactions")
             i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
             found: list[AbortedTxn] = []
             for segment in self._segments[i:]:
-                if segment.base_offset >= upper_bound_offset:
-                    break
                 result = segment.txn_index.collect_aborted_txns(start_offset,
                                                                 upper_bound_offset)
                 found.extend(result.aborted_transactions)
@@ -1342,14 +1343,7 @@ class UnifiedLog:
                 epoch = cache.epoch_for_offset(highest) if highest >= 0 else None
                 return highest, _NO_TIMESTAMP, epoch
             if timestamp == MAX_TIMESTAMP:
-                best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
-                if best.max_timestamp_so_far < 0:
-                    return None
-                hit = best.translate_offset(best.shallow_offset_of_max_timestamp_so_far)
-                epoch = None if hit is None or hit["partition_leader_epoch"] < 0 \
-                    else int(hit["partition_leader_epoch"])
-                return (best.shallow_offset_of_max_timestamp_so_far,
-                        best.max_timestamp_so_far, epoch)
+                return self._max_timestamp_and_offset()
             if timestamp < 0:
                 raise ValueError(f"unknown special timestamp {timestamp} for a lookup in log "
                                  f"{self.dir}")
@@ -1364,6 +1358,29 @@ class UnifiedLog:
                     if segment.next_offset() > start:
                         self._check_framing(segment, f"timestamp lookup {timestamp}", start)
             return None
+
+    def _max_timestamp_and_offset(self) -> tuple[int, int, int | None] | None:
+        """ListOffsets MAX_TIMESTAMP: the first record carrying the largest timestamp, in
+        the first batch that carries it (Kafka answers with that record's offset, not the
+        batch's), from the local log."""
+        best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+        max_ts = best.max_timestamp_so_far
+        if max_ts < 0:
+            return None
+        offset = best.shallow_offset_of_max_timestamp_so_far
+        hit = best.translate_offset(offset)
+        if hit is None:
+            return offset, max_ts, None
+        epoch = int(hit["partition_leader_epoch"])
+        info = best.read(int(hit["base_offset"]), int(hit["size"]))
+        if info is not None and info.records.nbytes:
+            cols = MemoryRecords(info.records).decode_columns(0, 1, include_control=False)
+            carrying = np.flatnonzero(cols.timestamp == max_ts)
+            if len(carrying):
+                offset = int(cols.offset[carrying[0]])
+            elif cols.num_records:  # LogAppendTime: every record carries the batch's time
+                offset = int(cols.offset[0])
+        return offset, max_ts, epoch if epoch >= 0 else None
 
     def epoch_entries_in_range(self, start_offset: int, end_offset: int):
         """The epoch entries covering [start_offset, end_offset) (Kafka's

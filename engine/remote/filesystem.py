@@ -310,6 +310,8 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
     for tests and benchmarks on throwaway data), `log.read.verification` (`full` or `size`).
     """
 
+    zero_copy_ranges = True  # map_range views a mapping of the stored, immutable file
+
     def __init__(self, dirs=None, *, fsync: bool = True, log_read_verification: str = "full",
                  broker_id: int = -1):
         self._roots: list[Path] = []
@@ -618,13 +620,26 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
                     index_type: IndexType) -> io.BytesIO:
         """The whole auxiliary file, size and CRC checked against the custom metadata.
         RemoteResourceNotFoundError for a transaction index that was not copied."""
+        return io.BytesIO(self.fetch_index_bytes(metadata, index_type))
+
+    def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
+                          index_type: IndexType) -> bytes:
+        """`fetch_index`'s bytes. A file the checksums say was stored but that is missing
+        is a RemoteStorageError (damage), never RemoteResourceNotFoundError: readers take
+        a transaction index that was not copied for one without aborted transactions."""
         suffix = _INDEX_SUFFIX[IndexType(index_type)]
         checksums = SegmentChecksums.of(metadata)
         if checksums is not None and suffix not in checksums.files:
             raise RemoteResourceNotFoundError(
                 f"{metadata.remote_log_segment_id} has no {suffix} file: it was not copied",
                 file=str(self.segment_path(metadata, suffix)))
-        fd, path = self._open_stored(metadata, suffix)
+        try:
+            fd, path = self._open_stored(metadata, suffix)
+        except RemoteResourceNotFoundError as exc:
+            if checksums is None:
+                raise
+            raise RemoteStorageError(f"{exc}: its checksum record says it was stored "
+                                     "(deleted or lost)", file=exc.file) from None
         try:
             size = _fstat(fd, path).st_size
             data = _pread_exact(fd, size, 0, path)
@@ -632,7 +647,7 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
             os.close(fd)
         if checksums is not None:
             _verify(checksums.files[suffix], size, crc32c(data), path)
-        return io.BytesIO(data)
+        return data
 
     def _checked_log_size(self, metadata: RemoteLogSegmentMetadata, fd: int,
                           path: Path) -> int:

@@ -129,7 +129,7 @@ class RemoteLogManager:
         # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
         # answering from memory) is served on the caller's thread: the hand-off to a reader
         # thread and back costs more than the read itself (bench/compare_remote_read.py)
-        self._inline_reads = reader.can_read_without_blocking(rsm) and rlmm.in_memory_queries
+        self._inline_reads = rlmm.in_memory_queries
         self.broker_id = int(broker_id)
         self.clock = clock or _now_ms
         self.started_ms = self.clock()

@@ -13,7 +13,12 @@ partition from the tier with `RemoteLogManager.build_remote_log_aux_state`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 from test_rlm_helpers import TOPIC, Env, marker, read_all, txn_batch
@@ -38,6 +43,7 @@ from engine.remote.storage import IndexType
 from engine.rlm import RemoteLogManager, follower
 
 TP = (TOPIC, 0)
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "follower_crash_driver.py")
 
 
 class Follower:
@@ -484,6 +490,93 @@ def test_untiered_follower_log_is_refused(tmp_path, leader, replica):
     with pytest.raises(RemoteLogAuxStateError, match="remote storage is not enabled"):
         replica.build()
     assert unified.log_end_offset == 0
+
+
+def _state_after_build(unified: UnifiedLog) -> dict:
+    state = log_state(unified)
+    del state["offsets"]  # the recovery point depends on how the log was last closed
+    return {**state, "starts": (unified.log_start_offset, unified.local_log_start_offset,
+                                unified.log_end_offset)}
+
+
+def test_sigkill_during_the_build_leaves_a_log_built_or_built_again(tmp_path, leader):
+    """A real SIGKILL just before each change the build makes to a lagging follower's
+    files (segments deleted, snapshots deleted, epoch checkpoint, producer snapshot, new
+    segment, log start checkpoint): the log loads either built (at the new start, with
+    its producer state: the open transaction keeps the last stable offset down) or still
+    below the leader's local start, so the next call builds it; never at the new start
+    without its producer state. Building again then gives exactly the uncrashed result."""
+    source = leader.log()
+    replica = Follower(tmp_path, leader)
+    replica.create()
+    leader.produce(6)
+    replica.fetch()  # the follower holds segments of its own
+    replica.close()
+    leader.produce(2)
+    open_first = source.log_end_offset
+    source.append_as_leader(txn_batch([b"c" * 300], producer_id=12), 0)
+    leader.produce(6)
+    source.append_as_leader(marker(False, producer_id=12), 0)
+    leader.rlm.run_once()
+    offsets = leader_offsets(source)
+    local_start = offsets["leader_local_log_start_offset"]
+    assert open_first < local_start
+
+    def copy(name: str) -> Follower:
+        for i in range(2):
+            shutil.copytree(tmp_path / f"follower{i}", tmp_path / f"{name}{i}")
+        f = Follower(tmp_path, leader, name)
+        f.rlm.on_leadership_change({}, followers={TP: 0})
+        return f
+
+    reference = copy("reference")
+    try:
+        assert len(reference.log.segments) > 1
+        assert reference.build(**offsets) == local_start
+        expected = _state_after_build(reference.log)
+        assert expected["ongoing"] == [(open_first, 12)]
+    finally:
+        reference.close()
+
+    everything, _ = consume(leader.rlm, source)
+    outcomes = set()
+    for k in range(1, 40):
+        name = f"k{k}_"
+        for i in range(2):
+            shutil.copytree(tmp_path / f"follower{i}", tmp_path / f"{name}{i}")
+        spec = tmp_path / f"{name}spec.json"
+        spec.write_text(json.dumps({
+            "dirs": [str(tmp_path / f"{name}{i}") for i in range(2)],
+            "tier": str(leader.remote_dir),
+            "metadata_dir": str(leader.log_dirs[0] / "__remote_log_metadata"),
+            "topic_config": leader.topic_config, "topic": TOPIC, "partition": 0,
+            "epoch": 0, "leader": offsets}))
+        child = subprocess.run([sys.executable, DRIVER, str(spec), str(k)],
+                               check=False, capture_output=True, text=True, timeout=120)
+        done = child.returncode == 0
+        assert done or child.returncode == -signal.SIGKILL, child.stderr
+        f = Follower(tmp_path, leader, name)
+        try:
+            f.rlm.on_leadership_change({}, followers={TP: 0})
+            unified = f.log
+            if unified.log_end_offset >= local_start:
+                outcomes.add("built")
+                assert _state_after_build(unified) == expected, k
+            else:
+                outcomes.add("not built")
+                assert f.build(**offsets) == local_start
+                assert _state_after_build(unified) == expected, k
+            assert unified.last_stable_offset == open_first
+            f.fetch()
+            assert consume(f.rlm, unified)[0] == everything
+        finally:
+            f.close()
+        if done:
+            assert child.stdout.strip() == f"done {local_start}"
+            break
+    else:
+        raise AssertionError("the build never completed within 39 kill points")
+    assert outcomes == {"built", "not built"} and k > 5, k
 
 
 # ------------------------------------------------------------ UnifiedLog.truncate_fully...

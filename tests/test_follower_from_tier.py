@@ -375,6 +375,36 @@ def test_leader_epoch_change_in_between(leader, replica):
     assert replica.rlm.read(TOPIC, 0, epoch1_start, 100).from_remote
 
 
+def test_log_start_follows_the_leader_and_never_precedes_the_tier(leader, replica):
+    """DeleteSegmentsDueToLogStartOffsetBreachTest seen from a new follower: after
+    DeleteRecords and remote expiration its log starts at the leader's log start; a leader
+    log start below where the tier begins (the leader had not raised it yet) is raised to
+    the first copied segment, so the follower never offers offsets nobody holds."""
+    leader.produce(16)
+    leader.rlm.run_once()
+    leader.log().delete_records(12)
+    leader.rlm.run_once()
+    remaining = [md.start_offset for md in leader.rlmm.list_remote_log_segments(
+        leader.rlm._partitions[TP].tip) if md.state.name == "COPY_SEGMENT_FINISHED"]
+    tier_start = min(remaining)
+    assert 0 < tier_start < 12 == leader.log().log_start_offset
+    unified = replica.create()
+    offsets = leader_offsets(leader.log())
+
+    replica.build(**{**offsets, "leader_log_start_offset": 0})
+    assert unified.log_start_offset == tier_start
+    assert unified.leader_epoch_cache.entries == [EpochEntry(0, tier_start)]
+    replica.fetch()
+    assert consume(replica.rlm, unified)[0] == leader.acked[TP][tier_start:]
+
+    unified.truncate_fully_and_start_at(0)  # an empty replica again
+    replica.build(**offsets)
+    assert unified.log_start_offset == 12
+    assert unified.leader_epoch_cache.entries == [EpochEntry(0, 12)]
+    replica.fetch()
+    assert consume(replica.rlm, unified)[0] == leader.acked[TP][12:]
+
+
 def test_metadata_not_yet_here_is_retriable_and_leaves_the_log(leader, replica):
     """KAFKA-19523: the follower asks before the leader's segment metadata reached it: a
     RemoteLogAuxStateError naming the partition and the offsets, nothing changed; the same

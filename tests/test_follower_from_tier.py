@@ -13,6 +13,7 @@ partition from the tier with `RemoteLogManager.build_remote_log_aux_state`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import subprocess
 import sys
 
 import pytest
-from test_rlm_helpers import TOPIC, Env, marker, read_all, txn_batch
+from test_rlm_helpers import TOPIC, Env, batch, marker, read_all, txn_batch
 
 from engine.cli.fetch import ConsumerView
 from engine.config import BrokerConfig
@@ -229,6 +230,39 @@ def test_empty_follower_catches_up_from_a_leader_whose_local_log_starts_above_it
         assert read_all(replica.rlm, TOPIC, 0, 0, reopened.log_end_offset) == leader.acked[TP]
     finally:
         replica.close()
+
+
+def test_follower_built_from_the_tier_becomes_leader_and_tiers_on(leader, replica):
+    """ReassignReplicaMoveTest: the replica built from the tier takes over (the old leader
+    stops; the new one writes the same metadata directory), serves the tiered offsets and
+    tiers its own new segments after the old leader's, without uploading any offset
+    twice."""
+    leader.produce(12)
+    leader.rlm.run_once()
+    unified = replica.create()
+    replica.build()
+    replica.fetch()
+    tiered_before = leader.log().highest_offset_in_remote_storage
+    leader.rlm.close()
+    leader.rlmm.close()
+    replica.rlm.close()
+    replica.rlmm.close()
+    replica.rlmm = EmbeddedRemoteLogMetadataManager(leader.log_dirs[0] / "__remote_log_metadata")
+    replica.rlm = RemoteLogManager(replica.config, replica.lm, replica.rsm, replica.rlmm,
+                                   broker_id=1, clock=leader.clock)
+    replica.rlm.on_leadership_change({TP: 1})
+    values = [(unified.append_as_leader(batch([b"new-%d" % i]), 1)[0], b"new-%d" % i)
+              for i in range(30)]
+    summary = replica.rlm.run_once()
+    assert not summary.errors and summary.copied_segments > 0
+    segments = sorted((md.start_offset, md.end_offset) for md in
+                      replica.rlmm.list_remote_log_segments(replica.rlm._partitions[TP].tip))
+    # contiguous: nothing uploaded twice, nothing skipped
+    assert segments[0][0] == 0
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(segments))
+    assert unified.highest_offset_in_remote_storage == segments[-1][1] > tiered_before
+    records, remote = consume(replica.rlm, unified)
+    assert records == leader.acked[TP] + values and remote > 0
 
 
 def test_producer_state_of_open_and_aborted_transactions_carried_over(leader, replica):

@@ -98,8 +98,8 @@ def build_remote_log_aux_state(rlm, st: PartitionState | None, topic: str, parti
     if local_start == leader_log_start_offset:
         raise ValueError(f"cannot build partition {name} from the remote tier: the leader's "
                          f"local log start offset {local_start} is its log start offset, so "
-                         f"no offset below it is tiered (the follower at {end} starts over "
-                         f"at {local_start} from the leader)")
+                         f"no offset below it is tiered; a follower at {end} starts over with "
+                         f"truncate_fully_and_start_at({local_start}) and fetches from there")
     rlm.metrics.mark("BuildRemoteLogAuxStateRequestsPerSec", topic)
     try:
         return _build(rlm, st, unified, (topic, int(partition)), leader_log_start_offset,

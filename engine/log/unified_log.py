@@ -33,6 +33,9 @@ Kafka's rules kept here (kafka-reference.md §2):
   segment's largest timestamp), retention.bytes and the log-start breach; a tiered log with
   copy enabled uses local.retention.* (-2: the totals), deletes only what
   `_may_delete_locally` allows (its last offset tiered) and rolls a breached active segment.
+  `truncate_fully_and_start_at` restarts the log empty at an offset with its log start
+  below it, as a follower built from the tier does (engine.rlm.follower), installing the
+  fetched epoch entries and producer snapshot.
 - Producer state: batches with a producer id update `ProducerStateManager`; COMMIT/ABORT
   markers complete transactions and aborts are appended to the segment's `.txnindex` with
   their last stable offset; `<base>.snapshot` is written at each roll (fsynced by the next

@@ -463,6 +463,32 @@ def test_metadata_not_yet_here_is_retriable_and_leaves_the_log(leader, replica):
     assert unified.log_end_offset == prev + 1
 
 
+def test_damaged_remote_log_metadata_is_not_ready_and_leaves_the_log(tmp_path, leader):
+    """KAFKA-19523: the partition's remote log metadata cannot be loaded (a bit flipped in
+    the middle of its metadata log): a retriable RemoteLogAuxStateError, nothing changed."""
+    leader.produce(12)
+    leader.rlm.run_once()
+    leader.rlm.initialise_partitions(TOPIC, 0)
+    files = [p for p in (leader.log_dirs[0] / "__remote_log_metadata").rglob("*")
+             if p.is_file() and not p.name.startswith(".")]
+    damaged = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    damaged.write_bytes(bytes(data))
+    replica = Follower(tmp_path, leader)
+    try:
+        unified = replica.create()
+        before = log_state(unified)
+        with pytest.raises(RemoteLogAuxStateError, match="metadata is not ready") as err:
+            replica.build()
+        assert f"partition {TOPIC}-0" in str(err.value)
+        assert log_state(unified) == before
+        assert replica.rlm.metrics.value("BuildRemoteLogAuxStateErrorsPerSec",
+                                         topic=TOPIC) == 1
+    finally:
+        replica.close()
+
+
 def test_damaged_remote_producer_snapshot_is_refused_and_leaves_the_log(leader, replica):
     leader.produce(12)
     leader.rlm.run_once()

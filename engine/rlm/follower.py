@@ -39,8 +39,8 @@ leader's local log start moves past the follower's log end (more was tiered and 
 locally), a call builds the follower again at the new start.
 
 Errors name the partition and the offsets: RemoteLogAuxStateError (a RemoteStorageError,
-retriable) when no copied segment holds `prev` in that epoch, the RSM fails or the log is not
-tiered; CorruptCheckpointError / CorruptSnapshotError when a fetched file does not verify;
+retriable) when the partition's remote log metadata is not ready (KAFKA-19523), no copied
+segment holds `prev` in that epoch, the RSM fails or the log is not tiered; CorruptCheckpointError / CorruptSnapshotError when a fetched file does not verify;
 ValueError for arguments that contradict each other or a partition that is not a follower
 here. Kafka's fetcher retries on its next round; here the caller retries (the log is
 untouched, and BuildRemoteLogAuxStateErrorsPerSec counts the failure).
@@ -124,6 +124,11 @@ def _build(rlm, st, unified, tp: tuple[str, int], leader_log_start_offset: int,
                          f"{'a leader' if st is not None else 'not served'} on this engine; "
                          f"on_leadership_change(followers=...) makes it a follower first")
     prev = local_start - 1
+    if not rlm.rlmm.is_ready(st.tip):  # KAFKA-19523: retriable, not a failure of the log
+        raise RemoteLogAuxStateError(
+            f"cannot build partition {name} from the remote tier ({offsets}): its remote log "
+            f"metadata is not ready (not loaded, or damaged: see the RLMM's log); the "
+            f"follower's log is unchanged, build again later", partition=tp, offset=prev)
     md = rlm.rlmm.remote_log_segment_metadata(st.tip, target_epoch, prev)
     if md is None:
         raise RemoteLogAuxStateError(

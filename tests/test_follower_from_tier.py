@@ -35,7 +35,12 @@ from engine.errors import (
 from engine.log import LogManager
 from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, OffsetCheckpointFile
 from engine.log.log_manager import LOG_START_OFFSET_CHECKPOINT_FILE
-from engine.log.producer_state import ProducerSnapshotEntry, encode_snapshot, read_snapshot
+from engine.log.producer_state import (
+    ProducerSnapshotEntry,
+    decode_snapshot,
+    encode_snapshot,
+    read_snapshot,
+)
 from engine.log.unified_log import UnifiedLog
 from engine.records import build_end_txn_marker
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
@@ -218,7 +223,13 @@ def test_empty_follower_catches_up_from_a_leader_whose_local_log_starts_above_it
         assert replica.rlm.list_offsets(TOPIC, 0, "earliest-local")[0] == local_start
 
         # the follower task keeps its highest tiered offset; a restart keeps the state
-        replica.rlm.run_once()
+        leader.produce(6)
+        replica.fetch()
+        leader.rlm.run_once()
+        replica.rlmm.refresh()  # the leader's new metadata reaches the follower
+        assert not replica.rlm.run_once().errors
+        assert unified.highest_offset_in_remote_storage == \
+            source.highest_offset_in_remote_storage > local_start - 1
         before = log_state(unified)
         replica.close()
         replica = Follower(tmp_path, leader)
@@ -294,8 +305,9 @@ def test_producer_state_of_open_and_aborted_transactions_carried_over(leader, re
     unified = replica.log
     assert next_offset == local_start
     md = remote_segment_before(leader, local_start)
-    tiered = [e for e in read_snapshot(unified.dir / f"{local_start:020d}.snapshot")]
-    assert tiered == list(_remote_snapshot_entries(leader, md))
+    tiered = read_snapshot(unified.dir / f"{local_start:020d}.snapshot")
+    assert tiered == decode_snapshot(leader.rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT)
+                                     .read())
     assert {e.producer_id for e in tiered} == {11, 12}
     assert unified.producer_state.ongoing_transactions() == [(open_first, 12)]
     assert unified.last_stable_offset == open_first < unified.log_end_offset
@@ -503,12 +515,6 @@ def test_damaged_remote_producer_snapshot_is_refused_and_leaves_the_log(leader, 
         replica.build()
     assert str(path) in str(damaged.value) and f"partition {TOPIC}-0" in str(damaged.value)
     assert log_state(unified) == before
-
-
-def _remote_snapshot_entries(env: Env, md):
-    from engine.log.producer_state import decode_snapshot
-
-    return decode_snapshot(env.rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT).read())
 
 
 def test_fetched_files_that_contradict_the_segment_are_refused(leader, replica):

@@ -59,9 +59,10 @@ class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
 class RemoteLogAuxStateError(RemoteStorageError):
     """A follower's state could not be built from the remote tier now (Kafka's
     RemoteStorageException from buildRemoteLogAuxState, counted by
-    BuildRemoteLogAuxStateErrorsPerSec): no copied segment holds the offset below the
-    leader's local log start in the leader's epoch (its metadata has not reached this
-    engine yet, or the tier moved on), the RSM failed, or the log is not tiered. The
+    BuildRemoteLogAuxStateErrorsPerSec): the partition's remote log metadata is not ready,
+    no copied segment holds the offset below the leader's local log start in the leader's
+    epoch (its metadata has not reached this engine yet, or the tier moved on), the RSM
+    failed, or the log is not tiered. The
     follower's log is left as it was; the caller retries, as Kafka's fetcher does on its
     next round. `partition` is (topic, partition); `offset` the offset looked up."""
 

@@ -415,8 +415,9 @@ class RemoteLogManager:
         it is already at or past the leader's local log start.
 
         Raises:
-            RemoteLogAuxStateError: no copied segment holds the offset in that epoch, the
-                RSM failed, or the log is not tiered (retriable; the log is unchanged).
+            RemoteLogAuxStateError: the remote log metadata is not ready, no copied segment
+                holds the offset in that epoch, the RSM failed, or the log is not tiered
+                (retriable; the log is unchanged).
             CorruptCheckpointError, CorruptSnapshotError: a fetched file does not verify.
             ValueError: contradicting offsets, or the partition is not a follower here.
             KeyError: no such partition.

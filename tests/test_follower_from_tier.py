@@ -553,6 +553,25 @@ def test_fetched_files_that_contradict_the_segment_are_refused(leader, replica):
     assert follower._producer_snapshot(rlm, unchecked, TP, next_offset) is None
 
 
+def test_leader_without_producer_snapshots_gives_an_empty_producer_state(leader, replica,
+                                                                           caplog):
+    """A leader log that kept no producer snapshots (older logs: the tier stores an empty
+    one): the follower starts with no producer state and says so."""
+    leader.produce(12)
+    for path in leader.log().dir.glob("*.snapshot"):
+        path.unlink()
+    leader.rlm.run_once()
+    unified = replica.create()
+    with caplog.at_level("WARNING", logger="engine.rlm.follower"):
+        next_offset = replica.build()
+    assert "starts with no producer state" in caplog.text
+    assert next_offset == leader.log().local_log_start_offset
+    assert list(unified.dir.glob("*.snapshot")) == []
+    assert unified.producer_state.producers == {}
+    replica.fetch()
+    assert consume(replica.rlm, unified)[0] == leader.acked[TP]
+
+
 def test_bad_arguments_and_roles(leader, replica, tmp_path):
     leader.produce(12)
     leader.rlm.run_once()

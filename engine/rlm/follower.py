@@ -133,9 +133,10 @@ def _build(rlm, st, unified, tp: tuple[str, int], leader_log_start_offset: int,
     if md is None:
         raise RemoteLogAuxStateError(
             f"cannot build partition {name} from the remote tier ({offsets}): no copied "
-            f"remote segment holds offset {prev} in epoch {target_epoch} (its metadata has "
-            f"not reached this engine, or the leader's tier moved on); the follower's log is "
-            f"unchanged, build again later", partition=tp, offset=prev)
+            f"remote segment of topic id {st.tip.topic_id} holds offset {prev} in epoch "
+            f"{target_epoch} (its metadata has not reached this engine, or the leader's tier "
+            f"moved on); the follower's log is unchanged, build again later", partition=tp,
+            offset=prev)
     next_offset = md.end_offset + 1
     epochs = _leader_epochs(rlm, md, tp, next_offset)
     snapshot = _producer_snapshot(rlm, md, tp, next_offset)

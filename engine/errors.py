@@ -56,6 +56,21 @@ class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
     optional transaction index that was never copied."""
 
 
+class RemoteLogAuxStateError(RemoteStorageError):
+    """A follower's state could not be built from the remote tier now (Kafka's
+    RemoteStorageException from buildRemoteLogAuxState, counted by
+    BuildRemoteLogAuxStateErrorsPerSec): the partition's remote log metadata is not ready,
+    no copied segment holds the offset below the leader's local log start in the leader's
+    epoch (its metadata has not reached this engine yet, or the tier moved on), the RSM
+    failed, or the log is not tiered. The
+    follower's log is left as it was; the caller retries, as Kafka's fetcher does on its
+    next round. `partition` is (topic, partition); `offset` the offset looked up."""
+
+    def __init__(self, message, *, partition=None, offset=None, file=None):
+        super().__init__(message, file=file, offset=offset)
+        self.partition = partition
+
+
 class RemoteLogReaderRejectedError(KafkaEngineError, RuntimeError):
     """A remote read was refused because the remote-log-reader queue is full
     (`remote.log.reader.max.pending.tasks`; Kafka's RejectedExecutionException). Returned as
@@ -95,6 +110,7 @@ __all__ = [
     "InvalidTopicError",
     "RemoteStorageError",
     "RemoteResourceNotFoundError",
+    "RemoteLogAuxStateError",
     "RemoteLogReaderRejectedError",
     "RemoteFetchTimeoutError",
     "CustomMetadataSizeLimitExceededError",

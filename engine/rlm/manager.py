@@ -53,7 +53,7 @@ from engine.remote.metadata import (
 )
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, expiration, offsets, reader
+from engine.rlm import copier, expiration, follower, offsets, reader
 from engine.rlm.lineage import find_highest_remote_offset, find_log_start_offset
 from engine.rlm.metrics import RLMMetrics
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
@@ -401,6 +401,33 @@ class RemoteLogManager:
         if self._scheduler is not None:
             for st in lead + follow:
                 self._schedule(st)
+
+    def build_remote_log_aux_state(self, topic: str, partition: int, *,
+                                   leader_log_start_offset: int,
+                                   leader_local_log_start_offset: int,
+                                   target_epoch: int) -> int:
+        """Builds this follower's partition from the remote tier at the leader's local log
+        start offset (Kafka's buildRemoteLogAuxState; see engine.rlm.follower): the epoch
+        cache and producer state of the remote segment holding
+        `leader_local_log_start_offset - 1`, found by `target_epoch` (the leader's epoch of
+        that offset), then the log truncated fully and started past that segment. Returns
+        the offset to fetch from the leader next; a no-op returning the log end offset when
+        it is already at or past the leader's local log start.
+
+        Raises:
+            RemoteLogAuxStateError: the remote log metadata is not ready, no copied segment
+                holds the offset in that epoch, the RSM failed, or the log is not tiered
+                (retriable; the log is unchanged).
+            CorruptCheckpointError, CorruptSnapshotError: a fetched file does not verify.
+            ValueError: contradicting offsets, or the partition is not a follower here.
+            KeyError: no such partition.
+        """
+        with self._lock:
+            st = self._partitions.get(TopicPartition(topic, int(partition)))
+        return follower.build_remote_log_aux_state(
+            self, st, topic, partition, leader_log_start_offset=leader_log_start_offset,
+            leader_local_log_start_offset=leader_local_log_start_offset,
+            target_epoch=target_epoch)
 
     # -- lifecycle -------------------------------------------------------------------------
 

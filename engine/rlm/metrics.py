@@ -26,6 +26,9 @@ _METERS = {
     "RemoteFetchErrorsPerSec": "Failed remote reads",
     "RemoteDeleteRequestsPerSec": "Remote segment deletes",
     "RemoteDeleteErrorsPerSec": "Failed remote segment deletes",
+    "BuildRemoteLogAuxStateRequestsPerSec": "Follower states built from remote storage",
+    "BuildRemoteLogAuxStateErrorsPerSec": "Failed builds of a follower state from remote "
+                                          "storage",
 }
 _PARTITION_GAUGES = {
     "RemoteCopyLagBytes": "Bytes of local inactive segments not yet copied",

@@ -450,8 +450,10 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
             stored[LOG] = self._store(segment_data.log_segment,
                                       pdir / self.segment_file_name(metadata, LOG))
             self._sync_dir(pdir)
-        except BaseException:
+        except BaseException as exc:
             self._remove_segment_files(metadata, [pdir.parent], missing_ok=True, quiet=True)
+            if isinstance(exc, RemoteStorageError):
+                raise _in_copy_of(exc, metadata) from None
             raise
         return SegmentChecksums(stored).encode()
 
@@ -498,7 +500,7 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
         except OSError as exc:
             if isinstance(exc, RemoteStorageError):
                 raise
-            raise _storage_error(exc, f"cannot write {tmp}") from None
+            raise _storage_error(exc, "cannot write", tmp) from None
         finally:
             os.close(out)
         try:
@@ -761,10 +763,28 @@ class _RangeStream(io.RawIOBase):
         super().close()
 
 
-def _storage_error(exc: OSError, what: str) -> RemoteStorageError:
-    path = exc.filename if exc.filename is not None else None
+def _storage_error(exc: OSError, what: str, path: Path | None = None) -> RemoteStorageError:
+    """`exc` as a RemoteStorageError naming the errno (ENOSPC, EROFS, ...) and the file;
+    its `errno` is kept, so callers can tell a full tier from a damaged one."""
+    if path is None and exc.filename is not None:
+        path = exc.filename
     cls = RemoteResourceNotFoundError if isinstance(exc, FileNotFoundError) else RemoteStorageError
-    return cls(f"{what}: {exc.strerror or exc}", file=None if path is None else str(path))
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    reason = exc.strerror or str(exc)
+    error = cls(f"{what}: {name} ({reason})" if name else f"{what}: {reason}",
+                file=None if path is None else str(path))
+    error.errno, error.strerror = exc.errno, exc.strerror
+    return error
+
+
+def _in_copy_of(exc: RemoteStorageError, metadata: RemoteLogSegmentMetadata
+                ) -> RemoteStorageError:
+    """`exc` naming the partition and segment whose copy it stopped."""
+    error = type(exc)(f"copy of segment {metadata.remote_log_segment_id.id} of partition "
+                      f"{metadata.topic_id_partition}: {exc.reason}", file=exc.file,
+                      position=exc.position, offset=exc.offset)
+    error.errno, error.strerror = exc.errno, exc.strerror
+    return error
 
 
 def _unlink(path: Path) -> None:
@@ -855,6 +875,15 @@ def _write_all(fd: int, view: memoryview, path: Path) -> None:
         view = view[n:]
 
 
+def _pwrite_all(fd: int, view: memoryview, start: int, end: int) -> None:
+    """Writes view[start:end] at file position `start`. The slices are never bound to a
+    name: a failed write's traceback keeps its frames' locals alive, and a slice held there
+    would keep the source mapping exported, so closing it would raise BufferError in place
+    of the OSError (ENOSPC on a full tier)."""
+    while start < end:
+        start += os.pwrite(fd, view[start:end], start)
+
+
 def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
     """Copies `source` into fd `out` in the kernel (copy_file_range), CRC'ing each slice
     right after it is copied; falls back to a read/CRC/write loop where the kernel copy is
@@ -865,8 +894,7 @@ def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
         raise RemoteStorageError(f"source file {source} does not exist",
                                  file=str(source)) from None
     except OSError as exc:
-        raise RemoteStorageError(f"cannot open source file {source}: {exc.strerror}",
-                                 file=str(source)) from None
+        raise _storage_error(exc, "cannot open source file", source) from None
     try:
         size = os.fstat(src).st_size
         if size == 0:
@@ -890,8 +918,7 @@ def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
                             f"source file {source} shrank during the copy: {done} of "
                             f"{size} bytes", file=str(source))
                 else:
-                    os.lseek(out, done, os.SEEK_SET)
-                    _write_all(out, view[done:done + n], dest)
+                    _pwrite_all(out, view, done, done + n)
                 crc = crc32c(view[done:done + n], crc)
                 done += n
         return crc, size

@@ -304,6 +304,10 @@ def test_failed_remote_delete_is_retried_by_the_next_run(faulty):
     assert states[copied[0].start_offset] == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
     assert env.rlm.metrics.value("RemoteDeleteErrorsPerSec", topic=TOPIC) == 1
     assert not env.rlm.is_idle()
+    assert summary.retry_in_ms > 0  # the retry waits out the backoff
+    summary = env.rlm.run_once()
+    assert summary.deleted_remote_segments == 0 and "injected delete failure" in summary.errors[0]
+    env.clock.advance(summary.retry_in_ms)
     summary = env.rlm.run_once()
     assert summary.errors == [] and summary.deleted_remote_segments == 1
     assert [m.start_offset for m in _segments(env)] == \

@@ -86,6 +86,13 @@ class RunSummary:
     deleted_remote_segments: int = 0
     deleted_local_segments: int = 0
     errors: list[str] = field(default_factory=list)
+    #: ms until every task that failed in this pass may run again (its retry backoff)
+    retry_in_ms: int = 0
+
+    @property
+    def made_progress(self) -> bool:
+        return bool(self.copied_segments or self.deleted_remote_segments
+                    or self.deleted_local_segments)
 
 
 def _validate(config: BrokerConfig) -> None:
@@ -467,6 +474,8 @@ class RemoteLogManager:
         if self.rlmm.is_ready(st.tip):
             with st.expiration_lock:
                 self._expire_once(st)
+            if st.expiration_failures:
+                return max(0, st.next_expiration_attempt_ms - self.clock())
         return self.interval_ms
 
     def _scheduled_follower(self, st: PartitionState) -> int:
@@ -533,7 +542,26 @@ class RemoteLogManager:
             log.warning("Local retention of %s failed: %s", st.name, exc)
             return 0
 
-    def _expire_once(self, st: PartitionState) -> tuple[int, list[Exception]]:
+    def _expire_once(self, st: PartitionState,
+                     honour_backoff: bool = False) -> tuple[int, list[Exception]]:
+        """One expiration run. A run with errors is retried after the copy's exponential
+        backoff (each retry of a failing tier would otherwise log and record again at every
+        interval), and logged once for all its failed deletes."""
+        if honour_backoff and self.clock() < st.next_expiration_attempt_ms:
+            return 0, []
+        deleted, errors = self._expire_run(st)
+        if not errors:
+            st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
+            return deleted, errors
+        delay = self.backoff.backoff(st.expiration_failures)
+        st.expiration_failures += 1
+        st.next_expiration_attempt_ms = self.clock() + delay
+        log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
+                    "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
+                    len(errors), deleted, st.last_expiration_error)
+        return deleted, errors
+
+    def _expire_run(self, st: PartitionState) -> tuple[int, list[Exception]]:
         if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
             # a running copy initialises the state itself; till then size retention waits
             try:
@@ -582,8 +610,12 @@ class RemoteLogManager:
                               custom: bytes | None) -> None:
         """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
         DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
-        stays DELETE_SEGMENT_STARTED."""
-        started = self.mark_delete_started(md, custom)
+        stays DELETE_SEGMENT_STARTED. A segment already DELETE_SEGMENT_STARTED (a retry) is
+        not marked again: retries of a failing tier add nothing to the metadata."""
+        if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            started = md
+        else:
+            started = self.mark_delete_started(md, custom)
         self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
         try:
             self.rsm.delete_log_segment_data(started)
@@ -624,12 +656,20 @@ class RemoteLogManager:
             summary.deleted_local_segments += self._delete_local(st)
             if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    deleted, errors = self._expire_once(st)
+                    deleted, errors = self._expire_once(st, honour_backoff=True)
                 finally:
                     st.expiration_lock.release()
                 summary.deleted_remote_segments += deleted
                 summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
                                    for e in errors]
+                if not errors and st.expiration_failures and st.last_expiration_error:
+                    # waiting out the retry backoff of a failed run
+                    summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
+            now = self.clock()
+            for failures, next_ms in ((st.copy_failures, st.next_copy_attempt_ms),
+                                      (st.expiration_failures, st.next_expiration_attempt_ms)):
+                if failures:
+                    summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
         return summary
 
     def is_idle(self) -> bool:

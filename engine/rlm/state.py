@@ -43,6 +43,9 @@ class PartitionState:
     copy_failures: int = 0
     next_copy_attempt_ms: int = 0
     last_copy_error: str | None = None
+    #: failed expiration runs in a row, and when the next may run (the copy's retry backoff)
+    expiration_failures: int = 0
+    next_expiration_attempt_ms: int = 0
     last_expiration_error: str | None = None
     last_fetch_error: str | None = None
     remote_segment_count: int = 0

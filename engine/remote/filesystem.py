@@ -876,10 +876,7 @@ def _write_all(fd: int, view: memoryview, path: Path) -> None:
 
 
 def _pwrite_all(fd: int, view: memoryview, start: int, end: int) -> None:
-    """Writes view[start:end] at file position `start`. The slices are never bound to a
-    name: a failed write's traceback keeps its frames' locals alive, and a slice held there
-    would keep the source mapping exported, so closing it would raise BufferError in place
-    of the OSError (ENOSPC on a full tier)."""
+    """Writes view[start:end] at file position `start`."""
     while start < end:
         start += os.pwrite(fd, view[start:end], start)
 
@@ -899,28 +896,44 @@ def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
         size = os.fstat(src).st_size
         if size == 0:
             return crc32c(b""), 0
+        failure = None
         with mmap.mmap(src, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ) as mapped, \
                 memoryview(mapped) as view:
-            crc, done = 0, 0
-            kernel_copy = hasattr(os, "copy_file_range")
-            while done < size:
-                n = min(_COPY_SLICE, size - done)
-                if kernel_copy:
-                    try:
-                        n = os.copy_file_range(src, out, n, done, done)
-                    except OSError as exc:
-                        if exc.errno not in _NO_COPY_FILE_RANGE:
-                            raise
-                        kernel_copy = False
-                        continue
-                    if n == 0:
-                        raise RemoteStorageError(
-                            f"source file {source} shrank during the copy: {done} of "
-                            f"{size} bytes", file=str(source))
-                else:
-                    _pwrite_all(out, view, done, done + n)
-                crc = crc32c(view[done:done + n], crc)
-                done += n
+            try:
+                crc = _copy_mapped(src, out, view, source)
+            except OSError as exc:
+                # a traceback keeps its frames' locals alive, slices of `view` among them:
+                # the mapping would stay exported and closing it raise BufferError in place
+                # of this error (ENOSPC on a full tier). Dropped here, raised after the close.
+                failure = exc.with_traceback(None)
+        if failure is not None:
+            raise failure
         return crc, size
     finally:
         os.close(src)
+
+
+def _copy_mapped(src: int, out: int, view: memoryview, source: Path) -> int:
+    """The copy loop of _copy_file over the mapped source; its CRC32C."""
+    size = len(view)
+    crc, done = 0, 0
+    kernel_copy = hasattr(os, "copy_file_range")
+    while done < size:
+        n = min(_COPY_SLICE, size - done)
+        if kernel_copy:
+            try:
+                n = os.copy_file_range(src, out, n, done, done)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_FILE_RANGE:
+                    raise
+                kernel_copy = False
+                continue
+            if n == 0:
+                raise RemoteStorageError(
+                    f"source file {source} shrank during the copy: {done} of {size} bytes",
+                    file=str(source))
+        else:
+            _pwrite_all(out, view, done, done + n)
+        crc = crc32c(view[done:done + n], crc)
+        done += n
+    return crc

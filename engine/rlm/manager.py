@@ -24,6 +24,12 @@ in progress and since when.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
+A partition whose remote log metadata the RLMM cannot serve (`partition_error`, e.g. a
+damaged metadata log) is offline and fails alone: its tasks do not run, its reads and
+ListOffsets raise that error, `status()` shows it offline with the error, the
+`RemoteLogOfflinePartitionsCount` gauge counts it, and `run_once` reports it among the
+errors; every other partition is tiered, expired and read as usual.
+
 Topic ids come from each partition's `partition.metadata`; one is created and written when
 a partition has none (Kafka always has one).
 
@@ -33,6 +39,7 @@ Thread-safety: every public method may be called from any thread.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import logging
 import threading
 import time
@@ -41,7 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
+from engine.errors import (
+    CorruptRemoteLogMetadataError,
+    OffsetOutOfRangeError,
+    RemoteFetchTimeoutError,
+)
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
@@ -198,6 +209,10 @@ class RemoteLogManager:
                          "Idle share of the copier threads",
                          lambda: (self._copier_pool.busy.idle_percent()
                                   if self._copier_pool else 100.0))
+        m.gauge_function("RemoteLogOfflinePartitionsCount",
+                         "Tiered partitions whose remote log metadata cannot be served",
+                         lambda: sum(st.offline_error is not None
+                                     for st in list(self._partitions.values())))
         m.gauge_function("remote_copy_throttle_time_avg", "Copy quota throttle ms, avg",
                          self.copy_quota_sensor.avg)
         m.gauge_function("remote_copy_throttle_time_max", "Copy quota throttle ms, max",
@@ -274,7 +289,12 @@ class RemoteLogManager:
                         self._is_deleting(tp, unified):
                     continue
                 st = self._new_state(tp, unified, None, True)
-                if self._remote_deletion_recorded(st.tip):
+                try:
+                    deletion_recorded = self._remote_deletion_recorded(st.tip)
+                except CorruptRemoteLogMetadataError as exc:
+                    # offline for good (until restarted): known, reported, never tiered
+                    deletion_recorded, st.offline_error = False, exc
+                if deletion_recorded:
                     self._deleting[tp] = st.tip.topic_id
                     log.warning("%s: its remote data is being deleted "
                                 "(DELETE_PARTITION_MARKED or later): it is not tiered; "
@@ -462,8 +482,27 @@ class RemoteLogManager:
             sched.schedule(f"follower:{st.name}", lambda: self._scheduled_follower(st),
                            self._follower_pool)
 
+    def _offline(self, st: PartitionState) -> Exception | None:
+        """The partition's RLMM error (it is offline) or None; kept in st.offline_error for
+        status and the offline gauge."""
+        error = self.rlmm.partition_error(st.tip)
+        if error is not None and st.offline_error is None:
+            log.error("%s is offline: its remote log metadata cannot be served (the other "
+                      "partitions go on): %s", st.name, error)
+        st.offline_error = error
+        return error
+
+    def _check_online(self, st: PartitionState) -> None:
+        """Raises the error of an offline partition (a copy: a fresh traceback)."""
+        error = self._offline(st)
+        if error is not None:
+            raise copy.copy(error)
+
+    def _ready(self, st: PartitionState) -> bool:
+        return self._offline(st) is None and self.rlmm.is_ready(st.tip)
+
     def _scheduled_copy(self, st: PartitionState) -> int:
-        if not self.rlmm.is_ready(st.tip):
+        if not self._ready(st):
             return self.interval_ms
         with st.copy_lock:
             delay, _, _ = self._copy_once(st, honour_backoff=False)
@@ -471,7 +510,7 @@ class RemoteLogManager:
         return delay
 
     def _scheduled_expiration(self, st: PartitionState) -> int:
-        if self.rlmm.is_ready(st.tip):
+        if self._ready(st):
             with st.expiration_lock:
                 self._expire_once(st)
             if st.expiration_failures:
@@ -479,7 +518,7 @@ class RemoteLogManager:
         return self.interval_ms
 
     def _scheduled_follower(self, st: PartitionState) -> int:
-        if self.rlmm.is_ready(st.tip):
+        if self._ready(st):
             self._follow_once(st)
         return self.interval_ms
 
@@ -636,6 +675,11 @@ class RemoteLogManager:
         states = self._sync_partitions()
         summary.errors += self._delete_disabled()
         for st in states:
+            offline = self._offline(st)
+            if offline is not None:
+                summary.errors.append(f"{st.name}: offline: {type(offline).__name__}: "
+                                      f"{offline}")
+                continue
             if not self.rlmm.is_ready(st.tip):
                 summary.errors.append(f"{st.name}: remote log metadata not ready")
                 continue
@@ -679,8 +723,8 @@ class RemoteLogManager:
         if self._disabled:  # remote data of a partition whose tiering was turned off
             return False
         for st in states:
-            if not st.is_leader:
-                continue
+            if not st.is_leader or self._offline(st) is not None:
+                continue  # an offline partition has no work it can do
             if st.copy_in_progress is not None:
                 return False
             if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
@@ -715,11 +759,17 @@ class RemoteLogManager:
         as its first copy run does, without copying: the log start offset and the highest
         offset in remote storage from the tier. `list_offsets` and `status` call it, so a
         fresh process answers latest-tiered and copy lag right; scheduled runs do it
-        anyway. Raises what the RLMM raises."""
+        anyway. Raises what the RLMM raises; an offline partition is skipped (its own
+        calls raise) unless `topic` and `partition` name it."""
+        named = topic is not None and partition is not None
         for st in self._sync_partitions():
             if topic is not None and st.topic != topic:
                 continue
             if partition is not None and st.partition != int(partition):
+                continue
+            if named:
+                self._check_online(st)
+            elif self._offline(st) is not None:
                 continue
             self._ensure_initialised(st)
 
@@ -733,6 +783,8 @@ class RemoteLogManager:
         if st is None and unified.remote_log_enabled:
             st = next((s for s in self._sync_partitions()
                        if (s.topic, s.partition) == (topic, int(partition))), None)
+        if st is not None:
+            self._check_online(st)
         return unified, st
 
     @staticmethod
@@ -898,6 +950,8 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
+            if self._offline(st) is not None:
+                continue  # shown offline, with its error
             try:
                 self._ensure_initialised(st)
             except Exception as exc:  # the status still shows what is known

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from test_rlm_helpers import TOPIC, Env, read_all
+from test_rlm_helpers import TOPIC, Env, read_all, records_of
 
 from engine.errors import (
     CustomMetadataSizeLimitExceededError,
@@ -473,3 +473,54 @@ def test_partition_deleted_during_a_stuck_copy_leaves_no_files(tmp_path, monkeyp
     assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
     assert not [p for p in (tmp_path / "remote").rglob("*") if p.is_file()]
     env.close()
+
+
+def test_damaged_metadata_takes_one_partition_offline_and_the_others_go_on(tmp_path):
+    """A bit flip in the middle of partition 0's metadata log: partition 0 is offline
+    (RLMM and status report it with the file and position, the gauge counts it, its calls
+    raise CorruptRemoteLogMetadataError naming it); partition 1 is copied, expired, read
+    and listed as usual."""
+    from engine.errors import CorruptRemoteLogMetadataError
+
+    env = Env(tmp_path)
+    for p in (0, 1):
+        env.produce(8, partition=p)
+    env.rlm.run_once()
+    tip0 = env.rlm._partitions[(TOPIC, 0)].tip
+    env.close()
+    damaged = next((env.log_dirs[0] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(data)
+
+    env = Env(tmp_path, topic_config={"retention.bytes": 2000})
+    try:
+        for p in (0, 1):
+            env.produce(8, partition=p)
+        summary = env.rlm.run_once()
+        assert summary.copied_segments > 0 and summary.deleted_remote_segments > 0
+        assert len(summary.errors) == 1 and summary.errors[0].startswith(f"{TOPIC}-0: offline")
+        assert str(damaged) in summary.errors[0]
+        assert env.rlm.is_idle()  # the offline partition has no work it can do
+        assert list(env.rlmm.offline_partitions()) == [tip0]
+        assert env.rlm.metrics.value("RemoteLogOfflinePartitionsCount") == 1
+        rows = {r["partition"]: r for r in env.rlm.status()}
+        assert rows[0]["offline"] and rows[0]["remote_segments"] is None
+        assert str(damaged) in rows[0]["offline_error"]
+        assert "position" in rows[0]["offline_error"]
+        assert not rows[1]["offline"] and rows[1]["remote_segments"] > 0
+        for call in (lambda: env.rlm.read(TOPIC, 0, 0, 10_000),
+                     lambda: env.rlm.list_offsets(TOPIC, 0, "earliest"),
+                     lambda: env.rlmm.list_remote_log_segments(tip0)):
+            for _ in range(2):  # every call, not only the first
+                with pytest.raises(CorruptRemoteLogMetadataError) as info:
+                    call()
+                assert info.value.file == str(damaged) and info.value.position is not None
+                assert info.value.partition == tip0 and f"{TOPIC}-0" in str(info.value)
+        start = env.rlm.list_offsets(TOPIC, 1, "earliest")[0]
+        assert start > 0  # expiration of partition 1 moved its log start
+        result = env.rlm.read(TOPIC, 1, start, 100_000)
+        assert result.error is None and records_of(result.records)[0][0] == start
+        assert damaged.read_bytes() == bytes(data)
+    finally:
+        env.close()

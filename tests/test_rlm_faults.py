@@ -315,6 +315,42 @@ def test_failed_remote_delete_is_retried_by_the_next_run(faulty):
     assert env.rlm.is_idle()
 
 
+
+def test_failing_deletes_back_off_log_once_per_run_and_record_nothing_new(faulty, caplog):
+    """A tier that refuses every delete (a read-only tier): each segment is recorded
+    DELETE_SEGMENT_STARTED once, retries add nothing to the metadata log, wait for the
+    growing backoff, and log one line per failed run whatever the number of segments."""
+    env, rsm = faulty
+    env.produce(16)
+    env.rlm.run_once()
+    copied = _segments(env)
+    assert len(copied) > 3
+    env.log().maybe_increment_log_start_offset(copied[2].end_offset + 1)  # 3 segments due
+    metadata_log = next((env.log_dirs[0] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    rsm.delete_failures = 10**6
+    caplog.set_level("WARNING", logger="engine")
+    waits, sizes = [], []
+    for _ in range(4):
+        caplog.clear()
+        summary = env.rlm.run_once()
+        assert summary.deleted_remote_segments == 0
+        assert len([r for r in caplog.records if "Expiration task" in r.getMessage()]) == 1
+        assert not [r for r in caplog.records if "Deleting remote segment" in r.getMessage()]
+        waits.append(summary.retry_in_ms)
+        sizes.append(metadata_log.stat().st_size)
+        caplog.clear()
+        early = env.rlm.run_once()  # within the backoff: not retried, the error still shown
+        assert not caplog.records and "injected delete failure" in early.errors[0]
+        env.clock.advance(summary.retry_in_ms)
+    assert len(set(sizes)) == 1, sizes  # the first run's DELETE_SEGMENT_STARTED only
+    assert [m.state for m in _segments(env)][:3] == \
+        [RemoteLogSegmentState.DELETE_SEGMENT_STARTED] * 3
+    assert waits[-1] > waits[0]  # exponential backoff
+    assert env.rlm.metrics.value("RemoteDeleteErrorsPerSec", topic=TOPIC) == 4 * 3
+    rsm.delete_failures = 0
+    summary = env.rlm.run_once()
+    assert summary.deleted_remote_segments == 3 and summary.errors == []
+
 def test_close_returns_while_a_copy_hangs_in_the_rsm(faulty):
     env, rsm = faulty
     rsm.hang_copy = {0}

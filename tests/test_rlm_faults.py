@@ -560,3 +560,35 @@ def test_damaged_metadata_takes_one_partition_offline_and_the_others_go_on(tmp_p
         assert damaged.read_bytes() == bytes(data)
     finally:
         env.close()
+
+
+def test_failing_delete_on_disable_backs_off(faulty, caplog):
+    """Tiering turned off with remote.log.delete.on.disable on a tier that refuses deletes:
+    the partition deletion is retried after a growing backoff (not at every pass), logged
+    once per attempt, and finishes once the tier accepts deletes."""
+    env, rsm = faulty
+    env.produce(8)
+    env.rlm.run_once()
+    assert _segments(env)
+    tip = env.rlm._partitions[(TOPIC, 0)].tip
+    env.lm.update_topic_config(TOPIC, {**env.topic_config, "remote.storage.enable": "false",
+                                       "remote.log.delete.on.disable": "true"})
+    rsm.delete_failures = 10**6
+    caplog.set_level("WARNING", logger="engine")
+    waits = []
+    for _ in range(3):
+        caplog.clear()
+        summary = env.rlm.run_once()
+        assert "delete on disable" in summary.errors[0] and summary.retry_in_ms > 0
+        assert len([r for r in caplog.records if "tiering disabled" in r.getMessage()]) == 1
+        caplog.clear()
+        early = env.rlm.run_once()  # within the backoff: not retried
+        assert not caplog.records and "delete on disable" in early.errors[0]
+        assert not env.rlm.is_idle()
+        waits.append(summary.retry_in_ms)
+        env.clock.advance(summary.retry_in_ms)
+    assert waits[-1] > waits[0]
+    rsm.delete_failures = 0
+    assert env.rlm.run_once().errors == []
+    assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
+    assert env.rlm.is_idle()

@@ -331,11 +331,15 @@ class RemoteLogManager:
         remote.log.delete.on.disable: the log start offset moves to the local log start
         first (no reader is sent to the tier), then the partition deletion runs
         (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors; a failed
-        deletion is retried by the next pass."""
+        deletion is retried by a later pass, after the retry backoff."""
         with self._lock:
             pending, self._disabled = self._disabled, []
         errors, retry = [], []
         for st in pending:
+            if self.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
+                retry.append(st)
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                continue
             try:
                 self._wait_for_tasks(st)
                 unified = st.log
@@ -348,9 +352,14 @@ class RemoteLogManager:
                          deleted)
             except Exception as exc:
                 retry.append(st)
-                errors.append(f"{st.name}: delete on disable: {type(exc).__name__}: {exc}")
-                log.warning("Deleting the remote data of %s (tiering disabled) failed; the "
-                            "next pass retries: %s", st.name, exc)
+                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+                delay = self.backoff.backoff(st.expiration_failures)
+                st.expiration_failures += 1
+                st.next_expiration_attempt_ms = self.clock() + delay
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                log.warning("Deleting the remote data of %s (tiering disabled) failed "
+                            "(attempt %d; retry in %d ms): %s", st.name,
+                            st.expiration_failures, delay, exc)
         if retry:
             with self._lock:
                 self._disabled.extend(retry)
@@ -674,6 +683,11 @@ class RemoteLogManager:
         summary = RunSummary()
         states = self._sync_partitions()
         summary.errors += self._delete_disabled()
+        with self._lock:
+            disabled = list(self._disabled)
+        for st in disabled:  # failed deletions of partitions whose tiering was turned off
+            summary.retry_in_ms = max(summary.retry_in_ms,
+                                      st.next_expiration_attempt_ms - self.clock())
         for st in states:
             offline = self._offline(st)
             if offline is not None:

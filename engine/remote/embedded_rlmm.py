@@ -89,7 +89,7 @@ class _Partition:
     damage found loading it: kept (the files are not read again) until the partition is
     stopped."""
 
-    __slots__ = ("cache", "failed", "files", "lock", "offline")
+    __slots__ = ("cache", "failed", "files", "lock", "offline", "read_error")
 
     def __init__(self, files: PartitionMetadataLog):
         self.lock = threading.Lock()
@@ -97,6 +97,7 @@ class _Partition:
         self.cache: RemoteLogMetadataCache | None = None
         self.failed: BaseException | None = None
         self.offline: CorruptRemoteLogMetadataError | None = None
+        self.read_error: str | None = None   # the last unreadable-files error logged
 
 
 class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -388,16 +389,23 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         """None when the partition's metadata loads (loading it if needed); else the error:
         CorruptRemoteLogMetadataError for damaged files (the partition stays offline until
         `on_stop_partitions`), or the OSError of files that cannot be read now (tried
-        again on the next call)."""
+        again on the next call; logged when it first occurs or changes, not at every
+        call)."""
+        entry = self._entry(topic_id_partition)
         try:
             self._loaded(topic_id_partition)
-            return None
         except CorruptRemoteLogMetadataError as exc:
             return exc
         except OSError as exc:
-            log.warning("Remote log metadata of %s cannot be read: %s", topic_id_partition,
-                        exc)
+            if str(exc) != entry.read_error:
+                entry.read_error = str(exc)
+                log.warning("Remote log metadata of %s cannot be read: %s",
+                            topic_id_partition, exc)
             return exc
+        if entry.read_error is not None:
+            entry.read_error = None
+            log.info("Remote log metadata of %s can be read again", topic_id_partition)
+        return None
 
     def offline_partitions(self) -> dict[TopicIdPartition, Exception]:
         """The partitions found damaged, with their errors."""

@@ -294,6 +294,12 @@ class RemoteLogManager:
                 except CorruptRemoteLogMetadataError as exc:
                     # offline for good (until restarted): known, reported, never tiered
                     deletion_recorded, st.offline_error = False, exc
+                except OSError:
+                    # its metadata cannot be read now: whether its deletion began is
+                    # unknown, so it is left out until a later pass (partition_error logs
+                    # why, once)
+                    self.rlmm.partition_error(st.tip)
+                    continue
                 if deletion_recorded:
                     self._deleting[tp] = st.tip.topic_id
                     log.warning("%s: its remote data is being deleted "

@@ -592,3 +592,36 @@ def test_failing_delete_on_disable_backs_off(faulty, caplog):
     assert env.rlm.run_once().errors == []
     assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
     assert env.rlm.is_idle()
+
+
+def test_unreadable_metadata_of_one_partition_leaves_it_out_until_readable(tmp_path):
+    """Partition 0's metadata log cannot be read (here: a directory in its place): the
+    pass tiers partition 1 and leaves partition 0 out (its deletion state is unknown);
+    once readable, partition 0 is tiered again."""
+    env = Env(tmp_path)
+    for p in (0, 1):
+        env.produce(8, partition=p)
+    env.rlm.run_once()
+    env.close()
+    log_file = next((env.log_dirs[0] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    moved = log_file.with_name("moved")
+    log_file.rename(moved)
+    log_file.mkdir()
+
+    env = Env(tmp_path)
+    try:
+        for p in (0, 1):
+            env.produce(8, partition=p)
+        summary = env.rlm.run_once()
+        assert summary.copied_segments > 0 and len(summary.errors) == 1
+        assert summary.errors[0].startswith(f"{TOPIC}-0: left out")
+        assert "IsADirectoryError" in summary.errors[0]
+        assert [r["partition"] for r in env.rlm.status()] == [1]
+        log_file.rmdir()
+        moved.rename(log_file)
+        summary = env.rlm.run_once()
+        assert summary.copied_segments > 0 and summary.errors == []
+        assert [r["partition"] for r in env.rlm.status()] == [0, 1]
+        assert env.rlm.is_idle()
+    finally:
+        env.close()

@@ -161,6 +161,9 @@ class RemoteLogManager:
         #: partitions whose tiering was turned off with remote.log.delete.on.disable=true:
         #: their remote data is deleted by the next pass (retried until it succeeds)
         self._disabled: list[PartitionState] = []
+        #: tiered partitions left out of the passes: their remote log metadata cannot be
+        #: read now (-> why)
+        self._unreadable: dict[TopicPartition, str] = {}
         self.metrics = RLMMetrics()
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
@@ -294,12 +297,14 @@ class RemoteLogManager:
                 except CorruptRemoteLogMetadataError as exc:
                     # offline for good (until restarted): known, reported, never tiered
                     deletion_recorded, st.offline_error = False, exc
-                except OSError:
+                except OSError as exc:
                     # its metadata cannot be read now: whether its deletion began is
                     # unknown, so it is left out until a later pass (partition_error logs
-                    # why, once)
+                    # why, once; run_once reports it)
                     self.rlmm.partition_error(st.tip)
+                    self._unreadable[tp] = f"{type(exc).__name__}: {exc}"
                     continue
+                self._unreadable.pop(tp, None)
                 if deletion_recorded:
                     self._deleting[tp] = st.tip.topic_id
                     log.warning("%s: its remote data is being deleted "
@@ -310,6 +315,8 @@ class RemoteLogManager:
                 added.append(st)
             for tp in [t for t in self._partitions if t not in present]:
                 self._forget(tp)
+            for tp in [t for t in self._unreadable if t not in present]:
+                del self._unreadable[tp]
             states = [self._partitions[tp] for tp in sorted(self._partitions)]
         if added:
             self.rlmm.on_partition_leadership_changes([st.tip for st in added], [])
@@ -689,6 +696,9 @@ class RemoteLogManager:
         summary = RunSummary()
         states = self._sync_partitions()
         summary.errors += self._delete_disabled()
+        with self._lock:
+            summary.errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: "
+                               f"{why}" for (t, p), why in sorted(self._unreadable.items())]
         with self._lock:
             disabled = list(self._disabled)
         for st in disabled:  # failed deletions of partitions whose tiering was turned off

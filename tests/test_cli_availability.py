@@ -103,6 +103,13 @@ def test_damaged_metadata_of_one_partition_leaves_the_others_working(tmp_path):
     assert "position" in error and "orders-0" in error
     assert "Traceback" not in bad.stderr
 
+    # ListOffsets likewise
+    assert _engine("list-offsets", "--config", path, "--topic", "orders", "--partition", "1",
+                   "--time", "earliest", check_rc=0).stdout.strip() == "orders:1:0"
+    bad = _engine("list-offsets", "--config", path, "--topic", "orders", "--partition", "0",
+                  "--time", "latest")
+    assert bad.returncode == 1 and "CorruptRemoteLogMetadataError" in bad.stderr
+
     # status shows partition 1 as usual and partition 0 offline, with the error
     status = _engine("status", "--config", path, "--json", check_rc=0)
     rows = {r["partition"]: r for r in json.loads(status.stdout)}

@@ -347,6 +347,9 @@ def test_failing_deletes_back_off_log_once_per_run_and_record_nothing_new(faulty
         [RemoteLogSegmentState.DELETE_SEGMENT_STARTED] * 3
     assert waits[-1] > waits[0]  # exponential backoff
     assert env.rlm.metrics.value("RemoteDeleteErrorsPerSec", topic=TOPIC) == 4 * 3
+    row = env.rlm.status()[0]
+    assert row["expiration_failures"] == 4 and row["next_expiration_retry_ms"] == 0
+    assert "injected delete failure" in row["last_expiration_error"]
     rsm.delete_failures = 0
     summary = env.rlm.run_once()
     assert summary.deleted_remote_segments == 3 and summary.errors == []

@@ -44,6 +44,8 @@ def partition_status(rlm, st: PartitionState) -> dict:
         "next_copy_retry_ms": max(0, st.next_copy_attempt_ms - now),
         "last_copy_error": st.last_copy_error,
         "last_expiration_error": st.last_expiration_error,
+        "expiration_failures": st.expiration_failures,
+        "next_expiration_retry_ms": max(0, st.next_expiration_attempt_ms - now),
         "last_fetch_error": st.last_fetch_error,
         "offline": offline is not None,
         "offline_error": None if offline is None else f"{type(offline).__name__}: {offline}",

@@ -391,12 +391,15 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         `on_stop_partitions`), or the OSError of files that cannot be read now (tried
         again on the next call; logged when it first occurs or changes, not at every
         call)."""
-        entry = self._entry(topic_id_partition)
+        entry = None
         try:
+            entry = self._entry(topic_id_partition)
             self._loaded(topic_id_partition)
         except CorruptRemoteLogMetadataError as exc:
             return exc
-        except OSError as exc:
+        except OSError as exc:  # RemoteStorageError too: closed, not configured
+            if entry is None:
+                return exc
             if str(exc) != entry.read_error:
                 entry.read_error = str(exc)
                 log.warning("Remote log metadata of %s cannot be read: %s",

@@ -91,7 +91,16 @@ class CustomMetadataSizeLimitExceededError(KafkaEngineError, ValueError):
 class CorruptRemoteLogMetadataError(KafkaEngineError, ValueError):
     """A remote-log metadata file (the embedded RemoteLogMetadataManager's log or snapshot)
     is damaged somewhere other than its torn tail, or was written by a newer format.
-    `file` and `position` name the bad entry."""
+    `file` and `position` name the bad entry, `partition` the partition it belongs to (a
+    TopicIdPartition, when known); that partition is offline, the others are not."""
+
+    def __init__(self, message, *, file=None, position=None, partition=None):
+        super().__init__(message, file=file, position=position)
+        self.partition = partition
+
+    def __str__(self):
+        text = super().__str__()
+        return text if self.partition is None else f"partition {self.partition}: {text}"
 
 
 __all__ = [

@@ -224,9 +224,11 @@ def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
             rlm.delete_remote_segment(st, md, md.custom_metadata)
         except Exception as exc:
             errors.append(exc)
-            log.warning("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the next "
-                        "run retries: %s", md.remote_log_segment_id.id, md.start_offset,
-                        md.end_offset, st.name, exc)
+            # the run's failures are logged once, by the RLM (a full or read-only tier
+            # fails every delete alike)
+            log.debug("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the next "
+                      "run retries: %s", md.remote_log_segment_id.id, md.start_offset,
+                      md.end_offset, st.name, exc)
             continue
         log.info("Deleted remote segment %s (offsets [%d, %d]) of %s: %s",
                  md.remote_log_segment_id.id, md.start_offset, md.end_offset, st.name,
@@ -260,8 +262,9 @@ def delete_remote_partition(rlm, tip: TopicIdPartition) -> int:
     _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
     segments = list(rlm.rlmm.list_remote_log_segments(tip))
     updates = []
-    for md in segments:
-        updates.append(rlm.mark_delete_started(md, md.custom_metadata))
+    for md in segments:  # a retry does not mark a segment DELETE_SEGMENT_STARTED again
+        updates.append(md if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+                       else rlm.mark_delete_started(md, md.custom_metadata))
     for md in updates:
         rlm.metrics.mark("RemoteDeleteRequestsPerSec", tip.topic)
         try:

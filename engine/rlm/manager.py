@@ -16,13 +16,22 @@ A partition whose remote deletion began is never tiered again (under that topic 
 
 A failed copy run is retried after Kafka's exponential backoff
 (`remote.log.manager.task.retry.backoff.ms` doubling up to `...backoff.max.ms`, jitter
-`...retry.jitter`). A plugin call that hangs holds one copier (or reader) thread and that
+`...retry.jitter`); so are a failed expiration run and a failed deletion of a partition
+whose tiering was turned off, each logged once per attempt (a full or read-only tier fails
+every retry alike: without the backoff it would log, and record, at every interval). A
+segment already DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that hangs holds one copier (or reader) thread and that
 partition's task only: appends, local reads and other partitions go on; remote reads give
 up after `remote.fetch.max.wait.ms` with RemoteFetchTimeoutError (the reader thread stays
 blocked in the plugin until it returns: Python cannot interrupt it). `status()` shows a copy
 in progress and since when.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
+
+A partition whose remote log metadata the RLMM cannot serve (`partition_error`, e.g. a
+damaged metadata log) is offline and fails alone: its tasks do not run, its reads and
+ListOffsets raise that error, `status()` shows it offline with the error, the
+`RemoteLogOfflinePartitionsCount` gauge counts it, and `run_once` reports it among the
+errors; every other partition is tiered, expired and read as usual.
 
 Topic ids come from each partition's `partition.metadata`; one is created and written when
 a partition has none (Kafka always has one).
@@ -33,6 +42,7 @@ Thread-safety: every public method may be called from any thread.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import logging
 import threading
 import time
@@ -41,7 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
+from engine.errors import (
+    CorruptRemoteLogMetadataError,
+    OffsetOutOfRangeError,
+    RemoteFetchTimeoutError,
+)
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
@@ -86,6 +100,13 @@ class RunSummary:
     deleted_remote_segments: int = 0
     deleted_local_segments: int = 0
     errors: list[str] = field(default_factory=list)
+    #: ms until every task that failed in this pass may run again (its retry backoff)
+    retry_in_ms: int = 0
+
+    @property
+    def made_progress(self) -> bool:
+        return bool(self.copied_segments or self.deleted_remote_segments
+                    or self.deleted_local_segments)
 
 
 def _validate(config: BrokerConfig) -> None:
@@ -143,6 +164,9 @@ class RemoteLogManager:
         #: partitions whose tiering was turned off with remote.log.delete.on.disable=true:
         #: their remote data is deleted by the next pass (retried until it succeeds)
         self._disabled: list[PartitionState] = []
+        #: tiered partitions left out of the passes: their remote log metadata cannot be
+        #: read now (-> why)
+        self._unreadable: dict[TopicPartition, str] = {}
         self.metrics = RLMMetrics()
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
@@ -191,6 +215,10 @@ class RemoteLogManager:
                          "Idle share of the copier threads",
                          lambda: (self._copier_pool.busy.idle_percent()
                                   if self._copier_pool else 100.0))
+        m.gauge_function("RemoteLogOfflinePartitionsCount",
+                         "Tiered partitions whose remote log metadata cannot be served",
+                         lambda: sum(st.offline_error is not None
+                                     for st in list(self._partitions.values())))
         m.gauge_function("remote_copy_throttle_time_avg", "Copy quota throttle ms, avg",
                          self.copy_quota_sensor.avg)
         m.gauge_function("remote_copy_throttle_time_max", "Copy quota throttle ms, max",
@@ -267,7 +295,20 @@ class RemoteLogManager:
                         self._is_deleting(tp, unified):
                     continue
                 st = self._new_state(tp, unified, None, True)
-                if self._remote_deletion_recorded(st.tip):
+                try:
+                    deletion_recorded = self._remote_deletion_recorded(st.tip)
+                except CorruptRemoteLogMetadataError as exc:
+                    # offline for good (until restarted): known, reported, never tiered
+                    deletion_recorded, st.offline_error = False, exc
+                except OSError as exc:
+                    # its metadata cannot be read now: whether its deletion began is
+                    # unknown, so it is left out until a later pass (partition_error logs
+                    # why, once; run_once reports it)
+                    self.rlmm.partition_error(st.tip)
+                    self._unreadable[tp] = f"{type(exc).__name__}: {exc}"
+                    continue
+                self._unreadable.pop(tp, None)
+                if deletion_recorded:
                     self._deleting[tp] = st.tip.topic_id
                     log.warning("%s: its remote data is being deleted "
                                 "(DELETE_PARTITION_MARKED or later): it is not tiered; "
@@ -277,6 +318,8 @@ class RemoteLogManager:
                 added.append(st)
             for tp in [t for t in self._partitions if t not in present]:
                 self._forget(tp)
+            for tp in [t for t in self._unreadable if t not in present]:
+                del self._unreadable[tp]
             states = [self._partitions[tp] for tp in sorted(self._partitions)]
         if added:
             self.rlmm.on_partition_leadership_changes([st.tip for st in added], [])
@@ -304,11 +347,15 @@ class RemoteLogManager:
         remote.log.delete.on.disable: the log start offset moves to the local log start
         first (no reader is sent to the tier), then the partition deletion runs
         (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors; a failed
-        deletion is retried by the next pass."""
+        deletion is retried by a later pass, after the retry backoff."""
         with self._lock:
             pending, self._disabled = self._disabled, []
         errors, retry = [], []
         for st in pending:
+            if self.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
+                retry.append(st)
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                continue
             try:
                 self._wait_for_tasks(st)
                 unified = st.log
@@ -321,9 +368,14 @@ class RemoteLogManager:
                          deleted)
             except Exception as exc:
                 retry.append(st)
-                errors.append(f"{st.name}: delete on disable: {type(exc).__name__}: {exc}")
-                log.warning("Deleting the remote data of %s (tiering disabled) failed; the "
-                            "next pass retries: %s", st.name, exc)
+                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+                delay = self.backoff.backoff(st.expiration_failures)
+                st.expiration_failures += 1
+                st.next_expiration_attempt_ms = self.clock() + delay
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                log.warning("Deleting the remote data of %s (tiering disabled) failed "
+                            "(attempt %d; retry in %d ms): %s", st.name,
+                            st.expiration_failures, delay, exc)
         if retry:
             with self._lock:
                 self._disabled.extend(retry)
@@ -482,8 +534,27 @@ class RemoteLogManager:
             sched.schedule(f"follower:{st.name}", lambda: self._scheduled_follower(st),
                            self._follower_pool)
 
+    def _offline(self, st: PartitionState) -> Exception | None:
+        """The partition's RLMM error (it is offline) or None; kept in st.offline_error for
+        status and the offline gauge."""
+        error = self.rlmm.partition_error(st.tip)
+        if error is not None and st.offline_error is None:
+            log.error("%s is offline: its remote log metadata cannot be served (the other "
+                      "partitions go on): %s", st.name, error)
+        st.offline_error = error
+        return error
+
+    def _check_online(self, st: PartitionState) -> None:
+        """Raises the error of an offline partition (a copy: a fresh traceback)."""
+        error = self._offline(st)
+        if error is not None:
+            raise copy.copy(error)
+
+    def _ready(self, st: PartitionState) -> bool:
+        return self._offline(st) is None and self.rlmm.is_ready(st.tip)
+
     def _scheduled_copy(self, st: PartitionState) -> int:
-        if not self.rlmm.is_ready(st.tip):
+        if not self._ready(st):
             return self.interval_ms
         with st.copy_lock:
             delay, _, _ = self._copy_once(st, honour_backoff=False)
@@ -491,13 +562,15 @@ class RemoteLogManager:
         return delay
 
     def _scheduled_expiration(self, st: PartitionState) -> int:
-        if self.rlmm.is_ready(st.tip):
+        if self._ready(st):
             with st.expiration_lock:
                 self._expire_once(st)
+            if st.expiration_failures:
+                return max(0, st.next_expiration_attempt_ms - self.clock())
         return self.interval_ms
 
     def _scheduled_follower(self, st: PartitionState) -> int:
-        if self.rlmm.is_ready(st.tip):
+        if self._ready(st):
             self._follow_once(st)
         return self.interval_ms
 
@@ -560,7 +633,26 @@ class RemoteLogManager:
             log.warning("Local retention of %s failed: %s", st.name, exc)
             return 0
 
-    def _expire_once(self, st: PartitionState) -> tuple[int, list[Exception]]:
+    def _expire_once(self, st: PartitionState,
+                     honour_backoff: bool = False) -> tuple[int, list[Exception]]:
+        """One expiration run. A run with errors is retried after the copy's exponential
+        backoff (each retry of a failing tier would otherwise log and record again at every
+        interval), and logged once for all its failed deletes."""
+        if honour_backoff and self.clock() < st.next_expiration_attempt_ms:
+            return 0, []
+        deleted, errors = self._expire_run(st)
+        if not errors:
+            st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
+            return deleted, errors
+        delay = self.backoff.backoff(st.expiration_failures)
+        st.expiration_failures += 1
+        st.next_expiration_attempt_ms = self.clock() + delay
+        log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
+                    "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
+                    len(errors), deleted, st.last_expiration_error)
+        return deleted, errors
+
+    def _expire_run(self, st: PartitionState) -> tuple[int, list[Exception]]:
         if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
             # a running copy initialises the state itself; till then size retention waits
             try:
@@ -609,8 +701,12 @@ class RemoteLogManager:
                               custom: bytes | None) -> None:
         """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
         DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
-        stays DELETE_SEGMENT_STARTED."""
-        started = self.mark_delete_started(md, custom)
+        stays DELETE_SEGMENT_STARTED. A segment already DELETE_SEGMENT_STARTED (a retry) is
+        not marked again: retries of a failing tier add nothing to the metadata."""
+        if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            started = md
+        else:
+            started = self.mark_delete_started(md, custom)
         self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
         try:
             self.rsm.delete_log_segment_data(started)
@@ -630,7 +726,20 @@ class RemoteLogManager:
         summary = RunSummary()
         states = self._sync_partitions()
         summary.errors += self._delete_disabled()
+        with self._lock:
+            summary.errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: "
+                               f"{why}" for (t, p), why in sorted(self._unreadable.items())]
+        with self._lock:
+            disabled = list(self._disabled)
+        for st in disabled:  # failed deletions of partitions whose tiering was turned off
+            summary.retry_in_ms = max(summary.retry_in_ms,
+                                      st.next_expiration_attempt_ms - self.clock())
         for st in states:
+            offline = self._offline(st)
+            if offline is not None:
+                summary.errors.append(f"{st.name}: offline: {type(offline).__name__}: "
+                                      f"{offline}")
+                continue
             if not self.rlmm.is_ready(st.tip):
                 summary.errors.append(f"{st.name}: remote log metadata not ready")
                 continue
@@ -651,12 +760,20 @@ class RemoteLogManager:
             summary.deleted_local_segments += self._delete_local(st)
             if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    deleted, errors = self._expire_once(st)
+                    deleted, errors = self._expire_once(st, honour_backoff=True)
                 finally:
                     st.expiration_lock.release()
                 summary.deleted_remote_segments += deleted
                 summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
                                    for e in errors]
+                if not errors and st.expiration_failures and st.last_expiration_error:
+                    # waiting out the retry backoff of a failed run
+                    summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
+            now = self.clock()
+            for failures, next_ms in ((st.copy_failures, st.next_copy_attempt_ms),
+                                      (st.expiration_failures, st.next_expiration_attempt_ms)):
+                if failures:
+                    summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
         return summary
 
     def is_idle(self) -> bool:
@@ -666,8 +783,8 @@ class RemoteLogManager:
         if self._disabled:  # remote data of a partition whose tiering was turned off
             return False
         for st in states:
-            if not st.is_leader:
-                continue
+            if not st.is_leader or self._offline(st) is not None:
+                continue  # an offline partition has no work it can do
             if st.copy_in_progress is not None:
                 return False
             if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
@@ -702,11 +819,17 @@ class RemoteLogManager:
         as its first copy run does, without copying: the log start offset and the highest
         offset in remote storage from the tier. `list_offsets` and `status` call it, so a
         fresh process answers latest-tiered and copy lag right; scheduled runs do it
-        anyway. Raises what the RLMM raises."""
+        anyway. Raises what the RLMM raises; an offline partition is skipped (its own
+        calls raise) unless `topic` and `partition` name it."""
+        named = topic is not None and partition is not None
         for st in self._sync_partitions():
             if topic is not None and st.topic != topic:
                 continue
             if partition is not None and st.partition != int(partition):
+                continue
+            if named:
+                self._check_online(st)
+            elif self._offline(st) is not None:
                 continue
             self._ensure_initialised(st)
 
@@ -720,6 +843,8 @@ class RemoteLogManager:
         if st is None and unified.remote_log_enabled:
             st = next((s for s in self._sync_partitions()
                        if (s.topic, s.partition) == (topic, int(partition))), None)
+        if st is not None:
+            self._check_online(st)
         return unified, st
 
     @staticmethod
@@ -885,6 +1010,8 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
+            if self._offline(st) is not None:
+                continue  # shown offline, with its error
             try:
                 self._ensure_initialised(st)
             except Exception as exc:  # the status still shows what is known

@@ -43,8 +43,14 @@ class PartitionState:
     copy_failures: int = 0
     next_copy_attempt_ms: int = 0
     last_copy_error: str | None = None
+    #: failed expiration runs in a row, and when the next may run (the copy's retry backoff)
+    expiration_failures: int = 0
+    next_expiration_attempt_ms: int = 0
     last_expiration_error: str | None = None
     last_fetch_error: str | None = None
+    #: why the partition's remote log metadata cannot be served (RLMM.partition_error):
+    #: it is offline, its tasks do not run and its calls raise this
+    offline_error: Exception | None = None
     remote_segment_count: int = 0
     remote_size_bytes: int = 0
     copy_lag_bytes: int = 0

@@ -73,6 +73,8 @@ def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
         return
     if st.needs_initialisation:
         rlm._initialise_leader(st)
+    if st.metadata_gap is not None:  # see RemoteLogManager._metadata_gap
+        raise rlm._gap_error(st)
     if unified.remote_log_copy_disabled:
         return
     try:

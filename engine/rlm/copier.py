@@ -12,14 +12,31 @@ for the partition until its leadership changes, as Kafka does.
 
 Unlike Kafka, a missing producer snapshot does not fail the copy (Kafka NPEs there,
 KAFKA-16209): the RSM receives None and stores an empty snapshot.
+
+Unlike Kafka, each segment is checked before COPY_SEGMENT_STARTED is written
+(`LogSegment.verify_batches`: framing, every batch CRC, offsets continuing from the base
+offset to the next segment's): the tier is the long-term copy, and a segment damaged on disk
+would otherwise be stored with the checksum of its damaged bytes, so every later check would
+pass. The check is one native scan at memory speed over pages the copy reads next anyway.
+A damaged segment is not tiered: CorruptRecordError naming the file, byte position and
+offset is logged, recorded in `PartitionState.corrupt_segment` (status `corrupt_segment`,
+gauge RemoteCopyCorruptSegments = 1) and raised as the run's error, and copying of the
+partition stops at that segment (nothing after it is copied; local retention keeps it,
+as it is not tiered). Later runs fail at once without scanning again while the file is the
+same one (size, mtime, inode). The operator acts by replacing or repairing the segment
+(e.g. a good copy from another replica: its bytes change, the next run checks it again and
+copies on), by DeleteRecords past it (its records are given up: the copier starts above
+the log start offset), or by a leadership change or restart (a fresh check, for damage
+that was only a bad read).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 
-from engine.errors import CustomMetadataSizeLimitExceededError
+from engine.errors import CorruptRecordError, CustomMetadataSizeLimitExceededError
 from engine.log.checkpoint import epoch_entries_in_range
 from engine.log.segment import LogSegment
 from engine.remote.metadata import (
@@ -108,6 +125,39 @@ def _segment_data(unified, segment: LogSegment, next_base: int) -> LogSegmentDat
                                                         next_base))
 
 
+def _file_identity(path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_size, info.st_mtime_ns, info.st_ino
+
+
+def check_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:
+    """Refuses a damaged segment (see the module notes): raises CorruptRecordError."""
+    identity = _file_identity(segment.log_file)
+    known = st.corrupt_segment
+    if known is not None and known["file"] == str(segment.log_file) and \
+            known["identity"] == identity:
+        raise CorruptRecordError(known["error"], file=known["file"],
+                                 position=known["position"], offset=known["offset"])
+    try:
+        segment.verify_batches(next_base)
+    except CorruptRecordError as exc:
+        st.corrupt_segment = {"file": str(segment.log_file), "position": exc.position,
+                              "offset": exc.offset, "error": str(exc), "identity": identity}
+        rlm.metrics.set_gauge("RemoteCopyCorruptSegments", st.topic, st.partition, 1)
+        log.error("Not tiering %s of %s: %s. Copying of %s stops at offset %d until the "
+                  "segment is replaced or repaired, DeleteRecords passes it, or the "
+                  "leadership changes", segment.log_file, st.name, exc, st.name,
+                  segment.base_offset)
+        raise
+    if known is not None:
+        log.info("%s of %s checks out again: copying resumes", segment.log_file, st.name)
+        st.corrupt_segment = None
+        rlm.metrics.set_gauge("RemoteCopyCorruptSegments", st.topic, st.partition, 0)
+
+
 def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:
     """Copies one segment (see the module notes)."""
     unified = st.log
@@ -118,6 +168,7 @@ def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -
     if not epochs:
         raise ValueError(f"segment {segment.log_file} (offsets [{segment.base_offset}, "
                          f"{next_base - 1}]) has no leader epoch: it cannot be tiered")
+    check_segment(rlm, st, segment, next_base)  # before anything is written
     segment_id = RemoteLogSegmentId.generate_new(st.tip)
     metadata = RemoteLogSegmentMetadata(
         segment_id, segment.base_offset, next_base - 1, segment.largest_timestamp,

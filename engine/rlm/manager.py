@@ -697,7 +697,8 @@ class RemoteLogManager:
                 continue
             if st.copy_in_progress is not None:
                 return False
-            if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
+            if not (st.copy_cancelled or st.log.remote_log_copy_disabled
+                    or st.corrupt_segment):  # stopped until an operator acts
                 if not self._ensure_initialised(st):
                     return False
                 if st.metadata_gap is not None:

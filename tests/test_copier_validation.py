@@ -116,6 +116,30 @@ def test_damaged_segment_is_not_tiered_and_stops_its_partition_only(tmp_path, ca
         env.close()
 
 
+def test_delete_records_past_a_damaged_segment_resumes_copying(tmp_path):
+    env = Env(tmp_path)
+    try:
+        env.produce(12)
+        unified = env.log()
+        victim, following = unified.segments[1], unified.segments[2]
+        position, size, _ = _batches(victim.log_file)[0]
+        _flip(victim.log_file, position + size - 7, None)
+        assert env.rlm.run_once().errors
+        assert env.rlm.status()[0]["corrupt_segment"]["file"] == str(victim.log_file)
+        env.lm.delete_records(TOPIC, 0, following.base_offset)  # its records given up
+        env.clock.advance(60_000)
+        summary = env.rlm.run_once()
+        assert not summary.errors, summary.errors
+        assert env.rlm.status()[0]["corrupt_segment"] is None
+        # the copy goes on from the new log start; the remote segment below it expires
+        assert _remote_bases(env, 0) == [s.base_offset for s in unified.segments[:-1]
+                                         if s.base_offset >= following.base_offset]
+        assert env.rlm.metrics.value("RemoteCopyCorruptSegments", topic=TOPIC,
+                                     partition=0) == 0
+    finally:
+        env.close()
+
+
 def test_verify_batches_edges(tmp_path):
     env = Env(tmp_path)
     try:

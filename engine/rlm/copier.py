@@ -96,7 +96,11 @@ def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
         return
     try:
         lso = unified.last_stable_offset
-        for segment, next_base in candidate_segments(unified, st.copied_offset, lso):
+        candidates = candidate_segments(unified, st.copied_offset, lso)
+        known = st.corrupt_segment
+        if known is not None and all(str(s.log_file) != known["file"] for s, _ in candidates):
+            _clear_corrupt(rlm, st, "is no longer to be copied (below the log start offset)")
+        for segment, next_base in candidates:
             if rlm._closed or st.copy_cancelled or st.deleted_partition:
                 break
             copy_segment(rlm, st, segment, next_base)
@@ -153,9 +157,14 @@ def check_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) 
                   segment.base_offset)
         raise
     if known is not None:
-        log.info("%s of %s checks out again: copying resumes", segment.log_file, st.name)
-        st.corrupt_segment = None
-        rlm.metrics.set_gauge("RemoteCopyCorruptSegments", st.topic, st.partition, 0)
+        _clear_corrupt(rlm, st, "checks out again")
+
+
+def _clear_corrupt(rlm, st: PartitionState, why: str) -> None:
+    log.info("The damaged segment %s of %s %s: copying resumes", st.corrupt_segment["file"],
+             st.name, why)
+    st.corrupt_segment = None
+    rlm.metrics.set_gauge("RemoteCopyCorruptSegments", st.topic, st.partition, 0)
 
 
 def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:

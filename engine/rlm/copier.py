@@ -171,13 +171,13 @@ def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -
     """Copies one segment (see the module notes)."""
     unified = st.log
     size = segment.size_in_bytes
+    check_segment(rlm, st, segment, next_base)  # before anything is written or throttled
     rlm.copy_quota.wait_and_record(size)
     epochs = epoch_entries_in_range(unified.leader_epoch_cache.entries, segment.base_offset,
                                     next_base)
     if not epochs:
         raise ValueError(f"segment {segment.log_file} (offsets [{segment.base_offset}, "
                          f"{next_base - 1}]) has no leader epoch: it cannot be tiered")
-    check_segment(rlm, st, segment, next_base)  # before anything is written
     segment_id = RemoteLogSegmentId.generate_new(st.tip)
     metadata = RemoteLogSegmentMetadata(
         segment_id, segment.base_offset, next_base - 1, segment.largest_timestamp,

@@ -159,3 +159,56 @@ def test_verify_batches_edges(tmp_path):
         assert info.value.position == size and info.value.offset == following.base_offset
     finally:
         env.close()
+
+
+def test_damaged_segment_through_the_commands(tmp_path):
+    """Subprocesses: `run --until-idle` tiers the healthy partition, refuses the damaged
+    segment (exit 1, the error names file, position and offset); a fresh `status` shows
+    it; the repaired file is tiered by the next run (exit 0)."""
+    import json
+    import subprocess
+    import sys
+
+    from test_cli_tiered import BROKER, ROOT, _fill
+
+    from engine.cli import main
+    from engine.log.log_manager import LogManager
+
+    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
+    for d in dirs.values():
+        d.mkdir()
+    path = str(tmp_path / "server.properties")
+    (tmp_path / "server.properties").write_text(BROKER.format(**dirs))
+    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
+        for p in (0, 1):
+            manager.get_or_create_log("orders", p)
+    assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
+                 "--add-config", "remote.storage.enable=true"]) == 0
+    _fill(path)
+    [pdir] = [d / "orders-0" for d in (dirs["d1"], dirs["d2"]) if (d / "orders-0").is_dir()]
+    victim = sorted(pdir.glob("*.log"))[2]
+    position, size, base = _batches(victim)[1]
+    original = _flip(victim, position + size - 7, None)
+
+    def engine(*argv):
+        return subprocess.run([sys.executable, "-m", "engine", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    run = engine("run", "--config", path, "--until-idle")
+    assert run.returncode == 1, run.stderr
+    assert f"CorruptRecordError: segment {victim}: entry at byte {position} (offset {base} " \
+           f"expected there): bad CRC" in run.stderr, run.stderr
+    rows = {r["partition"]: r for r in json.loads(
+        engine("status", "--config", path, "--json").stdout)}
+    assert rows[0]["corrupt_segment"]["file"] == str(victim)
+    assert (rows[0]["corrupt_segment"]["position"], rows[0]["corrupt_segment"]["offset"]) == \
+        (position, base)
+    assert rows[0]["highest_offset_in_remote_storage"] == int(victim.name[:-4]) - 1
+    assert rows[1]["corrupt_segment"] is None and rows[1]["copy_lag_segments"] == 0
+
+    with open(victim, "r+b") as f:
+        f.write(original)
+    run = engine("run", "--config", path, "--until-idle")
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(engine("status", "--config", path, "--json").stdout)
+    assert all(r["corrupt_segment"] is None and r["copy_lag_segments"] == 0 for r in rows)

@@ -49,7 +49,7 @@ from engine.remote.storage import LogSegmentData
 from engine.rlm.lineage import leader_epoch_checkpoint_text
 from engine.rlm.state import PartitionState
 
-__all__ = ["candidate_segments", "copy_lag", "run_copy"]
+__all__ = ["candidate_segments", "check_next_segment", "copy_lag", "run_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,11 @@ def _file_identity(path) -> tuple[int, int, int] | None:
 
 
 def check_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:
-    """Refuses a damaged segment (see the module notes): raises CorruptRecordError."""
+    """Refuses a damaged segment (see the module notes): raises CorruptRecordError. A file
+    that passed and is unchanged (size, mtime, inode) is not scanned again."""
     identity = _file_identity(segment.log_file)
+    if st.checked_segment == (str(segment.log_file), identity):
+        return
     known = st.corrupt_segment
     if known is not None and known["file"] == str(segment.log_file) and \
             known["identity"] == identity:
@@ -156,8 +159,29 @@ def check_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) 
                   "leadership changes", segment.log_file, st.name, exc, st.name,
                   segment.base_offset)
         raise
+    st.checked_segment = (str(segment.log_file), identity)
     if known is not None:
         _clear_corrupt(rlm, st, "checks out again")
+
+
+def check_next_segment(rlm, st: PartitionState) -> None:
+    """Checks the segment the next copy run starts with, so that `status` in any process
+    shows a damaged one (st.corrupt_segment); skipped while a copy run holds the
+    partition (it checks the segment itself)."""
+    if not st.copy_lock.acquire(blocking=False):
+        return
+    try:
+        unified = st.log
+        if st.copy_cancelled or unified.remote_log_copy_disabled or st.needs_initialisation:
+            return
+        candidates = candidate_segments(unified, st.copied_offset, unified.last_stable_offset)
+        if candidates:
+            try:
+                check_segment(rlm, st, *candidates[0])
+            except CorruptRecordError as exc:  # recorded in st.corrupt_segment, logged
+                st.last_copy_error = st.last_copy_error or f"{type(exc).__name__}: {exc}"
+    finally:
+        st.copy_lock.release()
 
 
 def _clear_corrupt(rlm, st: PartitionState, why: str) -> None:

@@ -929,6 +929,8 @@ class RemoteLogManager:
             except Exception as exc:  # the status still shows what is known
                 st.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)
+            if st.is_leader:  # a damaged next segment shows in any process's status
+                copier.check_next_segment(self, st)
         return [partition_status(self, st) for st in states]
 
     def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:

@@ -46,6 +46,8 @@ class PartitionState:
     #: the damaged local segment copying stopped at: file, position, offset, error and
     #: the file's (size, mtime_ns, inode) when checked (see engine.rlm.copier)
     corrupt_segment: dict | None = None
+    #: (file, (size, mtime_ns, inode)) of the last segment that passed the check
+    checked_segment: tuple | None = None
     copy_failures: int = 0
     next_copy_attempt_ms: int = 0
     last_copy_error: str | None = None

@@ -103,6 +103,20 @@ class CorruptRemoteLogMetadataError(KafkaEngineError, ValueError):
         return text if self.partition is None else f"partition {self.partition}: {text}"
 
 
+class RemoteLogMetadataGapError(RemoteStorageError):
+    """The log start offset lies below the local log start offset, but the partition's
+    remote log metadata knows of no copied segment reaching the local start: the offsets
+    between them are in neither tier as far as the metadata says (its directory lost or
+    replaced by an older copy). The partition is neither tiered nor expired, its log start
+    offset is never moved, and reads of those offsets fail with this error, until the
+    metadata is restored (or the loss is accepted with DeleteRecords up to the local log
+    start offset). `offset` is the first offset without data, `partition` the partition."""
+
+    def __init__(self, message, *, offset=None, partition=None, file=None):
+        super().__init__(message, offset=offset, file=file)
+        self.partition = partition
+
+
 __all__ = [
     "KafkaEngineError",
     "CorruptRecordError",
@@ -124,4 +138,5 @@ __all__ = [
     "RemoteFetchTimeoutError",
     "CustomMetadataSizeLimitExceededError",
     "CorruptRemoteLogMetadataError",
+    "RemoteLogMetadataGapError",
 ]

@@ -55,6 +55,7 @@ from engine.errors import (
     CorruptRemoteLogMetadataError,
     OffsetOutOfRangeError,
     RemoteFetchTimeoutError,
+    RemoteLogMetadataGapError,
 )
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
@@ -578,10 +579,28 @@ class RemoteLogManager:
 
     def _initialise_leader(self, st: PartitionState) -> None:
         """First copy run as leader: the log start offset from the remote tier, and the
-        highest copied offset of the lineage (no duplicate uploads after a leader change)."""
+        highest copied offset of the lineage (no duplicate uploads after a leader change).
+
+        A log start offset below the local one that the remote metadata does not cover
+        (`_metadata_gap`) is left as it is: `st.metadata_gap` says why, the state stays
+        uninitialised (every run checks again: restoring the metadata and restarting
+        resumes tiering) and the copy, expiration and remote reads refuse the partition."""
         unified = st.log
-        st.truncation_epoch = unified.truncation_epoch
         entries = unified.leader_epoch_cache.entries
+        offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
+                                                   unified.log_end_offset)
+        gap = self._metadata_gap(st, offset)
+        if gap != st.metadata_gap and gap is not None:
+            log.error("%s: %s", st.name, gap)
+        elif gap != st.metadata_gap:
+            log.info("%s: the remote log metadata covers the log start offset again",
+                     st.name)
+        st.metadata_gap = gap
+        if gap is not None:  # what the copy run would fail with, for status in any process
+            exc = self._gap_error(st)
+            st.last_copy_error = f"{type(exc).__name__}: {exc}"
+            return
+        st.truncation_epoch = unified.truncation_epoch
         if entries and entries[0].start_offset > unified.log_start_offset:
             # the cache does not reach back to the log start offset: a lost log-start
             # checkpoint, or a lost leader-epoch-checkpoint rebuilt from the local segments
@@ -595,13 +614,41 @@ class RemoteLogManager:
             start = unified.local_log_start_offset
         if start > unified.log_start_offset:
             unified.maybe_increment_log_start_offset(start, "SegmentDeletion")
-        offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
-                                                   unified.log_end_offset)
         st.copied_offset, st.copied_epoch = offset, epoch
         unified.update_highest_offset_in_remote_storage(offset)
         st.initialised = True
         log.info("%s: leader epoch %d, highest copied offset %d (epoch %d)", st.name,
                  st.leader_epoch, offset, epoch)
+
+    def _metadata_gap(self, st: PartitionState, highest_copied: int) -> str | None:
+        """Why the log start offset is not covered, or None: it lies below the local log
+        start offset and no copied segment the remote metadata knows of (finished, being
+        deleted, or counted in an epoch's highest offset, which outlives deletion) reaches
+        the local start. Raising the log start offset to the local one then (Kafka's
+        fallback) would make the lost metadata's segments unreachable for good."""
+        unified = st.log
+        start, local = unified.log_start_offset, unified.local_log_start_offset
+        if start >= local:
+            return None
+        reach = highest_copied
+        for md in self.rlmm.list_remote_log_segments(st.tip):
+            if md.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                            RemoteLogSegmentState.DELETE_SEGMENT_STARTED):
+                reach = max(reach, md.end_offset)
+        if reach >= local - 1:
+            return None
+        return (f"the log start offset {start} is below the local log start offset {local} "
+                f"but the remote log metadata of {st.tip} reaches only offset {reach}: "
+                f"offsets [{max(start, reach + 1)}, {local - 1}] are in neither tier (the "
+                f"partition's metadata lost or replaced, e.g. its directory under "
+                f"__remote_log_metadata); the partition is not tiered or expired and its log "
+                f"start offset is kept until the metadata is restored, or DeleteRecords to "
+                f"{local} accepts the loss")
+
+    def _gap_error(self, st: PartitionState, offset: int | None = None
+                   ) -> RemoteLogMetadataGapError:
+        return RemoteLogMetadataGapError(f"{st.name}: {st.metadata_gap}", offset=offset,
+                                         partition=(st.topic, st.partition))
 
     def _copy_once(self, st: PartitionState, honour_backoff: bool) -> tuple[int, int, int]:
         """One copy run with error handling. Returns (delay ms before the next run, segments
@@ -663,6 +710,10 @@ class RemoteLogManager:
                 st.last_expiration_error = f"{type(exc).__name__}: {exc}"
                 return 0, [exc]
             st.copy_lock.release()
+        if st.metadata_gap is not None:  # nothing is expired over a gap in the metadata
+            exc = self._gap_error(st)
+            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+            return 0, [exc]
         try:
             deleted, errors = expiration.run_expiration(self, st)
         except Exception as exc:
@@ -787,12 +838,17 @@ class RemoteLogManager:
                 continue  # an offline partition has no work it can do
             if st.copy_in_progress is not None:
                 return False
-            if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
+            if not (st.copy_cancelled or st.log.remote_log_copy_disabled
+                    or st.corrupt_segment):  # stopped until an operator acts
                 if not self._ensure_initialised(st):
                     return False
+                if st.metadata_gap is not None:
+                    continue  # refused until an operator acts: nothing to wait for
                 lso = st.log.last_stable_offset
                 if copier.candidate_segments(st.log, st.copied_offset, lso):
                     return False
+            if st.metadata_gap is not None:
+                continue
             segments = list(self.rlmm.list_remote_log_segments(st.tip))
             if expiration.plan_expiration(st, segments, self.clock(),
                                           self.started_ms).to_delete:
@@ -864,6 +920,9 @@ class RemoteLogManager:
                 f"fetch offset {offset} of partition {topic}-{partition} is out of range: "
                 f"valid offsets are [{start}, {end}] (log start offset, log end offset)",
                 offset=offset, log_start_offset=start, log_end_offset=end)
+        if st is not None and st.metadata_gap is not None and \
+                offset < unified.local_log_start_offset:
+            raise self._gap_error(st, offset)
         if offset >= unified.local_log_start_offset or st is None:
             try:
                 return reader.read_local(unified, topic, partition, offset, max_bytes,
@@ -990,6 +1049,10 @@ class RemoteLogManager:
         spec = offsets.parse_spec(spec)
         if st is not None:
             self._ensure_initialised(st)
+            # the earliest offset, and a timestamp search that starts in the tier, would
+            # answer from offsets no tier holds
+            if st.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
+                raise self._gap_error(st, st.log.log_start_offset)
         if spec >= 0 and st is not None:
             future = self._submit(st, lambda: offsets.list_offsets(self, unified, st, spec))
             timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
@@ -1017,6 +1080,8 @@ class RemoteLogManager:
             except Exception as exc:  # the status still shows what is known
                 st.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)
+            if st.is_leader:  # a damaged next segment shows in any process's status
+                copier.check_next_segment(self, st)
         return [partition_status(self, st) for st in states]
 
     def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:

@@ -40,6 +40,14 @@ class PartitionState:
     #: (base offset, started at ms) of the segment being copied now
     copy_in_progress: tuple[int, int] | None = None
     stuck_copy_warned: tuple[int, int] | None = None
+    #: why the log start offset is not covered by the remote log metadata (a lost
+    #: metadata directory): no copy, no expiration, no remote read below the local start
+    metadata_gap: str | None = None
+    #: the damaged local segment copying stopped at: file, position, offset, error and
+    #: the file's (size, mtime_ns, inode) when checked (see engine.rlm.copier)
+    corrupt_segment: dict | None = None
+    #: (file, (size, mtime_ns, inode)) of the last segment that passed the check
+    checked_segment: tuple | None = None
     copy_failures: int = 0
     next_copy_attempt_ms: int = 0
     last_copy_error: str | None = None

@@ -38,6 +38,12 @@ def partition_status(rlm, st: PartitionState) -> dict:
         "copy_lag_bytes": lag_bytes, "copy_lag_segments": lag_segments,
         "copy_disabled": bool(unified.remote_log_copy_disabled),
         "copy_cancelled": st.copy_cancelled,
+        # set: the log start offset lies in a gap of the remote metadata; nothing is
+        # tiered or expired and reads below the local start fail until an operator acts
+        "remote_metadata_gap": st.metadata_gap,
+        # set: copying stopped at this damaged local segment (engine.rlm.copier)
+        "corrupt_segment": None if st.corrupt_segment is None else {
+            k: v for k, v in st.corrupt_segment.items() if k != "identity"},
         "copy_in_progress": None if in_progress is None else {
             "base_offset": in_progress[0], "running_ms": now - in_progress[1]},
         "copy_failures": st.copy_failures,

@@ -25,8 +25,16 @@ import sys
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: one `error: ...` line, exit status 2 (the
+    usage is one `--help` away; subcommand parsers inherit this class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m engine", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     dump = sub.add_parser("dump-log", help="print or verify Kafka log files")

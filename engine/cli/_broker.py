@@ -9,12 +9,19 @@ are validated before a log dir is locked or a log opened (opening a LogManager d
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sys
 
-from engine.config import BrokerConfig, ConfigError, TopicConfigStore, load_broker_config
-from engine.errors import InvalidTopicError, KafkaEngineError
+from engine.config import (
+    BrokerConfig,
+    ConfigError,
+    TopicConfigStore,
+    create_missing_dirs,
+    load_broker_config,
+)
+from engine.errors import InvalidTopicError, KafkaEngineError, OffsetOutOfRangeError
 from engine.log.log_manager import LogManager, parse_partition_dir_name, validate_topic_name
 
 __all__ = [
@@ -115,6 +122,7 @@ class BrokerSession:
         self.config_path = config_path
         self.store = TopicConfigStore.of(broker)
         validate_store(broker, self.store)
+        create_missing_dirs(broker)  # after every check, as Kafka creates missing log dirs
         self._locks = _DirLocks(broker.log_dirs)
         self.rlm = None
         try:
@@ -166,9 +174,27 @@ def open_broker(config_path: str) -> BrokerSession:
     return BrokerSession(load_broker_config(config_path), config_path)
 
 
+#: OS errors that say a path is not what the broker file implies (a file where a directory
+#: belongs, no permission, a read-only mount): bad input, as a bad config value is
+_PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT,
+                          errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG,
+                          errno.ELOOP})
+
+
+def _os_error_line(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno, str(exc.errno)) if exc.errno else None
+    what = exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError):
+        what = "exists, and is not what the engine creates there (a file for a directory?)"
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"error: {where}{what}" + (f" ({name})" if name else "")
+
+
 def cli_errors(fn):
     """Runs a command; bad input (config, topic name, missing partition, offsets out of
-    range, a locked log dir) is one `error: ...` line on stderr and exit status 2."""
+    range, a locked log dir, a path in the log dirs that is not what it should be) is one
+    `error: ...` line on stderr and exit status 2; other engine errors (damaged data, a
+    failing tier or disk) are one line and exit status 1."""
 
     def run(args) -> int:
         try:
@@ -176,12 +202,18 @@ def cli_errors(fn):
         except (ConfigError, InvalidTopicError, LogDirLockedError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except OffsetOutOfRangeError as exc:
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
         except KeyError as exc:
             print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
             return 2
         except KafkaEngineError as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
+        except OSError as exc:  # typed engine errors are above; this is a path or a disk
+            print(_os_error_line(exc), file=sys.stderr)
+            return 2 if exc.errno in _PATH_ERRNOS else 1
 
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__

@@ -197,3 +197,119 @@ def test_missing_parent_or_a_file_is_still_refused_and_nothing_is_created(tmp_pa
     assert_usage_error(proc, "exists but is not a directory", str(tmp_path / "plain"))
     assert sorted(os.listdir(tmp_path)) == ["d1", "plain", "server.properties"]
     assert os.listdir(tmp_path / "d1") == []  # validation first: nothing was opened
+
+
+# -- 12: a broker without tiered storage is still a broker ------------------------------
+
+
+@pytest.fixture
+def local_broker(tmp_path):
+    """A broker file without remote.log.storage.system.enable; `orders` has 20 records
+    (timestamps 1_600_000_000_000 + offset) in several segments."""
+    (tmp_path / "d1").mkdir()
+    path = tmp_path / "server.properties"
+    path.write_text(f"log.dirs={tmp_path / 'd1'}\nlog.segment.bytes=700\n")
+    from engine.config import load_broker_config
+
+    broker = load_broker_config(path)
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        manager.get_or_create_log("orders", 0)
+        for i in range(20):
+            builder = RecordBatchBuilder()
+            builder.append(b"v%d" % i, timestamp=1_600_000_000_000 + i)
+            manager.append_as_leader("orders", 0, builder.build(), 0)
+        assert len(manager.get_log("orders", 0).segments) > 2
+    return str(path)
+
+
+def test_fetch_list_offsets_and_status_read_a_broker_without_tiering(local_broker, tmp_path):
+    proc = cli("fetch", "--config", local_broker, *PARTITION, "--offset", "3", "--to-end",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["offset"] for r in rows] == list(range(3, 20))
+    assert "high watermark 20" in proc.stderr
+    for spec, offset in (("earliest", 0), ("latest", 20), ("earliest-local", 0),
+                         ("latest-tiered", -1), ("1600000000007", 7)):
+        proc = cli("list-offsets", "--config", local_broker, *PARTITION, "--time", spec)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"orders:0:{offset}"
+    proc = cli("status", "--config", local_broker, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["remote_storage_enable"] is False and row["log_end_offset"] == 20
+    assert row["local_segments"] > 2
+    proc = cli("status", "--config", local_broker)
+    header, line = proc.stdout.splitlines()
+    assert line.split()[:5] == ["orders-0", "0", "0", "20", "off"]
+    assert proc.stderr == ""
+    # nothing of a tier was made: no metadata log, no index cache
+    assert sorted(n for n in os.listdir(tmp_path / "d1") if not n.startswith(".")) == [
+        "log-start-offset-checkpoint", "orders-0", "recovery-point-offset-checkpoint"]
+    proc = cli("fetch", "--config", local_broker, *PARTITION, "--offset", "21")
+    assert_usage_error(proc, "OffsetOutOfRangeError")
+
+
+def test_run_still_needs_tiering_and_says_why(local_broker):
+    proc = cli("run", "--config", local_broker, "--until-idle")
+    assert_usage_error(proc, "remote.log.storage.system.enable", "RemoteLogManager",
+                       "fetch, list-offsets and status", local_broker)
+
+
+# -- 15: status, compact by default, everything with --all / --json ---------------------
+
+
+def test_status_compact_view_fits_120_columns_and_all_shows_every_field(broker):
+    assert cli("configs", "--config", broker, "--entity-name", "orders", "--alter",
+               "--add-config", "remote.storage.enable=true").returncode == 0
+    from engine.config import load_broker_config
+
+    config = load_broker_config(broker)
+    with LogManager(config.log_dirs, broker_config=config) as manager:
+        for i in range(40):  # 4 KiB segments: several to tier
+            builder = RecordBatchBuilder()
+            builder.append(b"w" * 500, timestamp=1_600_000_000_000 + i)
+            manager.append_as_leader("orders", 0, builder.build(), 0)
+    tiering = cli("run", "--config", broker, "--until-idle")
+    assert tiering.returncode == 0, tiering.stderr
+    proc = cli("status", "--config", broker, "--json")
+    (row,) = json.loads(proc.stdout)
+    assert row["remote_segments"] >= 1
+    proc = cli("status", "--config", broker)
+    assert proc.returncode == 0, proc.stderr
+    header, line = proc.stdout.splitlines()
+    assert header.split() == ["partition", "log-start", "local-start", "end",
+                              "tiered-up-to", "local", "remote", "copy-lag", "last-error"]
+    assert max(len(header), len(line)) <= 120
+    cells = line.split()
+    assert cells[:5] == ["orders-0", str(row["log_start_offset"]),
+                         str(row["local_log_start_offset"]), str(row["log_end_offset"]),
+                         str(row["highest_offset_in_remote_storage"])]
+    assert cells[-1] == "-"  # no error
+    proc = cli("status", "--config", broker, "--all")
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "orders-0"
+    shown = {ln.split()[0]: ln.split(None, 1)[1] for ln in lines[1:]}
+    assert set(shown) == set(row)  # every field, whatever status() grows
+    assert shown["remote_segments"] == str(row["remote_segments"])
+    assert max(len(ln) for ln in lines) < 200
+
+
+def test_status_compact_view_shows_any_error_like_field():
+    from engine.cli.status import compact_table, error_fields
+
+    base = {"topic": "t", "partition": 3, "log_start_offset": 0, "local_log_start_offset": 5,
+            "log_end_offset": 9, "highest_offset_in_remote_storage": 4,
+            "local_size_bytes": 2048, "remote_size_bytes": 3 << 20, "copy_lag_segments": 1,
+            "copy_lag_bytes": 1536, "last_copy_error": None, "copy_failures": 0}
+    assert error_fields(base) == []
+    rows = [dict(base, offline=True),
+            dict(base, partition=4, damaged_segments=[12],
+                 last_expiration_error="RemoteStorageError: " + "x" * 300),
+            dict(base, partition=5, last_copy_error="CorruptRecordError: at 17")]
+    table = compact_table(rows).splitlines()
+    assert all(len(ln) <= 120 for ln in table)
+    assert table[1].endswith("  offline")
+    assert table[2].endswith("  damaged_segments: [12] (+1 more)")
+    assert table[3].endswith("  copy: CorruptRecordError: at 17")
+    assert "2.0 KiB" in table[1] and "3.0 MiB" in table[1] and "1 (1.5 KiB)" in table[1]

@@ -27,6 +27,7 @@ from engine.log.log_manager import LogManager, parse_partition_dir_name, validat
 __all__ = [
     "LOG_DIR_LOCK_FILE",
     "BrokerSession",
+    "LocalReads",
     "apply_topic_overrides",
     "cli_errors",
     "existing_topics",
@@ -145,6 +146,18 @@ class BrokerSession:
             self.rlm.initialise_partitions()
         return self.rlm
 
+    @property
+    def tiered_storage(self) -> bool:
+        return bool(self.broker["remote.log.storage.system.enable"])
+
+    def reader(self):
+        """What serves `fetch` and `list-offsets`: the RLM (local and remote data), or for a
+        broker without tiered storage its local logs alone (LocalReads): such a broker is
+        still a broker, and Kafka serves its fetches and ListOffsets from the local log."""
+        if self.tiered_storage:
+            return self.remote_log_manager()
+        return LocalReads(self.log_manager)
+
     def log(self, topic: str, partition: int):
         check_topic(topic)
         unified = self.log_manager.get_log(topic, partition)
@@ -168,6 +181,34 @@ class BrokerSession:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class LocalReads:
+    """The RemoteLogManager's `read` and `list_offsets` over the local logs only, for a
+    broker with `remote.log.storage.system.enable=false` (the RLM needs a tier and
+    refuses to start without it). Answers as the RLM does for a partition that is not
+    tiered: the same reader (engine.rlm.reader.read_local) and ListOffsets rules."""
+
+    def __init__(self, log_manager: LogManager) -> None:
+        self.log_manager = log_manager
+
+    def _log(self, topic: str, partition: int):
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise KeyError(f"no log for partition {topic}-{partition}")
+        return unified
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int,
+             min_one_message: bool = True, isolation: str = "read_uncommitted"):
+        from engine.rlm.reader import read_local
+
+        return read_local(self._log(topic, partition), topic, partition, offset, max_bytes,
+                          min_one_message, isolation)
+
+    def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
+        from engine.rlm.offsets import list_offsets
+
+        return list_offsets(None, self._log(topic, partition), None, spec)
 
 
 def open_broker(config_path: str) -> BrokerSession:

@@ -108,7 +108,10 @@ def add_tiered_commands(sub) -> None:
 
     status = sub.add_parser("status", help="local and remote state of every partition")
     status.add_argument("--config", required=True, metavar="FILE")
-    status.add_argument("--json", action="store_true")
+    view = status.add_mutually_exclusive_group()
+    view.add_argument("--all", action="store_true",
+                      help="every field of every partition, one per line")
+    view.add_argument("--json", action="store_true", help="every field, as a JSON list")
 
     configs = sub.add_parser("configs", help="per-topic overrides (kafka-configs.sh)")
     configs.add_argument("--config", required=True, metavar="FILE")

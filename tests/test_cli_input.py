@@ -313,3 +313,59 @@ def test_status_compact_view_shows_any_error_like_field():
     assert table[2].endswith("  damaged_segments: [12] (+1 more)")
     assert table[3].endswith("  copy: CorruptRecordError: at 17")
     assert "2.0 KiB" in table[1] and "3.0 MiB" in table[1] and "1 (1.5 KiB)" in table[1]
+
+
+# -- 14: produce-demo stamps records from the current time ------------------------------
+
+
+def _timestamps(log_dir, topic="orders", partition=0) -> list[int]:
+    with LogManager([log_dir]) as manager:
+        unified = manager.get_log(topic, partition)
+        data = bytes(unified.read(unified.log_start_offset, 1 << 30)[0])
+        for segment in unified.segments[1:]:
+            data += bytes(unified.read(segment.base_offset, 1 << 30)[0])
+    from engine.records import MemoryRecords
+
+    return [r.timestamp for b in MemoryRecords(data).batches() for r in b]
+
+
+def test_produce_demo_data_survives_the_default_retention_of_the_first_run(tmp_path):
+    """Kafka's default log.retention.ms (7 days) on the first `run`: nothing produced by
+    produce-demo is deleted (its records used to be stamped in November 2023)."""
+    import time
+
+    before = int(time.time() * 1000)
+    proc = cli("produce-demo", "--log-dirs", str(tmp_path / "d1"), "--topic", "orders",
+               "--records", "2000", "--segment-bytes", "65536", "--codec", "lz4")
+    after = int(time.time() * 1000)
+    assert proc.returncode == 0, proc.stderr
+    stamps = _timestamps(tmp_path / "d1")
+    assert after - 7 * 24 * 3600 * 1000 < min(stamps) and max(stamps) <= after
+    assert max(stamps) >= before - 5 * 2000  # from the current time, not a fixed date
+    (tmp_path / "tier").mkdir()
+    path = _write_broker(tmp_path, "log.dirs={d1}\nremote.log.storage.system.enable=true\n"
+                         "rsm.config.dirs={tier}\nremote.storage.enable=true\n"
+                         "log.local.retention.bytes=65536\n")
+    proc = cli("run", "--config", path, "--until-idle")
+    assert proc.returncode == 0, proc.stderr
+    assert "copied" in proc.stderr and "deleted 0 remote" in proc.stderr
+    proc = cli("list-offsets", "--config", path, *PARTITION, "--time", "earliest")
+    assert proc.stdout.strip() == "orders:0:0"
+    proc = cli("status", "--config", path, "--json")
+    (row,) = json.loads(proc.stdout)
+    assert row["remote_segments"] >= 1 and row["log_start_offset"] == 0
+
+
+def test_produce_demo_start_timestamp_makes_the_data_reproducible(tmp_path):
+    def produce(d):
+        proc = cli("produce-demo", "--log-dirs", str(d), "--topic", "orders", "--records",
+                   "500", "--seed", "3", "--start-timestamp", "1700000000000")
+        assert proc.returncode == 0, proc.stderr
+        with open(d / "orders-0" / ("0" * 20 + ".log"), "rb") as f:
+            return f.read()
+
+    assert produce(tmp_path / "a") == produce(tmp_path / "b")
+    stamps = _timestamps(tmp_path / "a")
+    assert 1_700_000_000_000 <= stamps[0] <= 1_700_000_000_004
+    assert_usage_error(cli("produce-demo", "--log-dirs", str(tmp_path / "c"), "--topic", "t",
+                           "--start-timestamp", "-1"), "--start-timestamp")

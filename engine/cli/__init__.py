@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--segment-bytes", type=int, default=None,
                          help="segment.bytes of the topic (default Kafka's 1 GiB)")
     produce.add_argument("--seed", type=int, default=1)
+    from engine.cli._tiered_args import INT64_MAX, int_in
+    produce.add_argument("--start-timestamp", type=int_in(0, INT64_MAX, "a timestamp in ms"),
+                         default=None, metavar="MS",
+                         help="timestamp of the first record (default: the records end at "
+                              "the current time); with it the data is reproducible")
 
     codec_demo = sub.add_parser("codec-demo",
                                 help="generate, validate and decode a realistic segment")

@@ -1,8 +1,9 @@
 """`demo`, the README's main job: tiered storage end to end on this machine.
 
 1. Writes a broker file for two log dirs and a filesystem tier with aggressive tiering
-   settings (small segments, small `log.local.retention.bytes`, no time retention: the
-   generated timestamps are in 2023) and loads it with engine.config.load_broker_config.
+   settings (small segments, small `log.local.retention.bytes`; Kafka's default time
+   retention, which keeps the records: they are stamped up to the current time) and loads
+   it with engine.config.load_broker_config.
 2. Produces a realistic topic over several partitions with produce-demo's generator
    (JSON-like values, keys, headers, transactions with aborts, two leader epochs), then
    records every batch's (base offset, last offset, CRC) as the reference.
@@ -52,7 +53,6 @@ rsm.config.dirs={dirs[2]}
 remote.storage.enable=true
 log.segment.bytes={segment_bytes}
 log.local.retention.bytes={local_retention_bytes}
-log.retention.ms=-1
 remote.log.manager.task.interval.ms=200
 """)
     return path

@@ -83,7 +83,6 @@ def broker(tmp_path):
     (["fetch", "--topic", "orders", "--partition", str(2**31), "--offset", "0"],
      ["--partition"]),
     (["fetch", *PARTITION, "--offset", str(2**63)], ["--offset"]),
-    (["list-offsets", *PARTITION, "--time", "-3"], ["--time", "-3"]),
     (["list-offsets", *PARTITION, "--time", "-100"], ["--time", "-100"]),
     (["list-offsets", *PARTITION, "--time", str(2**64)], ["--time", "9223372036854775807"]),
     (["list-offsets", *PARTITION, "--time", str(2**63)], ["--time"]),
@@ -92,6 +91,22 @@ def broker(tmp_path):
 def test_bad_arguments_are_one_line_and_exit_2(broker, argv, needles):
     proc = cli(argv[0], "--config", broker, *argv[1:])
     assert_usage_error(proc, *needles)
+
+
+def test_list_offsets_max_timestamp_spec_is_served_or_refused_in_one_line(broker):
+    """-3 (MAX_TIMESTAMP) is Kafka's: served where ListOffsets answers it, else a one-line
+    refusal; never a traceback."""
+    proc = cli("list-offsets", "--config", broker, *PARTITION, "--time", "-3")
+    if proc.returncode == 0:
+        assert proc.stdout.strip() == "orders:0:19", proc.stdout
+    else:
+        assert_usage_error(proc, "--time", "-3")
+
+
+def test_produce_demo_log_dir_that_is_a_file(tmp_path):
+    (tmp_path / "f").write_text("")
+    proc = cli("produce-demo", "--log-dirs", str(tmp_path / "f"), "--topic", "t")
+    assert_usage_error(proc, str(tmp_path / "f"), "not a directory")
 
 
 def test_largest_int64_timestamp_and_int32_max_bytes_are_accepted(broker):

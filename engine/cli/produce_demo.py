@@ -21,10 +21,12 @@ segment holding its marker, and a `.snapshot` is written at each roll and at shu
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
 
+from engine.cli._broker import cli_errors
 from engine.log.log_manager import LogManager
 from engine.records import CompressionType, RecordBatchBuilder, build_end_txn_marker
 from engine.records.sample import sample_value
@@ -106,11 +108,16 @@ def produce_partition(manager: LogManager, topic: str, partition: int, num_recor
     return stats
 
 
+@cli_errors
 def run(args) -> int:
     dirs = [d for d in args.log_dirs.split(",") if d]
     if not dirs:
         print("error: --log-dirs names no directory", file=sys.stderr)
         return 2
+    for d in dirs:  # LogManager would take such a dir offline and fail on the first append
+        if os.path.lexists(d) and not os.path.isdir(d):
+            print(f"error: --log-dirs: {d} exists but is not a directory", file=sys.stderr)
+            return 2
     if args.partitions < 1 or args.records < 0:
         print("error: --partitions must be >= 1 and --records >= 0", file=sys.stderr)
         return 2

@@ -91,7 +91,7 @@ class ConfigError(KafkaEngineError, ValueError):
         self.key = key
         self.value = value
         self.rule = rule
-        where = f"config {key!r}" if key is not None else "config"
+        where = f"config {_shown(key)}" if key is not None else "config"
         super().__init__(f"invalid value {_shown(value)} for {where}: {rule}",
                          file=None if file is None else str(file))
 
@@ -910,7 +910,7 @@ def _check_keys(props: Mapping[str, str], path: str) -> None:
             close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(key, value, f"unknown broker config{hint}", file=path)
-        log.warning("%s: %r is not a config the engine uses; ignored", path, key)
+        log.warning("%s: %s is not a config the engine uses; ignored", path, _shown(key))
 
 
 def uses_filesystem_tier(broker: BrokerConfig) -> bool:

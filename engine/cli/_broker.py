@@ -1,6 +1,7 @@
 """What the broker-side commands (`run`, `fetch`, `list-offsets`, `status`, `configs`,
 `demo`) share: loading the broker file, the topic-config store, the process lock on the log
-dirs, and opening the LogManager with the stored topic overrides applied.
+dirs, opening the LogManager with the stored topic overrides applied, reads through the RLM
+or (a broker without tiered storage) the local logs alone, and the error convention.
 
 Order matters for "nothing touched on error": the broker file and every stored override
 are validated before a log dir is locked or a log opened (opening a LogManager deletes

@@ -294,7 +294,7 @@ def test_status_compact_view_fits_120_columns_and_all_shows_every_field(broker):
     assert proc.returncode == 0, proc.stderr
     header, line = proc.stdout.splitlines()
     assert header.split() == ["partition", "log-start", "local-start", "end",
-                              "tiered-up-to", "local", "remote", "copy-lag", "last-error"]
+                              "tiered", "local", "remote", "copy-lag", "last-error"]
     assert max(len(header), len(line)) <= 120
     cells = line.split()
     assert cells[:5] == ["orders-0", str(row["log_start_offset"]),
@@ -318,6 +318,12 @@ def test_status_compact_view_shows_any_error_like_field():
             "local_size_bytes": 2048, "remote_size_bytes": 3 << 20, "copy_lag_segments": 1,
             "copy_lag_bytes": 1536, "last_copy_error": None, "copy_failures": 0}
     assert error_fields(base) == []
+    flagged = dict(base, offline=True, offline_error="CorruptRemoteLogMetadataError: x",
+                   remote_metadata_gap={"log_start_offset": 0})
+    line = compact_table([flagged]).splitlines()[1]
+    assert "  offline: CorruptRemote" in line and line.endswith(" (+2 more)")
+    assert compact_table([dict(base, remote_metadata_gap={"at": 0})]).endswith(
+        '  remote_metadata_gap: {"at": 0}')
     rows = [dict(base, offline=True),
             dict(base, partition=4, damaged_segments=[12],
                  last_expiration_error="RemoteStorageError: " + "x" * 300),

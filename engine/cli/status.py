@@ -6,12 +6,13 @@ last error.
 Tiered partitions are described by the RemoteLogManager's status(); the others (every
 partition of a broker without tiered storage, and topics without remote.storage.enable)
 by their local log alone. The default view is one line per partition that fits about 120
-columns: partition, log start / local start / end offsets, tiered up to (the highest offset
-in remote storage; `off` when the partition is not tiered), local and remote bytes, copy
+columns: partition, log start / local start / end offsets, tiered (up to: the highest
+offset in remote storage; `off` when the partition is not tiered), local and remote bytes, copy
 lag, and the last error: the first non-empty field whose name says it is an error or a
-fault (`*error*`, `offline`, `damaged`, `inconsisten*`, `corrupt`), so a field status()
-gains later shows there without a change here. `--all` prints every field of every
-partition, one per line; `--json` prints them as a JSON list.
+fault (`*error*`, `offline`, `damaged`, `inconsisten*`, `corrupt*`, `*gap*`; one with a
+message before a bare flag), so a field status() gains later shows there without a change
+here. `--all` prints every field of every partition, one per line; `--json` prints them as
+a JSON list.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = ["compact_table", "error_fields", "format_all", "local_status", "run"]
 
 #: the compact view's width; the last-error column is cut to fit it (`--all` shows it whole)
 WIDTH = 120
-_ERROR_LIKE = re.compile(r"error|offline|damaged|inconsisten|corrupt")
+_ERROR_LIKE = re.compile(r"error|offline|damaged|inconsisten|corrupt|gap")
 
 
 def local_status(topic: str, partition: int, unified) -> dict:
@@ -68,8 +69,10 @@ def _error_cell(row: dict, room: int | None = None) -> str:
     errors = error_fields(row)
     if not errors:
         return "-"
-    name, value = errors[0]
+    name, value = next(((k, v) for k, v in errors if v is not True), errors[0])
     short = re.sub(r"^last_|_error$", "", name)
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, sort_keys=True, default=str)
     text = short if value is True else f"{short}: {value}"
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     if room is not None and len(text) + len(more) > room:
@@ -92,7 +95,7 @@ def _compact_row(row: dict) -> list[str]:
             lag_cell]
 
 
-_HEADER = ["partition", "log-start", "local-start", "end", "tiered-up-to", "local",
+_HEADER = ["partition", "log-start", "local-start", "end", "tiered", "local",
            "remote", "copy-lag", "last-error"]
 
 

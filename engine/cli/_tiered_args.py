@@ -32,7 +32,6 @@ def int_in(lo: int, hi: int, what: str):
     def parse(text: str) -> int:
         return _integer(text, lo, hi, what)
 
-    parse.__name__ = what  # argparse names the type in its messages
     return parse
 
 

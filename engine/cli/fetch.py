@@ -77,7 +77,7 @@ def run(args) -> int:
     out = sys.stdout
     with open_broker(args.config) as session:
         unified = session.log(args.topic, args.partition)
-        rlm = session.remote_log_manager()
+        rlm = session.reader()  # the RLM, or the local logs of a broker without tiering
         end = unified.last_stable_offset if read_committed else unified.high_watermark
         view = ConsumerView(args.offset, end, read_committed)
         count, remote_fetches, fetches = 0, 0, 0

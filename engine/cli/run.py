@@ -120,7 +120,9 @@ def run(args) -> int:
     broker = load_broker_config(args.config)
     if not broker["remote.log.storage.system.enable"]:
         raise ConfigError("remote.log.storage.system.enable", False,
-                          "run needs tiered storage enabled", file=args.config)
+                          "run is the RemoteLogManager (it tiers segments and expires remote "
+                          "ones) and needs tiered storage on; fetch, list-offsets and status "
+                          "read a broker without it", file=args.config)
     stop = threading.Event()
     previous = _install_stop_handlers(stop)
     status = 0

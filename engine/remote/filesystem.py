@@ -328,8 +328,8 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
 
     def configure(self, configs: Mapping[str, str]) -> None:
         """Creates each dir's `kafka-tiered-storage` root (and a missing dir: the broker's
-        config file loader, engine.config.load_broker_config, already requires them to
-        exist). Raises ConfigError naming the key for a missing or invalid value or a root
+        config file loader, engine.config.load_broker_config, requires its parent to exist,
+        and the commands create it first, logged). Raises ConfigError naming the key for a missing or invalid value or a root
         that cannot be created."""
         mode = str(configs.get("log.read.verification", "full")).strip()
         if mode not in _VERIFICATION_MODES:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import errno
 import fcntl
 import json
 import logging
@@ -55,6 +56,9 @@ __all__ = [
     "TopicConfig",
     "TopicConfigStore",
     "ValidList",
+    "broker_directories",
+    "create_missing_dirs",
+    "filesystem_tier_dirs",
     "load_broker_config",
     "load_properties",
     "parse_properties",
@@ -66,6 +70,7 @@ LONG_MAX = 2**63 - 1
 LONG_MIN = -(2**63)
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
+_LONG_DIGITS = len(str(LONG_MAX))
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 3_600_000
 # Kafka's `-2` for local retention: "use retention.ms / retention.bytes".
@@ -86,13 +91,26 @@ class ConfigError(KafkaEngineError, ValueError):
         self.key = key
         self.value = value
         self.rule = rule
-        where = f"config {key!r}" if key is not None else "config"
-        super().__init__(f"invalid value {value!r} for {where}: {rule}",
+        where = f"config {_shown(key)}" if key is not None else "config"
+        super().__init__(f"invalid value {_shown(value)} for {where}: {rule}",
                          file=None if file is None else str(file))
 
     def in_file(self, file) -> ConfigError:
         """The same error, naming `file`."""
         return ConfigError(self.key, self.value, self.rule, file=file)
+
+
+#: a value longer than this is shown abbreviated in errors (a whole file of digits is not
+#: an error message)
+_SHOWN_MAX = 80
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= _SHOWN_MAX:
+        return text
+    size = len(value) if isinstance(value, (str, bytes)) else len(text)
+    return f"{text[:_SHOWN_MAX - 20]}... ({size} characters)"
 
 
 class ConfigType(enum.Enum):
@@ -247,6 +265,9 @@ def _to_integer(key: str, type_: ConfigType, raw: Any) -> int:
         text = raw.strip()
         if not re.fullmatch(r"[+-]?[0-9]+", text):
             raise ConfigError(key, raw, f"expected a {type_.value} (decimal digits)")
+        if len(text.lstrip("+-").lstrip("0")) > _LONG_DIGITS:
+            # too long for any long; int() of it would also hit Python's conversion limit
+            raise ConfigError(key, raw, f"out of range for a {type_.value} [{lo}, {hi}]")
         raw = int(text)
     if not lo <= raw <= hi:
         raise ConfigError(key, raw, f"out of range for a {type_.value} [{lo}, {hi}]")
@@ -472,13 +493,21 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _WS = " \t\f"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 
 
 def parse_properties(text: str) -> dict[str, str]:
     """Parse Java `.properties` text (java.util.Properties.load rules) into a dict.
 
-    Raises ConfigError on a malformed `\\uXXXX` escape (naming the line number).
+    Raises ConfigError on a malformed `\\uXXXX` escape (naming the line number), and on a
+    control character other than tab, form feed and line ends: a text file never holds
+    one, so the input is binary (or the wrong file) and every "key" in it would be garbage.
     """
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        raise ConfigError(None, bad.group(), f"not a properties file: control character "
+                          f"0x{ord(bad.group()):02x} on line {line} (binary data?)")
     result: dict[str, str] = {}
     for lineno, line in _logical_lines(text):
         key_raw, value_raw = _split_key_value(line)
@@ -881,7 +910,7 @@ def _check_keys(props: Mapping[str, str], path: str) -> None:
             close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(key, value, f"unknown broker config{hint}", file=path)
-        log.warning("%s: %r is not a config the engine uses; ignored", path, key)
+        log.warning("%s: %s is not a config the engine uses; ignored", path, _shown(key))
 
 
 def uses_filesystem_tier(broker: BrokerConfig) -> bool:
@@ -897,8 +926,10 @@ def load_broker_config(path, *, check_dirs: bool = True) -> BrokerConfig:
     KAFKA_BROKER_KEYS_NOT_USED); other keys (listeners, num.network.threads, ...) are
     logged and ignored as Kafka ignores keys it does not know. With tiering on and no RSM
     class named, `rsm.config.dirs` (under the configured prefix) must name the filesystem
-    tier's directories. With `check_dirs`, every log dir (and tier dir) must exist as a
-    directory: nothing is created here.
+    tier's directories, none of them equal to, inside or above a log dir (the tier and the
+    logs would read each other's files). With `check_dirs`, every log dir (and tier dir)
+    must be a directory or be creatable as Kafka creates a missing log dir: its parent
+    exists (`create_missing_dirs` creates it, once every check has passed).
 
     Raises ConfigError naming the key and the file; nothing is written.
     """
@@ -916,23 +947,87 @@ def load_broker_config(path, *, check_dirs: bool = True) -> BrokerConfig:
         broker = BrokerConfig(props)
     except ConfigError as exc:
         raise exc.in_file(path) from None
-    dirs_key = "log.dirs" if broker.is_set("log.dirs") else "log.dir"
-    tier_dirs: list[str] = []
     if broker["remote.log.storage.system.enable"] and uses_filesystem_tier(broker):
-        prefix = broker["remote.log.storage.manager.impl.prefix"]
-        raw = props.get(prefix + "dirs", "")
-        tier_dirs = [d.strip() for d in raw.split(",") if d.strip()]
-        if not tier_dirs:
-            raise ConfigError(prefix + "dirs", raw or None,
+        key, dirs = filesystem_tier_dirs(broker)
+        if not dirs:
+            raise ConfigError(key, props.get(key) or None,
                               "the filesystem tier (no remote.log.storage.manager.class.name) "
                               "needs its directories, comma-separated", file=path)
+        _check_tier_apart_from_logs(broker, key, dirs, path)
     if check_dirs:
-        for key, dirs in ((dirs_key, broker.log_dirs), ("rsm.config.dirs", tier_dirs)):
-            for d in dirs:
-                if not os.path.isdir(d):
-                    why = "is not a directory" if os.path.exists(d) else "does not exist"
-                    raise ConfigError(key, d, f"directory {why}", file=path)
+        for key, d in broker_directories(broker):
+            _check_dir(broker, key, d, path)
     return broker
+
+
+def filesystem_tier_dirs(broker: BrokerConfig) -> tuple[str, list[str]]:
+    """(key, dirs) of the filesystem tier: `<rsm prefix>dirs`, comma-separated."""
+    key = broker["remote.log.storage.manager.impl.prefix"] + "dirs"
+    raw = broker.originals().get(key, "")
+    return key, [d.strip() for d in raw.split(",") if d.strip()]
+
+
+def broker_directories(broker: BrokerConfig) -> list[tuple[str, str]]:
+    """(key, directory) of every directory the broker file names: the log dirs, and the
+    filesystem tier's dirs when tiering is on and no RSM class is named."""
+    dirs_key = "log.dirs" if broker.is_set("log.dirs") else "log.dir"
+    found = [(dirs_key, d) for d in broker.log_dirs]
+    if broker["remote.log.storage.system.enable"] and uses_filesystem_tier(broker):
+        key, tier = filesystem_tier_dirs(broker)
+        found += [(key, d) for d in tier]
+    return found
+
+
+def _check_dir(broker: BrokerConfig, key: str, d: str, path: str) -> None:
+    if os.path.isdir(d):
+        return
+    if os.path.lexists(d):
+        raise ConfigError(key, d, "exists but is not a directory", file=path)
+    parent = os.path.dirname(os.path.abspath(d))
+    if key == "log.dir" and not broker.is_set("log.dir"):
+        # a file that sets neither (the wrong file?) must not create /tmp/kafka-logs
+        raise ConfigError(key, d, "directory does not exist (Kafka's default: the file sets "
+                          "neither log.dirs nor log.dir)", file=path)
+    if not os.path.isdir(parent):
+        raise ConfigError(key, d, f"directory does not exist, nor does its parent {parent} "
+                          "(only a missing last component is created)", file=path)
+
+
+def _check_tier_apart_from_logs(broker: BrokerConfig, key: str, tier_dirs: list[str],
+                                path: str) -> None:
+    def real(d: str) -> str:
+        return os.path.realpath(os.path.abspath(d))
+
+    for t in tier_dirs:
+        for d in broker.log_dirs:
+            a, b = real(t), real(d)
+            if os.path.commonpath([a, b]) in (a, b):
+                how = "is" if a == b else ("is inside" if len(a) > len(b) else "contains")
+                raise ConfigError(key, t, f"the filesystem tier {how} the log dir {d}: "
+                                  "give the tier directories of its own", file=path)
+
+
+def create_missing_dirs(broker: BrokerConfig) -> list[str]:
+    """Creates the directories of `broker_directories` that do not exist (their parents do:
+    load_broker_config checked), as Kafka's LogManager creates missing log dirs, and logs
+    each. Returns those created. ConfigError naming the key when one cannot be created."""
+    created = []
+    for key, d in broker_directories(broker):
+        if os.path.isdir(d):
+            continue
+        log.warning("%s: directory %s not found, creating it", key, d)
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise ConfigError(key, d, "exists but is not a directory") from None
+            continue  # created meanwhile
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno, exc.errno)
+            raise ConfigError(key, d, f"cannot create the directory: {exc.strerror} "
+                              f"({name})") from None
+        created.append(d)
+    return created
 
 
 # ---------------------------------------------------------------------------- topic overrides

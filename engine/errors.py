@@ -56,6 +56,21 @@ class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
     optional transaction index that was never copied."""
 
 
+class RemoteLogAuxStateError(RemoteStorageError):
+    """A follower's state could not be built from the remote tier now (Kafka's
+    RemoteStorageException from buildRemoteLogAuxState, counted by
+    BuildRemoteLogAuxStateErrorsPerSec): the partition's remote log metadata is not ready,
+    no copied segment holds the offset below the leader's local log start in the leader's
+    epoch (its metadata has not reached this engine yet, or the tier moved on), the RSM
+    failed, or the log is not tiered. The
+    follower's log is left as it was; the caller retries, as Kafka's fetcher does on its
+    next round. `partition` is (topic, partition); `offset` the offset looked up."""
+
+    def __init__(self, message, *, partition=None, offset=None, file=None):
+        super().__init__(message, file=file, offset=offset)
+        self.partition = partition
+
+
 class CorruptRemoteObjectError(RemoteStorageError, ValueError):
     """An object of the object-store tier is damaged or not in the format it should be: a
     segment manifest that does not parse or whose sizes do not add up, a chunk whose GCM tag,
@@ -100,7 +115,30 @@ class CustomMetadataSizeLimitExceededError(KafkaEngineError, ValueError):
 class CorruptRemoteLogMetadataError(KafkaEngineError, ValueError):
     """A remote-log metadata file (the embedded RemoteLogMetadataManager's log or snapshot)
     is damaged somewhere other than its torn tail, or was written by a newer format.
-    `file` and `position` name the bad entry."""
+    `file` and `position` name the bad entry, `partition` the partition it belongs to (a
+    TopicIdPartition, when known); that partition is offline, the others are not."""
+
+    def __init__(self, message, *, file=None, position=None, partition=None):
+        super().__init__(message, file=file, position=position)
+        self.partition = partition
+
+    def __str__(self):
+        text = super().__str__()
+        return text if self.partition is None else f"partition {self.partition}: {text}"
+
+
+class RemoteLogMetadataGapError(RemoteStorageError):
+    """The log start offset lies below the local log start offset, but the partition's
+    remote log metadata knows of no copied segment reaching the local start: the offsets
+    between them are in neither tier as far as the metadata says (its directory lost or
+    replaced by an older copy). The partition is neither tiered nor expired, its log start
+    offset is never moved, and reads of those offsets fail with this error, until the
+    metadata is restored (or the loss is accepted with DeleteRecords up to the local log
+    start offset). `offset` is the first offset without data, `partition` the partition."""
+
+    def __init__(self, message, *, offset=None, partition=None, file=None):
+        super().__init__(message, offset=offset, file=file)
+        self.partition = partition
 
 
 __all__ = [
@@ -119,10 +157,12 @@ __all__ = [
     "InvalidTopicError",
     "RemoteStorageError",
     "RemoteResourceNotFoundError",
+    "RemoteLogAuxStateError",
     "CorruptRemoteObjectError",
     "RemoteEncryptionKeyError",
     "RemoteLogReaderRejectedError",
     "RemoteFetchTimeoutError",
     "CustomMetadataSizeLimitExceededError",
     "CorruptRemoteLogMetadataError",
+    "RemoteLogMetadataGapError",
 ]

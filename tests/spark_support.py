@@ -94,7 +94,8 @@ class TieredCluster:
                 if manager.get_log(topic, p) is None:
                     manager.get_or_create_log(topic, p, topic_id=self._topic_id(topic))
                 produce_partition(manager, topic, p, records, CompressionType[codec.upper()],
-                                  seed + manager.get_log(topic, p).log_end_offset)
+                                  seed + manager.get_log(topic, p).log_end_offset,
+                                  start_timestamp=START_TIMESTAMP)
                 manager.get_log(topic, p).roll()  # everything produced becomes tierable
             rlm = RemoteLogManager.from_config(config, manager)
             try:

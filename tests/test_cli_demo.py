@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -42,6 +43,13 @@ def test_demo_tiers_reads_back_and_reports(tmp_path):
     assert offsets > 6000  # data records plus transaction markers
     assert "every batch CRC and position checked" in out["read"]
     assert "remote p50" in proc.stdout and "local  p50" in proc.stdout
+    # warm remote against local on the same offsets; the first opens on their own line
+    sweep = out["sweep"].split()
+    assert sweep[1] == "remote" and sweep[4:7] == ["warm", "vs", "local"], out["sweep"]
+    same = re.search(r"the same ([0-9.]+) MiB read at the same offsets", out["sweep"])
+    assert same and float(same.group(1)) > 0, out["sweep"]
+    opened = int(out["open"].split()[1])
+    assert opened >= 1 and "read for the first time" in out["open"]
     assert "tiering pass 1:" in proc.stderr and "read back clickstream-1" in proc.stderr
     # what it left is a broker the other commands open
     status = subprocess.run(

@@ -139,7 +139,7 @@ def test_configs_needs_the_tiering_system_for_remote_storage(broker, tmp_path, c
 @pytest.mark.parametrize("edit, message", [
     (lambda text: text + "log.retention.byte=5\n", "did you mean 'log.retention.bytes'"),
     (lambda text: text + "retention.ms=5\n", "is a topic config"),
-    (lambda text: text.replace("/d2", "/d3"), "does not exist"),
+    (lambda text: text.replace("/d2", "/d3/d2"), "does not exist"),
     (lambda text: text + "log.local.retention.bytes=x\n", "expected a long"),
 ])
 def test_commands_refuse_a_bad_broker_file_before_opening_anything(broker, capsys, command,

@@ -584,14 +584,23 @@ def test_load_broker_config_names_the_key_and_the_file(tmp_path, line, key, rule
 
 
 def test_load_broker_config_missing_dirs_and_tier(tmp_path):
-    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/d2", "$T/nope"), ("d1", "tier"))
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/d2", "$T/nope/d2"),
+                        ("d1", "tier"))
     with pytest.raises(ConfigError) as info:
         load_broker_config(path)
-    assert info.value.key == "log.dirs" and "does not exist" in str(info.value)
+    assert info.value.key == "log.dirs" and "nor does its parent" in str(info.value)
     assert not (tmp_path / "nope").exists()
-    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/tier", "$T/d1/x"), ("d1", "d2"))
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/tier", "$T/t/x"), ("d1", "d2"))
     with pytest.raises(ConfigError, match="rsm.config.dirs"):
         load_broker_config(path)
+    (tmp_path / "file").write_text("")
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/tier", "$T/file"), ("d1", "d2"))
+    with pytest.raises(ConfigError, match="rsm.config.dirs.*exists but is not a directory"):
+        load_broker_config(path)
+    # a missing last component is fine (created once every check passed), not by loading
+    path = _broker_file(tmp_path, _TIERED_FILE.replace("$T/d2", "$T/new"), ("d1", "tier"))
+    assert load_broker_config(path).log_dirs[1] == str(tmp_path / "new")
+    assert not (tmp_path / "new").exists()
     path = _broker_file(tmp_path, _TIERED_FILE.replace("rsm.config.dirs=$T/tier\n", ""))
     with pytest.raises(ConfigError) as info:
         load_broker_config(path)

@@ -21,7 +21,8 @@ TIP = TopicIdPartition(Uuid.from_string("LWgrMmVrT0a__7a4SasuPA"), "orders", 0)
 
 
 class CountingRSM(FileSystemRemoteStorageManager):
-    """Counts fetch_index calls; can fail the next N, or block them on an event."""
+    """Counts index fetches (fetch_index_bytes, what the cache calls); can fail the next N,
+    or block them on an event."""
 
     def __init__(self, dirs):
         super().__init__(dirs, fsync=False)
@@ -30,7 +31,7 @@ class CountingRSM(FileSystemRemoteStorageManager):
         self.gate = None
         self.lock = threading.Lock()
 
-    def fetch_index(self, metadata, index_type):
+    def fetch_index_bytes(self, metadata, index_type):
         with self.lock:
             self.fetches[index_type] += 1
             fail, self.fail_next = self.fail_next > 0, max(0, self.fail_next - 1)
@@ -38,7 +39,7 @@ class CountingRSM(FileSystemRemoteStorageManager):
             self.gate.wait(10)
         if fail:
             raise RemoteStorageError("injected fetch failure")
-        return super().fetch_index(metadata, index_type)
+        return super().fetch_index_bytes(metadata, index_type)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,8 @@ def test_lookups_follow_kafka_over_the_downloaded_indexes(tmp_path, local, remot
         assert entry.size_bytes == entry_bytes(data)
     uuid = mds[1].remote_log_segment_id.id
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if f"300_{uuid}" in p.name) \
-        == [f"300_{uuid}.index", f"300_{uuid}.timeindex", f"300_{uuid}.txnindex"]
+        == [f"300_{uuid}.checksums", f"300_{uuid}.index", f"300_{uuid}.timeindex",
+            f"300_{uuid}.txnindex"]
     assert (tmp_path / "cache" / f"300_{uuid}.txnindex").stat().st_size == 0
     assert rsm.fetches[IndexType.OFFSET] == 3 and cache.hits > 0 and cache.misses == 3
     assert not list((tmp_path / "cache").glob("*.tmp"))
@@ -158,8 +160,8 @@ def test_startup_removes_leftovers_partial_and_corrupt_sets(tmp_path, remote):
     cache = RemoteIndexCache(rsm, cache_dir)
     assert list(cache._entries) == [mds[0].remote_log_segment_id.id]
     names = sorted(p.name for p in cache_dir.iterdir())
-    assert names == sorted([f"0_{ids[0]}.index", f"0_{ids[0]}.timeindex",
-                            f"0_{ids[0]}.txnindex", "unrelated.txt"])
+    assert names == sorted([f"0_{ids[0]}.checksums", f"0_{ids[0]}.index",
+                            f"0_{ids[0]}.timeindex", f"0_{ids[0]}.txnindex", "unrelated.txt"])
     rsm.fetches.clear()
     cache.get_index_entry(mds[2])  # downloaded again
     assert rsm.fetches[IndexType.OFFSET] == 1
@@ -250,7 +252,7 @@ def test_close_keeps_files_and_refuses_lookups(tmp_path, remote):
     cache.get_index_entry(mds[0])
     cache.close()
     cache.close()
-    assert len(list((tmp_path / "cache").iterdir())) == 3
+    assert len(list((tmp_path / "cache").iterdir())) == 4  # three indexes and their .checksums
     with pytest.raises(RemoteStorageError, match="closed"):
         cache.lookup_offset(mds[0], 0)
     with pytest.raises(ValueError):

@@ -552,3 +552,28 @@ def test_other_kernel_copy_errors_fail_the_copy_and_leave_nothing(tmp_path, segm
     with pytest.raises(RemoteStorageError, match=r"injected I/O error|\.tmp"):
         copied(rsm, segment)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_enospc_in_the_fallback_copy_is_a_remote_storage_error(tmp_path, segment,
+                                                               monkeypatch):
+    """A full tier where the kernel copy is unsupported (across filesystems): the write
+    loop's ENOSPC is a RemoteStorageError naming the errno, the file and the partition,
+    not a BufferError from closing the source mapping. (test_cli_availability.py fills a
+    real tmpfs where mounting is allowed; this injects only the failing write.)"""
+    def unsupported(*args):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "pwrite", full)
+    rsm = FileSystemRemoteStorageManager([tmp_path])
+    with pytest.raises(RemoteStorageError) as info:
+        copied(rsm, segment)
+    assert info.value.errno == errno.ENOSPC
+    message = str(info.value)
+    assert "ENOSPC" in message and "orders-3" in message and ".tmp" in info.value.file
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

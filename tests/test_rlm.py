@@ -5,9 +5,9 @@ remote retention, lineage, partition deletion, metrics."""
 from __future__ import annotations
 
 import pytest
+from test_rlm_helpers import T0, TOPIC, Env, read_all, records_of
 
 from engine.remote.metadata import RemoteLogSegmentState
-from test_rlm_helpers import TOPIC, Env, read_all, records_of
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -229,8 +229,32 @@ def test_list_offsets_every_spec_across_tiers_and_delete_records(tmp_path):
         rlm.run_once()
         _, remote = _remote(env)
         assert remote[0].start_offset <= 7 <= remote[0].end_offset
+        # MAX_TIMESTAMP is answered from the local log, as Kafka does
+        assert rlm.list_offsets(TOPIC, 0, -3) == (unified.log_end_offset - 1, 1)
         with pytest.raises(ValueError):
-            rlm.list_offsets(TOPIC, 0, -3)
+            rlm.list_offsets(TOPIC, 0, -6)
+    finally:
+        env.close()
+
+
+def test_list_offsets_max_timestamp_is_the_first_record_carrying_it(tmp_path):
+    """Kafka answers MAX_TIMESTAMP (-3) with the offset of the first record carrying the
+    largest timestamp, not the last offset of its batch; tiered data does not change it."""
+    from engine.records import RecordBatchBuilder
+
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
+    try:
+        env.produce(6)
+        unified = env.log()
+        b = RecordBatchBuilder(base_offset=0)
+        for ts in (T0 + 10**6 + 5, T0 + 10**6 + 9, T0 + 10**6 + 2, T0 + 10**6 + 9):
+            b.append(b"v", timestamp=ts)
+        first, last = unified.append_as_leader(b.build(), 0)
+        env.produce(2)  # later batches, earlier timestamps
+        env.rlm.run_once()
+        assert unified.local_log_start_offset > 0
+        assert env.rlm.list_offsets(TOPIC, 0, "max-timestamp") == (first + 1, 0)
+        assert unified.fetch_offset_by_timestamp(-3) == (first + 1, T0 + 10**6 + 9, 0)
     finally:
         env.close()
 

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from test_rlm_helpers import TOPIC, Env, read_all
+from test_rlm_helpers import TOPIC, Env, read_all, records_of
 
 from engine.errors import (
     CustomMetadataSizeLimitExceededError,
@@ -304,12 +304,55 @@ def test_failed_remote_delete_is_retried_by_the_next_run(faulty):
     assert states[copied[0].start_offset] == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
     assert env.rlm.metrics.value("RemoteDeleteErrorsPerSec", topic=TOPIC) == 1
     assert not env.rlm.is_idle()
+    assert summary.retry_in_ms > 0  # the retry waits out the backoff
+    summary = env.rlm.run_once()
+    assert summary.deleted_remote_segments == 0 and "injected delete failure" in summary.errors[0]
+    env.clock.advance(summary.retry_in_ms)
     summary = env.rlm.run_once()
     assert summary.errors == [] and summary.deleted_remote_segments == 1
     assert [m.start_offset for m in _segments(env)] == \
         [m.start_offset for m in copied[2:]]
     assert env.rlm.is_idle()
 
+
+
+def test_failing_deletes_back_off_log_once_per_run_and_record_nothing_new(faulty, caplog):
+    """A tier that refuses every delete (a read-only tier): each segment is recorded
+    DELETE_SEGMENT_STARTED once, retries add nothing to the metadata log, wait for the
+    growing backoff, and log one line per failed run whatever the number of segments."""
+    env, rsm = faulty
+    env.produce(16)
+    env.rlm.run_once()
+    copied = _segments(env)
+    assert len(copied) > 3
+    env.log().maybe_increment_log_start_offset(copied[2].end_offset + 1)  # 3 segments due
+    metadata_log = next((env.log_dirs[0] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    rsm.delete_failures = 10**6
+    caplog.set_level("WARNING", logger="engine")
+    waits, sizes = [], []
+    for _ in range(4):
+        caplog.clear()
+        summary = env.rlm.run_once()
+        assert summary.deleted_remote_segments == 0
+        assert len([r for r in caplog.records if "Expiration task" in r.getMessage()]) == 1
+        assert not [r for r in caplog.records if "Deleting remote segment" in r.getMessage()]
+        waits.append(summary.retry_in_ms)
+        sizes.append(metadata_log.stat().st_size)
+        caplog.clear()
+        early = env.rlm.run_once()  # within the backoff: not retried, the error still shown
+        assert not caplog.records and "injected delete failure" in early.errors[0]
+        env.clock.advance(summary.retry_in_ms)
+    assert len(set(sizes)) == 1, sizes  # the first run's DELETE_SEGMENT_STARTED only
+    assert [m.state for m in _segments(env)][:3] == \
+        [RemoteLogSegmentState.DELETE_SEGMENT_STARTED] * 3
+    assert waits[-1] > waits[0]  # exponential backoff
+    assert env.rlm.metrics.value("RemoteDeleteErrorsPerSec", topic=TOPIC) == 4 * 3
+    row = env.rlm.status()[0]
+    assert row["expiration_failures"] == 4 and row["next_expiration_retry_ms"] == 0
+    assert "injected delete failure" in row["last_expiration_error"]
+    rsm.delete_failures = 0
+    summary = env.rlm.run_once()
+    assert summary.deleted_remote_segments == 3 and summary.errors == []
 
 def test_close_returns_while_a_copy_hangs_in_the_rsm(faulty):
     env, rsm = faulty
@@ -469,3 +512,119 @@ def test_partition_deleted_during_a_stuck_copy_leaves_no_files(tmp_path, monkeyp
     assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
     assert not [p for p in (tmp_path / "remote").rglob("*") if p.is_file()]
     env.close()
+
+
+def test_damaged_metadata_takes_one_partition_offline_and_the_others_go_on(tmp_path):
+    """A bit flip in the middle of partition 0's metadata log: partition 0 is offline
+    (RLMM and status report it with the file and position, the gauge counts it, its calls
+    raise CorruptRemoteLogMetadataError naming it); partition 1 is copied, expired, read
+    and listed as usual."""
+    from engine.errors import CorruptRemoteLogMetadataError
+
+    env = Env(tmp_path)
+    for p in (0, 1):
+        env.produce(8, partition=p)
+    env.rlm.run_once()
+    tip0 = env.rlm._partitions[(TOPIC, 0)].tip
+    env.close()
+    damaged = next((env.log_dirs[0] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(data)
+
+    env = Env(tmp_path, topic_config={"retention.bytes": 2000})
+    try:
+        for p in (0, 1):
+            env.produce(8, partition=p)
+        summary = env.rlm.run_once()
+        assert summary.copied_segments > 0 and summary.deleted_remote_segments > 0
+        assert len(summary.errors) == 1 and summary.errors[0].startswith(f"{TOPIC}-0: offline")
+        assert str(damaged) in summary.errors[0]
+        assert env.rlm.is_idle()  # the offline partition has no work it can do
+        assert list(env.rlmm.offline_partitions()) == [tip0]
+        assert env.rlm.metrics.value("RemoteLogOfflinePartitionsCount") == 1
+        rows = {r["partition"]: r for r in env.rlm.status()}
+        assert rows[0]["offline"] and rows[0]["remote_segments"] is None
+        assert str(damaged) in rows[0]["offline_error"]
+        assert "position" in rows[0]["offline_error"]
+        assert not rows[1]["offline"] and rows[1]["remote_segments"] > 0
+        for call in (lambda: env.rlm.read(TOPIC, 0, 0, 10_000),
+                     lambda: env.rlm.list_offsets(TOPIC, 0, "earliest"),
+                     lambda: env.rlmm.list_remote_log_segments(tip0)):
+            for _ in range(2):  # every call, not only the first
+                with pytest.raises(CorruptRemoteLogMetadataError) as info:
+                    call()
+                assert info.value.file == str(damaged) and info.value.position is not None
+                assert info.value.partition == tip0 and f"{TOPIC}-0" in str(info.value)
+        start = env.rlm.list_offsets(TOPIC, 1, "earliest")[0]
+        assert start > 0  # expiration of partition 1 moved its log start
+        result = env.rlm.read(TOPIC, 1, start, 100_000)
+        assert result.error is None and records_of(result.records)[0][0] == start
+        assert damaged.read_bytes() == bytes(data)
+    finally:
+        env.close()
+
+
+def test_failing_delete_on_disable_backs_off(faulty, caplog):
+    """Tiering turned off with remote.log.delete.on.disable on a tier that refuses deletes:
+    the partition deletion is retried after a growing backoff (not at every pass), logged
+    once per attempt, and finishes once the tier accepts deletes."""
+    env, rsm = faulty
+    env.produce(8)
+    env.rlm.run_once()
+    assert _segments(env)
+    tip = env.rlm._partitions[(TOPIC, 0)].tip
+    env.lm.update_topic_config(TOPIC, {**env.topic_config, "remote.storage.enable": "false",
+                                       "remote.log.delete.on.disable": "true"})
+    rsm.delete_failures = 10**6
+    caplog.set_level("WARNING", logger="engine")
+    waits = []
+    for _ in range(3):
+        caplog.clear()
+        summary = env.rlm.run_once()
+        assert "delete on disable" in summary.errors[0] and summary.retry_in_ms > 0
+        assert len([r for r in caplog.records if "tiering disabled" in r.getMessage()]) == 1
+        caplog.clear()
+        early = env.rlm.run_once()  # within the backoff: not retried
+        assert not caplog.records and "delete on disable" in early.errors[0]
+        assert not env.rlm.is_idle()
+        waits.append(summary.retry_in_ms)
+        env.clock.advance(summary.retry_in_ms)
+    assert waits[-1] > waits[0]
+    rsm.delete_failures = 0
+    assert env.rlm.run_once().errors == []
+    assert env.rlmm.partition_delete_state(tip).name == "DELETE_PARTITION_FINISHED"
+    assert env.rlm.is_idle()
+
+
+def test_unreadable_metadata_of_one_partition_leaves_it_out_until_readable(tmp_path):
+    """Partition 0's metadata log cannot be read (here: a directory in its place): the
+    pass tiers partition 1 and leaves partition 0 out (its deletion state is unknown);
+    once readable, partition 0 is tiered again."""
+    env = Env(tmp_path)
+    for p in (0, 1):
+        env.produce(8, partition=p)
+    env.rlm.run_once()
+    env.close()
+    log_file = next((env.log_dirs[0] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    moved = log_file.with_name("moved")
+    log_file.rename(moved)
+    log_file.mkdir()
+
+    env = Env(tmp_path)
+    try:
+        for p in (0, 1):
+            env.produce(8, partition=p)
+        summary = env.rlm.run_once()
+        assert summary.copied_segments > 0 and len(summary.errors) == 1
+        assert summary.errors[0].startswith(f"{TOPIC}-0: left out")
+        assert "IsADirectoryError" in summary.errors[0]
+        assert [r["partition"] for r in env.rlm.status()] == [1]
+        log_file.rmdir()
+        moved.rename(log_file)
+        summary = env.rlm.run_once()
+        assert summary.copied_segments > 0 and summary.errors == []
+        assert [r["partition"] for r in env.rlm.status()] == [0, 1]
+        assert env.rlm.is_idle()
+    finally:
+        env.close()

@@ -1,12 +1,14 @@
 """RemoteLogManager state after a restart: nothing remote is deleted before the leader's
 state is known, a lost leader-epoch-checkpoint does not make live remote segments look
 unreferenced, and the log start offset falls back to the local one when the remote tier
-holds nothing of the lineage."""
+holds nothing of the lineage, and a log start offset the remote metadata does not cover
+(the metadata lost) is kept and the partition refused until an operator acts."""
 
 from __future__ import annotations
 
 import shutil
 
+import pytest
 from test_rlm_helpers import TOPIC, Env, read_all
 
 from engine.remote.metadata import RemoteLogSegmentState
@@ -79,26 +81,89 @@ def test_lost_leader_epoch_checkpoint_keeps_live_remote_segments(tmp_path):
     env.close()
 
 
-def test_log_start_falls_back_to_the_local_one_without_remote_data(tmp_path):
+def test_lost_remote_metadata_keeps_the_log_start_and_refuses_the_partition(tmp_path):
+    """The tier and its metadata gone (a wiped bucket, a lost metadata directory): the log
+    start offset below the local one is no longer covered. It is kept (raising it to the
+    local start, Kafka's fallback, would lose the tier's segments for good once the
+    metadata is back); copy, expiration and reads below the local start are refused and
+    status says why; the local offsets still read. Restoring the metadata and the tier
+    makes everything work again; DeleteRecords to the local start accepts the loss."""
+    from engine.errors import RemoteLogMetadataGapError
+
     env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
     unified = env.log()
     env.produce(12)
     env.rlm.run_once()
     assert unified.local_log_start_offset > 0 == unified.log_start_offset
     local_start = unified.local_log_start_offset
+    expected = env.acked[(TOPIC, 0)]
     env.close()
-    # the remote tier and its metadata are gone (a wiped bucket): nothing of the lineage is
-    # copied, so the log starts where the local segments start (Kafka's findLogStartOffset)
-    shutil.rmtree(tmp_path / "remote")
-    shutil.rmtree(tmp_path / "logs0" / "__remote_log_metadata")
+    shutil.move(tmp_path / "remote", tmp_path / "remote.saved")
+    shutil.move(tmp_path / "logs0" / "__remote_log_metadata", tmp_path / "metadata.saved")
 
     env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
     unified = env.log()
+    env.produce(3)  # a segment to copy
+    unified.roll()
+    summary = env.rlm.run_once()
+    assert summary.copied_segments == 0 and summary.deleted_remote_segments == 0
+    assert any("RemoteLogMetadataGapError" in e for e in summary.errors), summary.errors
+    assert env.rlm.is_idle()  # nothing to wait for: the partition waits for an operator
     assert unified.log_start_offset == 0
+    [row] = env.rlm.status()
+    assert f"offsets [0, {local_start - 1}] are in neither tier" in row["remote_metadata_gap"]
+    assert "RemoteLogMetadataGapError" in row["last_copy_error"]
+    assert "RemoteLogMetadataGapError" in row["last_expiration_error"]
+    with pytest.raises(RemoteLogMetadataGapError) as info:
+        env.rlm.list_offsets(TOPIC, 0, "earliest")
+    assert info.value.offset == 0
+    with pytest.raises(RemoteLogMetadataGapError):
+        env.rlm.list_offsets(TOPIC, 0, 0)
+    assert env.rlm.list_offsets(TOPIC, 0, "latest")[0] == unified.log_end_offset
+    with pytest.raises(RemoteLogMetadataGapError) as info:
+        env.rlm.read(TOPIC, 0, 3, 10_000)
+    assert info.value.offset == 3 and info.value.partition == (TOPIC, 0)
+    expected += env.acked[(TOPIC, 0)]  # this Env's acks (its values count from 0)
+    assert read_all(env.rlm, TOPIC, 0, local_start, unified.log_end_offset) == \
+        [a for a in expected if a[0] >= local_start]
+    assert not (tmp_path / "remote").exists() or not list((tmp_path / "remote").rglob("*.log"))
+    env.close()
+    # restored: tiering resumes from where the metadata says, nothing was lost
+    shutil.rmtree(tmp_path / "remote", ignore_errors=True)
+    shutil.rmtree(tmp_path / "logs0" / "__remote_log_metadata", ignore_errors=True)
+    shutil.move(tmp_path / "remote.saved", tmp_path / "remote")
+    shutil.move(tmp_path / "metadata.saved", tmp_path / "logs0" / "__remote_log_metadata")
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    unified = env.log()
+    summary = env.rlm.run_once()
+    assert not summary.errors and summary.copied_segments >= 1
+    [row] = env.rlm.status()
+    assert row["remote_metadata_gap"] is None
+    assert env.rlm.list_offsets(TOPIC, 0, "earliest")[0] == 0
+    assert read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset) == expected
+    env.close()
+
+
+def test_delete_records_to_the_local_start_accepts_lost_remote_metadata(tmp_path):
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    unified = env.log()
+    env.produce(12)
     env.rlm.run_once()
-    assert unified.log_start_offset == local_start
+    local_start = unified.local_log_start_offset
+    env.close()
+    shutil.rmtree(tmp_path / "remote")
+    shutil.rmtree(tmp_path / "logs0" / "__remote_log_metadata")
+    env = Env(tmp_path, topic_config={"local.retention.bytes": "1"})
+    unified = env.log()
+    assert env.rlm.run_once().errors
+    env.lm.delete_records(TOPIC, 0, local_start)  # the operator accepts the loss
+    env.produce(3)
+    unified.roll()
+    env.clock.advance(60_000)  # past the copy task's retry backoff
+    summary = env.rlm.run_once()
+    assert not summary.errors and summary.copied_segments >= 1
     assert env.rlm.list_offsets(TOPIC, 0, "earliest")[0] == local_start
-    assert read_all(env.rlm, TOPIC, 0, local_start, unified.log_end_offset)[0][0] == local_start
+    assert env.rlm.status()[0]["remote_metadata_gap"] is None
     env.close()
 
 

@@ -137,7 +137,8 @@ def test_parse_spec():
     assert parse_spec("earliest") == -2 and parse_spec("LATEST") == -1
     assert parse_spec("earliest-local") == -4 and parse_spec("latest-tiered") == -5
     assert parse_spec("1700000000000") == 1_700_000_000_000 and parse_spec(-5) == -5
-    for bad in (-3, -7, "soon", 1.5, True):
+    assert parse_spec(-3) == -3 and parse_spec("max-timestamp") == -3
+    for bad in (-6, -7, "soon", 1.5, True):
         with pytest.raises(ValueError):
             parse_spec(bad)
 
@@ -166,9 +167,9 @@ def test_rlm_refuses_a_broker_without_tiering(tmp_path):
 def test_read_buffers_are_recycled_only_after_their_last_view_goes():
     import gc
 
-    from engine.rlm.reader import _BufferPool
+    from engine.remote.segment_access import BufferPool
 
-    pool = _BufferPool(max_bytes=1 << 20)
+    pool = BufferPool(max_bytes=1 << 20)
     a = pool.get(100_000)
     a[:] = 1
     view = memoryview(a)[10:20]

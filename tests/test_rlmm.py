@@ -630,6 +630,57 @@ def test_a_damaged_partition_does_not_stop_the_others(tmp_path):
         assert damaged.read_bytes() == data
 
 
+
+def test_damaged_partition_is_offline_with_one_log_line_and_named_errors(tmp_path, caplog):
+    """A damaged partition is offline: logged once however often it is asked for, listed
+    by offline_partitions, and every call raises the error naming the partition, file and
+    position; stopping the partition lets a repaired copy load again."""
+    with open_rlmm(tmp_path) as rlmm:
+        fill(rlmm)
+        fill(rlmm, TIP2, n=2)
+    damaged = next(tmp_path.glob("orders-0-*/*.log"))
+    good = damaged.read_bytes()
+    data = bytearray(good)
+    data[40] ^= 0xFF
+    damaged.write_bytes(data)
+    caplog.set_level(logging.INFO, logger="engine")
+    with open_rlmm(tmp_path) as rlmm:
+        for _ in range(3):
+            assert isinstance(rlmm.partition_error(TIP), CorruptRemoteLogMetadataError)
+            assert not rlmm.is_ready(TIP) and rlmm.partition_error(TIP2) is None
+            with pytest.raises(CorruptRemoteLogMetadataError) as info:
+                rlmm.list_remote_log_segments(TIP)
+            assert info.value.partition == TIP and info.value.file == str(damaged)
+            assert info.value.position is not None
+            assert str(TIP) in str(info.value) and str(damaged) in str(info.value)
+        assert list(rlmm.offline_partitions()) == [TIP]
+        assert len([r for r in caplog.records if "offline" in r.getMessage()]) == 1
+        damaged.write_bytes(good)  # repaired: read again once the partition is stopped
+        rlmm.on_stop_partitions([TIP])
+        assert rlmm.partition_error(TIP) is None and rlmm.offline_partitions() == {}
+
+
+def test_unreadable_metadata_is_logged_once_until_it_changes(tmp_path, caplog):
+    """Files that cannot be read now (not damage) are retried at every call, but the error
+    is logged once, not at every call, and its end is logged too."""
+    with open_rlmm(tmp_path) as rlmm:
+        fill(rlmm)
+    log_file = next(tmp_path.glob("orders-0-*/*.log"))
+    moved = log_file.with_name("moved")
+    log_file.rename(moved)
+    log_file.mkdir()  # open() fails with IsADirectoryError
+    caplog.set_level(logging.INFO, logger="engine")
+    with open_rlmm(tmp_path) as rlmm:
+        for _ in range(5):
+            error = rlmm.partition_error(TIP)
+            assert isinstance(error, IsADirectoryError), error
+        assert rlmm.offline_partitions() == {}  # not damage: not kept offline
+        assert len([r for r in caplog.records if "cannot be read" in r.getMessage()]) == 1
+        log_file.rmdir()
+        moved.rename(log_file)
+        assert rlmm.partition_error(TIP) is None and rlmm.is_ready(TIP)
+        assert [r for r in caplog.records if "can be read again" in r.getMessage()]
+
 def test_reader_follows_a_live_writer_process_through_compactions(tmp_path):
     """A reader refreshing in a loop while a writer process appends and compacts every 3
     events: no refresh fails, and no segment's state ever goes backwards."""

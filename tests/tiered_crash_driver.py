@@ -1,10 +1,15 @@
-"""Child process of tests/test_tiered_crash.py: `python -m engine run --until-idle` that
-kills itself with SIGKILL in the middle of its K-th write of one kind.
+"""Child process of tests/test_tiered_crash.py and tests/test_expiration_crash.py:
+`python -m engine run --until-idle` that kills itself with SIGKILL at its K-th write or
+delete of one kind.
 
-    tiered_crash_driver.py CONFIG meta K   # K-th remote-metadata event: half the frame
-                                           # written to the RLMM's log, then SIGKILL
-    tiered_crash_driver.py CONFIG copy K   # K-th file copied to the tier: half the bytes
-                                           # written to its .tmp, then SIGKILL
+    tiered_crash_driver.py CONFIG meta K        # K-th remote-metadata event: half the
+                                                # frame written to the RLMM's log
+    tiered_crash_driver.py CONFIG copy K        # K-th file copied to the tier: half the
+                                                # bytes written to its .tmp
+    tiered_crash_driver.py CONFIG expire K      # K-th remote segment delete of the
+                                                # expiration, before it starts
+    tiered_crash_driver.py CONFIG expire-rsm K  # K-th RSM delete: after its
+                                                # DELETE_SEGMENT_STARTED, before the files go
 
 The writes are the real ones of the embedded RLMM (engine.remote.metadata_log) and the
 filesystem tier (engine.remote.filesystem), wrapped so the kill lands inside them: a torn
@@ -23,6 +28,8 @@ if __name__ == "__main__":
 
 from engine.cli import main
 from engine.remote import filesystem, metadata_log
+from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.rlm import RemoteLogManager
 
 
 def _die() -> None:
@@ -60,7 +67,36 @@ def _arm_copy(k: int) -> None:
     filesystem._copy_file = copy_file
 
 
+def _arm_expire(k: int) -> None:
+    """The expiration window: the new log start offset is published and checkpointed, the
+    segments below it are deleted one by one (RemoteLogManager.delete_remote_segment)."""
+    original = RemoteLogManager.delete_remote_segment
+    calls = [0]
+
+    def delete_remote_segment(self, st, md, custom):
+        calls[0] += 1
+        if calls[0] == k:
+            _die()
+        return original(self, st, md, custom)
+
+    RemoteLogManager.delete_remote_segment = delete_remote_segment
+
+
+def _arm_expire_rsm(k: int) -> None:
+    original = FileSystemRemoteStorageManager.delete_log_segment_data
+    calls = [0]
+
+    def delete_log_segment_data(self, metadata):
+        calls[0] += 1
+        if calls[0] == k:
+            _die()
+        return original(self, metadata)
+
+    FileSystemRemoteStorageManager.delete_log_segment_data = delete_log_segment_data
+
+
 if __name__ == "__main__":
     config, mode, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    {"meta": _arm_meta, "copy": _arm_copy}[mode](k)
+    {"meta": _arm_meta, "copy": _arm_copy, "expire": _arm_expire,
+     "expire-rsm": _arm_expire_rsm}[mode](k)
     sys.exit(main(["run", "--config", config, "--until-idle"]))

@@ -25,8 +25,16 @@ import sys
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: one `error: ...` line, exit status 2 (the
+    usage is one `--help` away; subcommand parsers inherit this class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m engine", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     dump = sub.add_parser("dump-log", help="print or verify Kafka log files")
@@ -55,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--segment-bytes", type=int, default=None,
                          help="segment.bytes of the topic (default Kafka's 1 GiB)")
     produce.add_argument("--seed", type=int, default=1)
+    from engine.cli._tiered_args import INT64_MAX, int_in
+    produce.add_argument("--start-timestamp", type=int_in(0, INT64_MAX, "a timestamp in ms"),
+                         default=None, metavar="MS",
+                         help="timestamp of the first record (default: the records end at "
+                              "the current time); with it the data is reproducible")
 
     codec_demo = sub.add_parser("codec-demo",
                                 help="generate, validate and decode a realistic segment")

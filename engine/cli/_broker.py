@@ -1,6 +1,7 @@
 """What the broker-side commands (`run`, `fetch`, `list-offsets`, `status`, `configs`,
 `demo`) share: loading the broker file, the topic-config store, the process lock on the log
-dirs, and opening the LogManager with the stored topic overrides applied.
+dirs, opening the LogManager with the stored topic overrides applied, reads through the RLM
+or (a broker without tiered storage) the local logs alone, and the error convention.
 
 Order matters for "nothing touched on error": the broker file and every stored override
 are validated before a log dir is locked or a log opened (opening a LogManager deletes
@@ -9,17 +10,25 @@ are validated before a log dir is locked or a log opened (opening a LogManager d
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sys
 
-from engine.config import BrokerConfig, ConfigError, TopicConfigStore, load_broker_config
-from engine.errors import InvalidTopicError, KafkaEngineError
+from engine.config import (
+    BrokerConfig,
+    ConfigError,
+    TopicConfigStore,
+    create_missing_dirs,
+    load_broker_config,
+)
+from engine.errors import InvalidTopicError, KafkaEngineError, OffsetOutOfRangeError
 from engine.log.log_manager import LogManager, parse_partition_dir_name, validate_topic_name
 
 __all__ = [
     "LOG_DIR_LOCK_FILE",
     "BrokerSession",
+    "LocalReads",
     "apply_topic_overrides",
     "cli_errors",
     "existing_topics",
@@ -115,6 +124,7 @@ class BrokerSession:
         self.config_path = config_path
         self.store = TopicConfigStore.of(broker)
         validate_store(broker, self.store)
+        create_missing_dirs(broker)  # after every check, as Kafka creates missing log dirs
         self._locks = _DirLocks(broker.log_dirs)
         self.rlm = None
         try:
@@ -136,6 +146,18 @@ class BrokerSession:
             self.rlm = RemoteLogManager.from_config(self.broker, self.log_manager)
             self.rlm.initialise_partitions()
         return self.rlm
+
+    @property
+    def tiered_storage(self) -> bool:
+        return bool(self.broker["remote.log.storage.system.enable"])
+
+    def reader(self):
+        """What serves `fetch` and `list-offsets`: the RLM (local and remote data), or for a
+        broker without tiered storage its local logs alone (LocalReads): such a broker is
+        still a broker, and Kafka serves its fetches and ListOffsets from the local log."""
+        if self.tiered_storage:
+            return self.remote_log_manager()
+        return LocalReads(self.log_manager)
 
     def log(self, topic: str, partition: int):
         check_topic(topic)
@@ -162,13 +184,59 @@ class BrokerSession:
         self.close()
 
 
+class LocalReads:
+    """The RemoteLogManager's `read` and `list_offsets` over the local logs only, for a
+    broker with `remote.log.storage.system.enable=false` (the RLM needs a tier and
+    refuses to start without it). Answers as the RLM does for a partition that is not
+    tiered: the same reader (engine.rlm.reader.read_local) and ListOffsets rules."""
+
+    def __init__(self, log_manager: LogManager) -> None:
+        self.log_manager = log_manager
+
+    def _log(self, topic: str, partition: int):
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise KeyError(f"no log for partition {topic}-{partition}")
+        return unified
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int,
+             min_one_message: bool = True, isolation: str = "read_uncommitted"):
+        from engine.rlm.reader import read_local
+
+        return read_local(self._log(topic, partition), topic, partition, offset, max_bytes,
+                          min_one_message, isolation)
+
+    def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
+        from engine.rlm.offsets import list_offsets
+
+        return list_offsets(None, self._log(topic, partition), None, spec)
+
+
 def open_broker(config_path: str) -> BrokerSession:
     return BrokerSession(load_broker_config(config_path), config_path)
 
 
+#: OS errors that say a path is not what the broker file implies (a file where a directory
+#: belongs, no permission, a read-only mount): bad input, as a bad config value is
+_PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT,
+                          errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG,
+                          errno.ELOOP})
+
+
+def _os_error_line(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno, str(exc.errno)) if exc.errno else None
+    what = exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError):
+        what = "exists, and is not what the engine creates there (a file for a directory?)"
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"error: {where}{what}" + (f" ({name})" if name else "")
+
+
 def cli_errors(fn):
     """Runs a command; bad input (config, topic name, missing partition, offsets out of
-    range, a locked log dir) is one `error: ...` line on stderr and exit status 2."""
+    range, a locked log dir, a path in the log dirs that is not what it should be) is one
+    `error: ...` line on stderr and exit status 2; other engine errors (damaged data, a
+    failing tier or disk) are one line and exit status 1."""
 
     def run(args) -> int:
         try:
@@ -176,12 +244,18 @@ def cli_errors(fn):
         except (ConfigError, InvalidTopicError, LogDirLockedError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except OffsetOutOfRangeError as exc:
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
         except KeyError as exc:
             print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
             return 2
         except KafkaEngineError as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
+        except OSError as exc:  # typed engine errors are above; this is a path or a disk
+            print(_os_error_line(exc), file=sys.stderr)
+            return 2 if exc.errno in _PATH_ERRNOS else 1
 
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__

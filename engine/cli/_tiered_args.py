@@ -3,19 +3,57 @@
 from __future__ import annotations
 
 import argparse
+import re
 
-__all__ = ["add_tiered_commands"]
+__all__ = ["INT32_MAX", "INT64_MAX", "add_tiered_commands", "int_in"]
+
+
+#: Kafka's wire types bound what a request may carry: offsets and timestamps are int64,
+#: partitions and fetch sizes int32
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _integer(text: str, lo: int, hi: int, what: str) -> int:
+    if re.fullmatch(r"[+-]?[0-9]+", text.strip()) is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected {what}")
+    digits = text.strip().lstrip("+-").lstrip("0")
+    # checked before int(): a 10**7-digit argument is out of range, not a long parse
+    value = int(text) if len(digits) <= len(str(INT64_MAX)) else None
+    if value is None or not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: {what} must be between {lo} and "
+                                         f"{hi}")
+    return value
+
+
+def int_in(lo: int, hi: int, what: str):
+    """An argparse type: an integer in [lo, hi], else a one-line error naming the range."""
+
+    def parse(text: str) -> int:
+        return _integer(text, lo, hi, what)
+
+    return parse
+
+
+_PARTITION = int_in(0, INT32_MAX, "a partition")
 
 
 def _offset_spec(text: str) -> str:
+    """A ListOffsets spec: a name, or a timestamp (an int64 >= 0) or special value that
+    engine.rlm.offsets.parse_spec serves."""
     if text in ("earliest", "latest", "earliest-local", "latest-tiered"):
         return text
-    try:
-        int(text)
-    except ValueError:
+    if re.fullmatch(r"[+-]?[0-9]+", text.strip()) is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected earliest, latest, earliest-local, latest-tiered or a "
-            "timestamp in ms") from None
+            f"{text[:40]!r}: expected earliest, latest, earliest-local, latest-tiered or a "
+            "timestamp in ms")
+    value = _integer(text, -INT64_MAX - 1, INT64_MAX, "a timestamp in ms")
+    from engine.rlm.offsets import parse_spec
+
+    try:
+        parse_spec(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
@@ -49,10 +87,11 @@ def add_tiered_commands(sub) -> None:
     fetch = sub.add_parser("fetch", help="records of a partition, local or remote")
     fetch.add_argument("--config", required=True, metavar="FILE")
     fetch.add_argument("--topic", required=True)
-    fetch.add_argument("--partition", type=int, required=True)
-    fetch.add_argument("--offset", type=int, required=True)
+    fetch.add_argument("--partition", type=_PARTITION, required=True)
+    fetch.add_argument("--offset", type=int_in(0, INT64_MAX, "an offset"), required=True)
     size = fetch.add_mutually_exclusive_group()
-    size.add_argument("--max-bytes", type=int, default=1 << 20,
+    size.add_argument("--max-bytes", type=int_in(0, INT32_MAX, "a byte count"),
+                      default=1 << 20,
                       help="bytes of one fetch (default 1 MiB; whole first batch always)")
     size.add_argument("--to-end", action="store_true",
                       help="keep fetching up to the high watermark (or last stable offset)")
@@ -64,14 +103,17 @@ def add_tiered_commands(sub) -> None:
     offsets = sub.add_parser("list-offsets", help="offsets by spec or timestamp")
     offsets.add_argument("--config", required=True, metavar="FILE")
     offsets.add_argument("--topic", required=True)
-    offsets.add_argument("--partition", type=int, required=True)
+    offsets.add_argument("--partition", type=_PARTITION, required=True)
     offsets.add_argument("--time", required=True, type=_offset_spec,
                          help="earliest, latest, earliest-local, latest-tiered or epoch ms")
     offsets.add_argument("--json", action="store_true")
 
     status = sub.add_parser("status", help="local and remote state of every partition")
     status.add_argument("--config", required=True, metavar="FILE")
-    status.add_argument("--json", action="store_true")
+    view = status.add_mutually_exclusive_group()
+    view.add_argument("--all", action="store_true",
+                      help="every field of every partition, one per line")
+    view.add_argument("--json", action="store_true", help="every field, as a JSON list")
 
     configs = sub.add_parser("configs", help="per-topic overrides (kafka-configs.sh)")
     configs.add_argument("--config", required=True, metavar="FILE")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from engine.cli._broker import check_topic, cli_errors, open_broker
 from engine.cli.dump_log import _record_json, _record_line
+from engine.errors import CorruptRecordError
 from engine.records import ControlRecordType, MemoryRecords, parse_control_record
 
 __all__ = ["ConsumerView", "run"]
@@ -76,7 +77,7 @@ def run(args) -> int:
     out = sys.stdout
     with open_broker(args.config) as session:
         unified = session.log(args.topic, args.partition)
-        rlm = session.remote_log_manager()
+        rlm = session.reader()  # the RLM, or the local logs of a broker without tiering
         end = unified.last_stable_offset if read_committed else unified.high_watermark
         view = ConsumerView(args.offset, end, read_committed)
         count, remote_fetches, fetches = 0, 0, 0
@@ -96,8 +97,14 @@ def run(args) -> int:
                 count += 1
                 first = record.offset if first is None else first
                 last = record.offset
-            if not args.to_end or view.position >= end or view.position == before:
+            if not args.to_end or view.position >= end:
                 break
+            if view.position == before:  # below the end: an empty answer is no end
+                raise CorruptRecordError(
+                    f"partition {args.topic}-{args.partition}: a read at offset "
+                    f"{view.position} returned no record batch below the "
+                    f"{'last stable offset' if read_committed else 'high watermark'} {end}",
+                    offset=view.position)
         print(f"fetched {count} records"
               + (f" (offsets {first}..{last})" if count else "")
               + f" in {fetches} read(s), {remote_fetches} from the remote tier; "

@@ -25,8 +25,7 @@ def run(args) -> int:
     spec = args.time if not args.time.lstrip("-").isdigit() else int(args.time)
     with open_broker(args.config) as session:
         session.log(args.topic, args.partition)  # a clear error for a missing partition
-        offset, epoch = session.remote_log_manager().list_offsets(args.topic, args.partition,
-                                                                  spec)
+        offset, epoch = session.reader().list_offsets(args.topic, args.partition, spec)
     if args.json:
         print(json.dumps({"topic": args.topic, "partition": args.partition, "time": args.time,
                           "offset": offset, "leader_epoch": epoch}))

@@ -8,7 +8,11 @@ transactional batches of one producer, then its ABORT or COMMIT marker; the firs
 aborted, later ones one in three). The leader epoch
 moves from 0 to 1 half way, so the epoch cache has two entries. Everything is appended as
 leader; the manager then shuts down cleanly and a summary line per partition is printed.
-Deterministic for a given --seed.
+
+Timestamps (CreateTime) run from the current time backwards: the last record is stamped
+no later than now, so the default `log.retention.ms` (7 days) keeps what was produced.
+`--start-timestamp MS` stamps the first record at MS instead: with it the output is
+deterministic for a given --seed (byte for byte), as tests and reproducible data need.
 
 UnifiedLog keeps the producer state: each aborted transaction is in the `.txnindex` of the
 segment holding its marker, and a `.snapshot` is written at each roll and at shutdown
@@ -17,16 +21,22 @@ segment holding its marker, and a `.snapshot` is written at each roll and at shu
 
 from __future__ import annotations
 
+import os
 import random
 import sys
+import time
 
+from engine.cli._broker import cli_errors
 from engine.log.log_manager import LogManager
 from engine.records import CompressionType, RecordBatchBuilder, build_end_txn_marker
 from engine.records.sample import sample_value
 
-__all__ = ["produce_partition", "run"]
+__all__ = ["default_start_timestamp", "produce_partition", "run"]
 
-_START_TIMESTAMP = 1_700_000_000_000
+#: Upper bound of the time one record moves the clock on: 0-4 ms per record, 1 ms per
+#: transaction marker (at most one marker per record). Starting this many ms per record
+#: before now keeps every timestamp at or before now.
+_MAX_MS_PER_RECORD = 5
 _HEADER_NAMES = ("trace-id", "content-type", "source")
 
 
@@ -42,12 +52,20 @@ def _fill(builder: RecordBatchBuilder, rng: random.Random, count: int, ts: int) 
     return ts
 
 
+def default_start_timestamp(num_records: int) -> int:
+    """A first timestamp such that `num_records` records end at or before now."""
+    return int(time.time() * 1000) - _MAX_MS_PER_RECORD * num_records
+
+
 def produce_partition(manager: LogManager, topic: str, partition: int, num_records: int,
-                      codec: CompressionType, seed: int) -> dict:
+                      codec: CompressionType, seed: int,
+                      start_timestamp: int | None = None) -> dict:
     """Appends `num_records` data records (plus transaction markers) to the partition as
-    leader. Returns counts: records, batches, transactions, aborted."""
+    leader, timestamps from `start_timestamp` (default: `default_start_timestamp`, so the
+    last one is at or before now). Returns counts: records, batches, transactions,
+    aborted."""
     rng = random.Random(seed * 1_000_003 + partition)
-    ts = _START_TIMESTAMP
+    ts = default_start_timestamp(num_records) if start_timestamp is None else start_timestamp
     left = num_records
     stats = dict(records=0, batches=0, transactions=0, aborted=0)
     sequences: dict[int, int] = {}
@@ -90,11 +108,16 @@ def produce_partition(manager: LogManager, topic: str, partition: int, num_recor
     return stats
 
 
+@cli_errors
 def run(args) -> int:
     dirs = [d for d in args.log_dirs.split(",") if d]
     if not dirs:
         print("error: --log-dirs names no directory", file=sys.stderr)
         return 2
+    for d in dirs:  # LogManager would take such a dir offline and fail on the first append
+        if os.path.lexists(d) and not os.path.isdir(d):
+            print(f"error: --log-dirs: {d} exists but is not a directory", file=sys.stderr)
+            return 2
     if args.partitions < 1 or args.records < 0:
         print("error: --partitions must be >= 1 and --records >= 0", file=sys.stderr)
         return 2
@@ -114,7 +137,8 @@ def run(args) -> int:
             n = args.records // args.partitions + (1 if p < args.records % args.partitions
                                                    else 0)
             manager.get_or_create_log(args.topic, p)
-            stats = produce_partition(manager, args.topic, p, n, codec, args.seed)
+            stats = produce_partition(manager, args.topic, p, n, codec, args.seed,
+                                      args.start_timestamp)
             unified = manager.get_log(args.topic, p)
             summary.append((p, manager.log_dir_of(args.topic, p), len(unified.segments),
                             unified.log_start_offset, unified.log_end_offset, stats))

@@ -130,7 +130,11 @@ def _parse_int(text: str, bounds: tuple[int, int]) -> int | None:
 
 def _read_lines(path: Path) -> list[tuple[int, str]]:
     """(byte position, text) of every line, split as Java's BufferedReader.readLine does."""
-    data = path.read_bytes()
+    return _split_lines(path.read_bytes(), path)
+
+
+def _split_lines(data: bytes, path) -> list[tuple[int, str]]:
+    """`_read_lines` over bytes already read; errors name `path`."""
     lines = []
     for match in _LINE.finditer(data):
         if match.start() == len(data):
@@ -222,40 +226,48 @@ class CheckpointFile(Generic[T]):
         """
         with self._lock:
             lines = _read_lines(self._file)
-        if not lines:
-            return []
-        version = self._header_int(lines[0])
-        if version != self._version:
-            raise CorruptCheckpointError(
-                f"unrecognised checkpoint version {version}, expected {self._version}",
-                file=self._file, position=lines[0][0])
-        if len(lines) < 2:
-            return []
-        expected = self._header_int(lines[1])
-        entries = []
-        for position, line in lines[2:]:
-            entry = self._formatter.from_line(line)
-            if entry is None:
-                raise self._malformed(position, line)
-            entries.append(entry)
-        if len(entries) != expected:
-            raise CorruptCheckpointError(
-                f"expected {expected} entries in checkpoint but found {len(entries)}",
-                file=self._file, position=lines[1][0])
-        return entries
-
-    def _header_int(self, line: tuple[int, str]) -> int:
-        value = _parse_int(line[1], _INT32)
-        if value is None:
-            raise self._malformed(*line)
-        return value
-
-    def _malformed(self, position: int, line: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"malformed line in checkpoint: {line!r}",
-                                      file=self._file, position=position)
+        return _decode_lines(lines, self._version, self._formatter, self._file)
 
     def __repr__(self):
         return f"{type(self).__name__}({str(self._file)!r}, version={self._version})"
+
+
+def _decode_lines(lines: list[tuple[int, str]], version: int, formatter: EntryFormatter[T],
+                  file) -> list[T]:
+    """The entries of a checkpoint's lines (see CheckpointFile.read); errors name `file`."""
+    if not lines:
+        return []
+    found = _header_int(lines[0], file)
+    if found != version:
+        raise CorruptCheckpointError(
+            f"unrecognised checkpoint version {found}, expected {version}",
+            file=file, position=lines[0][0])
+    if len(lines) < 2:
+        return []
+    expected = _header_int(lines[1], file)
+    entries = []
+    for position, line in lines[2:]:
+        entry = formatter.from_line(line)
+        if entry is None:
+            raise _malformed(position, line, file)
+        entries.append(entry)
+    if len(entries) != expected:
+        raise CorruptCheckpointError(
+            f"expected {expected} entries in checkpoint but found {len(entries)}",
+            file=file, position=lines[1][0])
+    return entries
+
+
+def _header_int(line: tuple[int, str], file) -> int:
+    value = _parse_int(line[1], _INT32)
+    if value is None:
+        raise _malformed(*line, file)
+    return value
+
+
+def _malformed(position: int, line: str, file) -> CorruptCheckpointError:
+    return CorruptCheckpointError(f"malformed line in checkpoint: {line!r}", file=file,
+                                  position=position)
 
 
 # ---- leader-epoch checkpoint --------------------------------------------------------------
@@ -296,6 +308,17 @@ class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
         entries = list(entries)
         lines = [str(cls.VERSION), str(len(entries))] + [formatter.to_line(e) for e in entries]
         return "".join(line + "\n" for line in lines).encode("utf-8")
+
+    @classmethod
+    def decode_entries(cls, data, source) -> list[EpochEntry]:
+        """The entries of checkpoint text that is not a file here (e.g. a remote segment's
+        leader-epoch index), checked as `read` checks a file; errors name `source`.
+
+        Raises:
+            CorruptCheckpointError: see `CheckpointFile.read`.
+        """
+        lines = _split_lines(bytes(data), source)
+        return _decode_lines(lines, cls.VERSION, _EpochEntryFormatter(), source)
 
 
 def _epoch_cache(entries: Iterable[EpochEntry]) -> list[EpochEntry]:

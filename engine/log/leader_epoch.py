@@ -82,6 +82,22 @@ class LeaderEpochFileCache:
                 self._flush()
             return changed
 
+    def assign_entries(self, entries) -> None:
+        """Assigns each (epoch, start offset) in order with `assign`'s rules and writes the
+        checkpoint once (Kafka's assign of a list, as a follower restores a fetched cache).
+
+        Raises:
+            ValueError: a negative epoch or start offset (nothing is assigned then).
+        """
+        entries = [EpochEntry(int(e), int(o)) for e, o in entries]
+        bad = next((e for e in entries if e.epoch < 0 or e.start_offset < 0), None)
+        if bad is not None:
+            raise ValueError(f"leader epoch entries must not be negative, got {bad}")
+        with self._lock:
+            for entry in entries:
+                self._assign_unflushed(entry)
+            self._flush()
+
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch whose range holds `offset`, None if it is before the first entry."""
         with self._lock:

@@ -590,8 +590,9 @@ class LogManager:
         return self._clock() if self._clock is not None else int(time.time() * 1000)
 
     def _on_log_start_offset_moved(self, unified: UnifiedLog) -> None:
-        """A DeleteRecords moved `unified`'s start: checkpointed at once, as a crash must
-        not bring back records whose deletion was acknowledged."""
+        """A DeleteRecords (or the remote expiration, before it deletes) moved `unified`'s
+        start: checkpointed at once, as a crash must not bring back records whose deletion
+        was acknowledged nor leave the start below segments already deleted."""
         log_dir = self._dir_key(unified.dir.parent)
         self.checkpoint_log_start_offsets(log_dir)
         with self._lock:

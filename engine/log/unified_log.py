@@ -33,6 +33,9 @@ Kafka's rules kept here (kafka-reference.md §2):
   segment's largest timestamp), retention.bytes and the log-start breach; a tiered log with
   copy enabled uses local.retention.* (-2: the totals), deletes only what
   `_may_delete_locally` allows (its last offset tiered) and rolls a breached active segment.
+  `truncate_fully_and_start_at` restarts the log empty at an offset with its log start
+  below it, as a follower built from the tier does (engine.rlm.follower), installing the
+  fetched epoch entries and producer snapshot.
 - Producer state: batches with a producer id update `ProducerStateManager`; COMMIT/ABORT
   markers complete transactions and aborts are appended to the segment's `.txnindex` with
   their last stable offset; `<base>.snapshot` is written at each roll (fsynced by the next
@@ -64,7 +67,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +91,20 @@ from engine.errors import (
 )
 from engine.log._abstract_index import INT32_MAX
 from engine.log.checkpoint import (
+    EpochEntry,
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
     Uuid,
     fsync_dir,
+    write_file_atomically,
 )
 from engine.log.leader_epoch import LeaderEpochFileCache
-from engine.log.producer_state import ProducerStateManager, apply_batches, snapshot_file
+from engine.log.producer_state import (
+    ProducerStateManager,
+    apply_batches,
+    decode_snapshot,
+    snapshot_file,
+)
 from engine.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -104,6 +114,7 @@ from engine.log.segment import (
     segment_file_name,
 )
 from engine.log.transaction_index import AbortedTxn
+from engine.records import MemoryRecords
 
 __all__ = ["LEADER_EPOCH_CHECKPOINT_FILE", "PARTITION_METADATA_FILE", "UnifiedLog"]
 
@@ -1059,16 +1070,80 @@ class UnifiedLog:
             self._after_truncation()
             return True
 
-    def _truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None,
+                                    *, leader_epochs: Iterable[EpochEntry] | None = None,
+                                    producer_snapshot: bytes | None = None) -> None:
+        """Kafka's truncateFullyAndStartAt: every segment, producer snapshot and epoch entry
+        goes, and the log starts again, empty, at `new_offset`, with the log start offset
+        `log_start_offset` (default `new_offset`; below `new_offset` it marks offsets only
+        the remote tier holds, and the local log start offset is `new_offset`).
+
+        A follower built from the tier passes what the offsets below would have built:
+        `leader_epochs` become the epoch cache (entries starting at or above `new_offset`
+        dropped, the one covering the log start starting there), and the producer state is
+        reloaded from `producer_snapshot`, the bytes of a snapshot taken at `new_offset`,
+        stored as `<new_offset>.snapshot`. The recovery point moves to `new_offset`;
+        `highest_offset_in_remote_storage` and `truncation_epoch` change as for
+        `truncate_to`; then `log_start_offset_listener(self)` is called (the LogManager
+        checkpoints the start at once).
+
+        The epoch checkpoint and the snapshot are written before the new segment: a crash
+        in between leaves no segment, and the log loads as an empty one at its checkpointed
+        start, never as a log at `new_offset` without its producer state.
+
+        Raises:
+            ValueError: a negative `new_offset` or epoch entry, or `log_start_offset`
+                outside [0, new_offset].
+            CorruptSnapshotError: `producer_snapshot` does not decode (checked before
+                anything changes).
+        """
+        new_offset = int(new_offset)
+        start = new_offset if log_start_offset is None else int(log_start_offset)
+        if new_offset < 0 or not 0 <= start <= new_offset:
+            raise ValueError(f"cannot start log {self.dir} at offset {new_offset} with log "
+                             f"start offset {start}: need 0 <= log start <= new offset")
+        epochs = None
+        if leader_epochs is not None:
+            epochs = [EpochEntry(int(e), int(o)) for e, o in leader_epochs]
+            bad = next((e for e in epochs if e.epoch < 0 or e.start_offset < 0), None)
+            if bad is not None:
+                raise ValueError(f"leader epoch entry {bad} for log {self.dir} is negative")
+        snapshot_path = snapshot_file(self.dir, new_offset)
+        if producer_snapshot is not None:
+            producer_snapshot = bytes(producer_snapshot)
+            decode_snapshot(producer_snapshot, file=str(snapshot_path))
+        with self._lock:
+            self._require_open("truncate_fully_and_start_at")
+            log.info("Truncating log %s fully and starting it at offset %d (log start offset "
+                     "%d, log end offset was %d)", self.dir, new_offset, start,
+                     self.log_end_offset)
+            self._truncate_fully_and_start_at(new_offset, start, epochs, producer_snapshot)
+        listener = self.log_start_offset_listener
+        if listener is not None:
+            listener(self)
+
+    def _truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None,
+                                     leader_epochs: list[EpochEntry] | None = None,
+                                     producer_snapshot: bytes | None = None) -> None:
+        start = offset if log_start_offset is None else log_start_offset
         for segment in list(self._segments):
             self._remove_segment(segment)
             segment.delete()
-        self._add_segment(self._create_segment(offset))
-        self.leader_epoch_cache.clear()
         self._producer_state.delete_snapshots_after(-1)
-        self._producer_state.reset(offset)
-        self._log_start_offset = offset
+        cache = self.leader_epoch_cache
+        cache.clear()
+        if leader_epochs:
+            cache.assign_entries(leader_epochs)
+            cache.truncate_from_end(offset)
+            cache.truncate_from_start(start)
+        if producer_snapshot is not None:
+            write_file_atomically(snapshot_file(self.dir, offset), producer_snapshot)
+        self._add_segment(self._create_segment(offset))
+        self._log_start_offset = start
         self.recovery_point = offset
+        self._producer_state.reset(offset)
+        if producer_snapshot is not None:
+            self._rebuild_producer_state(set())
         self._after_truncation()
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int,
@@ -1300,14 +1375,14 @@ class UnifiedLog:
                                      upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions of the local segments overlapping
         [start_offset, upper_bound_offset) (Kafka's collectAbortedTransactions): from the
-        segment holding `start_offset` on, stopping at the first complete search."""
+        segment holding `start_offset` on, stopping at the first complete search. Segments
+        starting at or after the upper bound are searched too: a transaction's abort is
+        indexed in the segment of its marker, which may come any number of rolls later."""
         with self._lock:
             self._require_open("collect_aborted_transactions")
             i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
             found: list[AbortedTxn] = []
             for segment in self._segments[i:]:
-                if segment.base_offset >= upper_bound_offset:
-                    break
                 result = segment.txn_index.collect_aborted_txns(start_offset,
                                                                 upper_bound_offset)
                 found.extend(result.aborted_transactions)
@@ -1342,14 +1417,7 @@ class UnifiedLog:
                 epoch = cache.epoch_for_offset(highest) if highest >= 0 else None
                 return highest, _NO_TIMESTAMP, epoch
             if timestamp == MAX_TIMESTAMP:
-                best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
-                if best.max_timestamp_so_far < 0:
-                    return None
-                hit = best.translate_offset(best.shallow_offset_of_max_timestamp_so_far)
-                epoch = None if hit is None or hit["partition_leader_epoch"] < 0 \
-                    else int(hit["partition_leader_epoch"])
-                return (best.shallow_offset_of_max_timestamp_so_far,
-                        best.max_timestamp_so_far, epoch)
+                return self._max_timestamp_and_offset()
             if timestamp < 0:
                 raise ValueError(f"unknown special timestamp {timestamp} for a lookup in log "
                                  f"{self.dir}")
@@ -1364,6 +1432,29 @@ class UnifiedLog:
                     if segment.next_offset() > start:
                         self._check_framing(segment, f"timestamp lookup {timestamp}", start)
             return None
+
+    def _max_timestamp_and_offset(self) -> tuple[int, int, int | None] | None:
+        """ListOffsets MAX_TIMESTAMP: the first record carrying the largest timestamp, in
+        the first batch that carries it (Kafka answers with that record's offset, not the
+        batch's), from the local log."""
+        best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+        max_ts = best.max_timestamp_so_far
+        if max_ts < 0:
+            return None
+        offset = best.shallow_offset_of_max_timestamp_so_far
+        hit = best.translate_offset(offset)
+        if hit is None:
+            return offset, max_ts, None
+        epoch = int(hit["partition_leader_epoch"])
+        info = best.read(int(hit["base_offset"]), int(hit["size"]))
+        if info is not None and info.records.nbytes:
+            cols = MemoryRecords(info.records).decode_columns(0, 1, include_control=False)
+            carrying = np.flatnonzero(cols.timestamp == max_ts)
+            if len(carrying):
+                offset = int(cols.offset[carrying[0]])
+            elif cols.num_records:  # LogAppendTime: every record carries the batch's time
+                offset = int(cols.offset[0])
+        return offset, max_ts, epoch if epoch >= 0 else None
 
     def epoch_entries_in_range(self, start_offset: int, end_offset: int):
         """The epoch entries covering [start_offset, end_offset) (Kafka's

@@ -34,6 +34,7 @@ serialized by its lock, different partitions proceed in parallel.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -41,7 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from engine.config import ConfigError
-from engine.errors import RemoteStorageError
+from engine.errors import CorruptRemoteLogMetadataError, RemoteStorageError
 from engine.remote.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -84,15 +85,19 @@ DEFAULT_SNAPSHOT_INTERVAL_ENTRIES = 1000
 
 
 class _Partition:
-    """One partition's files and cache; `cache` is None while not loaded."""
+    """One partition's files and cache; `cache` is None while not loaded. `offline` is the
+    damage found loading it: kept (the files are not read again) until the partition is
+    stopped."""
 
-    __slots__ = ("cache", "failed", "files", "lock")
+    __slots__ = ("cache", "failed", "files", "lock", "offline", "read_error")
 
     def __init__(self, files: PartitionMetadataLog):
         self.lock = threading.Lock()
         self.files = files
         self.cache: RemoteLogMetadataCache | None = None
         self.failed: BaseException | None = None
+        self.offline: CorruptRemoteLogMetadataError | None = None
+        self.read_error: str | None = None   # the last unreadable-files error logged
 
 
 class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -218,9 +223,19 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     @staticmethod
     def _load(entry: _Partition) -> RemoteLogMetadataCache:
-        """The partition's cache, loading it when needed (entry.lock held)."""
+        """The partition's cache, loading it when needed (entry.lock held). A damaged
+        partition goes offline: its error is logged once and raised by every call."""
+        if entry.offline is not None:
+            raise copy.copy(entry.offline)  # a fresh traceback each time, not a growing one
         if entry.cache is None or entry.failed is not None:
-            result = entry.files.load()
+            try:
+                result = entry.files.load()
+            except CorruptRemoteLogMetadataError as exc:
+                entry.cache, entry.offline = None, exc
+                log.error("Remote log metadata of %s is damaged: the partition is offline "
+                          "(the others are not) until it is repaired and the partition "
+                          "restarted: %s", entry.files.tip, exc)
+                raise
             entry.cache, entry.failed = result.cache, None
             if result.dropped_bytes:
                 log.info("Loaded %s (%d torn bytes %s)", entry.files.directory,
@@ -270,12 +285,18 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for tip in self.list_partitions():
             entry = self._entry(tip)
             with entry.lock:
+                if entry.offline is not None:
+                    continue  # damaged: logged when found; a new reader tries again
                 try:
                     if entry.cache is None:
                         self._load(entry)
                     else:
                         entry.cache = entry.files.refresh(entry.cache)
-                except (OSError, ValueError):   # damaged files: CorruptRemoteLogMetadataError
+                except CorruptRemoteLogMetadataError as exc:
+                    entry.cache, entry.offline = None, exc   # offline, as _load does
+                    log.error("Remote log metadata of %s is damaged: the partition is "
+                              "offline: %s", tip, exc)
+                except OSError:
                     entry.cache = None
                     log.exception("Could not read the remote log metadata of %s", tip)
 
@@ -348,12 +369,9 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
                                         ) -> None:
         """Loads these partitions' metadata (already loaded ones stay as they are). A
         partition that fails to load is logged and skipped: the others still load, and its
-        own calls raise the error (is_ready says False)."""
+        own calls raise the error (is_ready says False, partition_error gives it)."""
         for tip in [*leader_partitions, *follower_partitions]:
-            try:
-                self._loaded(tip)
-            except (OSError, ValueError):   # damaged files: CorruptRemoteLogMetadataError
-                log.exception("Could not load the remote log metadata of %s", tip)
+            self.partition_error(tip)   # loads it; a failure is logged there
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         """Drops these partitions from memory; their files stay and load again on use."""
@@ -361,16 +379,42 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             entry = self._entry(tip)
             with entry.lock:
                 entry.files.close()
-                entry.cache = None
+                entry.cache = entry.offline = None
 
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
         """Whether the partition's metadata loads (loading it if needed)."""
+        return self.partition_error(topic_id_partition) is None
+
+    def partition_error(self, topic_id_partition: TopicIdPartition) -> Exception | None:
+        """None when the partition's metadata loads (loading it if needed); else the error:
+        CorruptRemoteLogMetadataError for damaged files (the partition stays offline until
+        `on_stop_partitions`), or the OSError of files that cannot be read now (tried
+        again on the next call; logged when it first occurs or changes, not at every
+        call)."""
+        entry = None
         try:
+            entry = self._entry(topic_id_partition)
             self._loaded(topic_id_partition)
-            return True
-        except (OSError, ValueError):
-            log.exception("Remote log metadata of %s is not available", topic_id_partition)
-            return False
+        except CorruptRemoteLogMetadataError as exc:
+            return exc
+        except OSError as exc:  # RemoteStorageError too: closed, not configured
+            if entry is None:
+                return exc
+            if str(exc) != entry.read_error:
+                entry.read_error = str(exc)
+                log.warning("Remote log metadata of %s cannot be read: %s",
+                            topic_id_partition, exc)
+            return exc
+        if entry.read_error is not None:
+            entry.read_error = None
+            log.info("Remote log metadata of %s can be read again", topic_id_partition)
+        return None
+
+    def offline_partitions(self) -> dict[TopicIdPartition, Exception]:
+        """The partitions found damaged, with their errors."""
+        with self._lock:
+            entries = list(self._partitions.items())
+        return {tip: e.offline for tip, e in entries if e.offline is not None}
 
     def close(self) -> None:
         with self._lock:

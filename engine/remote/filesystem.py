@@ -310,6 +310,8 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
     for tests and benchmarks on throwaway data), `log.read.verification` (`full` or `size`).
     """
 
+    zero_copy_ranges = True  # map_range views a mapping of the stored, immutable file
+
     def __init__(self, dirs=None, *, fsync: bool = True, log_read_verification: str = "full",
                  broker_id: int = -1):
         self._roots: list[Path] = []
@@ -326,8 +328,8 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
 
     def configure(self, configs: Mapping[str, str]) -> None:
         """Creates each dir's `kafka-tiered-storage` root (and a missing dir: the broker's
-        config file loader, engine.config.load_broker_config, already requires them to
-        exist). Raises ConfigError naming the key for a missing or invalid value or a root
+        config file loader, engine.config.load_broker_config, requires its parent to exist,
+        and the commands create it first, logged). Raises ConfigError naming the key for a missing or invalid value or a root
         that cannot be created."""
         mode = str(configs.get("log.read.verification", "full")).strip()
         if mode not in _VERIFICATION_MODES:
@@ -450,8 +452,10 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
             stored[LOG] = self._store(segment_data.log_segment,
                                       pdir / self.segment_file_name(metadata, LOG))
             self._sync_dir(pdir)
-        except BaseException:
+        except BaseException as exc:
             self._remove_segment_files(metadata, [pdir.parent], missing_ok=True, quiet=True)
+            if isinstance(exc, RemoteStorageError):
+                raise _in_copy_of(exc, metadata) from None
             raise
         return SegmentChecksums(stored).encode()
 
@@ -498,7 +502,7 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
         except OSError as exc:
             if isinstance(exc, RemoteStorageError):
                 raise
-            raise _storage_error(exc, f"cannot write {tmp}") from None
+            raise _storage_error(exc, "cannot write", tmp) from None
         finally:
             os.close(out)
         try:
@@ -618,13 +622,26 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
                     index_type: IndexType) -> io.BytesIO:
         """The whole auxiliary file, size and CRC checked against the custom metadata.
         RemoteResourceNotFoundError for a transaction index that was not copied."""
+        return io.BytesIO(self.fetch_index_bytes(metadata, index_type))
+
+    def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
+                          index_type: IndexType) -> bytes:
+        """`fetch_index`'s bytes. A file the checksums say was stored but that is missing
+        is a RemoteStorageError (damage), never RemoteResourceNotFoundError: readers take
+        a transaction index that was not copied for one without aborted transactions."""
         suffix = _INDEX_SUFFIX[IndexType(index_type)]
         checksums = SegmentChecksums.of(metadata)
         if checksums is not None and suffix not in checksums.files:
             raise RemoteResourceNotFoundError(
                 f"{metadata.remote_log_segment_id} has no {suffix} file: it was not copied",
                 file=str(self.segment_path(metadata, suffix)))
-        fd, path = self._open_stored(metadata, suffix)
+        try:
+            fd, path = self._open_stored(metadata, suffix)
+        except RemoteResourceNotFoundError as exc:
+            if checksums is None:
+                raise
+            raise RemoteStorageError(f"{exc}: its checksum record says it was stored "
+                                     "(deleted or lost)", file=exc.file) from None
         try:
             size = _fstat(fd, path).st_size
             data = _pread_exact(fd, size, 0, path)
@@ -632,7 +649,7 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
             os.close(fd)
         if checksums is not None:
             _verify(checksums.files[suffix], size, crc32c(data), path)
-        return io.BytesIO(data)
+        return data
 
     def _checked_log_size(self, metadata: RemoteLogSegmentMetadata, fd: int,
                           path: Path) -> int:
@@ -761,10 +778,28 @@ class _RangeStream(io.RawIOBase):
         super().close()
 
 
-def _storage_error(exc: OSError, what: str) -> RemoteStorageError:
-    path = exc.filename if exc.filename is not None else None
+def _storage_error(exc: OSError, what: str, path: Path | None = None) -> RemoteStorageError:
+    """`exc` as a RemoteStorageError naming the errno (ENOSPC, EROFS, ...) and the file;
+    its `errno` is kept, so callers can tell a full tier from a damaged one."""
+    if path is None and exc.filename is not None:
+        path = exc.filename
     cls = RemoteResourceNotFoundError if isinstance(exc, FileNotFoundError) else RemoteStorageError
-    return cls(f"{what}: {exc.strerror or exc}", file=None if path is None else str(path))
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    reason = exc.strerror or str(exc)
+    error = cls(f"{what}: {name} ({reason})" if name else f"{what}: {reason}",
+                file=None if path is None else str(path))
+    error.errno, error.strerror = exc.errno, exc.strerror
+    return error
+
+
+def _in_copy_of(exc: RemoteStorageError, metadata: RemoteLogSegmentMetadata
+                ) -> RemoteStorageError:
+    """`exc` naming the partition and segment whose copy it stopped."""
+    error = type(exc)(f"copy of segment {metadata.remote_log_segment_id.id} of partition "
+                      f"{metadata.topic_id_partition}: {exc.reason}", file=exc.file,
+                      position=exc.position, offset=exc.offset)
+    error.errno, error.strerror = exc.errno, exc.strerror
+    return error
 
 
 def _unlink(path: Path) -> None:
@@ -855,6 +890,12 @@ def _write_all(fd: int, view: memoryview, path: Path) -> None:
         view = view[n:]
 
 
+def _pwrite_all(fd: int, view: memoryview, start: int, end: int) -> None:
+    """Writes view[start:end] at file position `start`."""
+    while start < end:
+        start += os.pwrite(fd, view[start:end], start)
+
+
 def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
     """Copies `source` into fd `out` in the kernel (copy_file_range), CRC'ing each slice
     right after it is copied; falls back to a read/CRC/write loop where the kernel copy is
@@ -865,35 +906,49 @@ def _copy_file(source: Path, out: int, dest: Path) -> tuple[int, int]:
         raise RemoteStorageError(f"source file {source} does not exist",
                                  file=str(source)) from None
     except OSError as exc:
-        raise RemoteStorageError(f"cannot open source file {source}: {exc.strerror}",
-                                 file=str(source)) from None
+        raise _storage_error(exc, "cannot open source file", source) from None
     try:
         size = os.fstat(src).st_size
         if size == 0:
             return crc32c(b""), 0
+        failure = None
         with mmap.mmap(src, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ) as mapped, \
                 memoryview(mapped) as view:
-            crc, done = 0, 0
-            kernel_copy = hasattr(os, "copy_file_range")
-            while done < size:
-                n = min(_COPY_SLICE, size - done)
-                if kernel_copy:
-                    try:
-                        n = os.copy_file_range(src, out, n, done, done)
-                    except OSError as exc:
-                        if exc.errno not in _NO_COPY_FILE_RANGE:
-                            raise
-                        kernel_copy = False
-                        continue
-                    if n == 0:
-                        raise RemoteStorageError(
-                            f"source file {source} shrank during the copy: {done} of "
-                            f"{size} bytes", file=str(source))
-                else:
-                    os.lseek(out, done, os.SEEK_SET)
-                    _write_all(out, view[done:done + n], dest)
-                crc = crc32c(view[done:done + n], crc)
-                done += n
+            try:
+                crc = _copy_mapped(src, out, view, source)
+            except OSError as exc:
+                # a traceback keeps its frames' locals alive, slices of `view` among them:
+                # the mapping would stay exported and closing it raise BufferError in place
+                # of this error (ENOSPC on a full tier). Dropped here, raised after the close.
+                failure = exc.with_traceback(None)
+        if failure is not None:
+            raise failure
         return crc, size
     finally:
         os.close(src)
+
+
+def _copy_mapped(src: int, out: int, view: memoryview, source: Path) -> int:
+    """The copy loop of _copy_file over the mapped source; its CRC32C."""
+    size = len(view)
+    crc, done = 0, 0
+    kernel_copy = hasattr(os, "copy_file_range")
+    while done < size:
+        n = min(_COPY_SLICE, size - done)
+        if kernel_copy:
+            try:
+                n = os.copy_file_range(src, out, n, done, done)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_FILE_RANGE:
+                    raise
+                kernel_copy = False
+                continue
+            if n == 0:
+                raise RemoteStorageError(
+                    f"source file {source} shrank during the copy: {done} of {size} bytes",
+                    file=str(source))
+        else:
+            _pwrite_all(out, view, done, done + n)
+        crc = crc32c(view[done:done + n], crc)
+        done += n
+    return crc

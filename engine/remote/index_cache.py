@@ -8,10 +8,16 @@ Files, in `cache_dir` (the RLM passes `<first log dir>/remote-log-index-cache`):
     <startOffset>_<segmentUuidBase64>.txnindex    transaction index (empty when the segment
                                                   has none)
 
+    <startOffset>_<segmentUuidBase64>.checksums   CRC-32C and size of each of the three,
+                                                  written last
+
 A download goes to `<file>.tmp`, is fsynced and renamed into place, so a complete name is a
-complete file. On startup the directory is created, leftover `.tmp` and `.deleted` files are
-removed, complete sets are sanity-checked and registered again (reused after a restart),
-and incomplete or corrupt sets are removed.
+complete file; the RSM verified what it downloaded (`fetch_index_bytes`), and the
+`.checksums` file records what was written. On startup the directory is created, leftover
+`.tmp` and `.deleted` files are removed, complete sets whose files still match their
+`.checksums` and pass the indexes' sanity checks are registered again (reused after a
+restart), and incomplete, changed or corrupt sets are removed (downloaded again on use):
+a cached file is never trusted just because it is there.
 
 Eviction: least recently used first, once the files' total size exceeds
 `remote.log.index.file.cache.total.size.bytes`; an entry larger than the whole bound is
@@ -35,18 +41,19 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import weakref
 from collections import OrderedDict
 from pathlib import Path
 
-from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
-from engine.log.checkpoint import Uuid, fsync_dir
+from engine.checksums import crc32c
+from engine.errors import RemoteStorageError
+from engine.log.checkpoint import Uuid, write_file_atomically
 from engine.log.offset_index import OffsetIndex
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import TransactionIndex
 from engine.remote.metadata import RemoteLogSegmentMetadata
+from engine.remote.segment_access import index_bytes
 from engine.remote.storage import IndexType, RemoteStorageManager
 
 __all__ = ["DIR_NAME", "RemoteIndexCache", "RemoteIndexCacheEntry"]
@@ -58,7 +65,7 @@ DIR_NAME = "remote-log-index-cache"
 _SUFFIXES = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex",
              IndexType.TRANSACTION: ".txnindex"}
 _TMP, _DELETED = ".tmp", ".deleted"
-_COPY_CHUNK = 1 << 20
+_CHECKSUMS = ".checksums"
 
 
 class RemoteIndexCacheEntry:
@@ -279,32 +286,23 @@ class RemoteIndexCache:
     def _download(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry:
         stem = self._dir / f"{metadata.start_offset}_{metadata.remote_log_segment_id.id}"
         paths = {t: stem.with_name(stem.name + s) for t, s in _SUFFIXES.items()}
+        sums = stem.with_name(stem.name + _CHECKSUMS)
         try:
+            written = {}
             for index_type, path in paths.items():
-                self._fetch_to(metadata, index_type, path)
-            fsync_dir(self._dir)
+                data = index_bytes(self._rsm, metadata, index_type)
+                write_file_atomically(path, data)
+                written[_SUFFIXES[index_type]] = (crc32c(data), len(data))
+            # the files are in place before the record of them: a crash leaves no .checksums
+            # (the set is dropped at the next start) or a complete, matching one
+            write_file_atomically(sums, _encode_checksums(written))
             return self._open_entry(metadata.remote_log_segment_id.id, metadata.start_offset,
                                     paths)
         except BaseException:
-            for path in paths.values():
+            for path in (*paths.values(), sums):
                 _unlink_quietly(path)
                 _unlink_quietly(path.with_name(path.name + _TMP))
             raise
-
-    def _fetch_to(self, metadata, index_type: IndexType, path: Path) -> None:
-        tmp = path.with_name(path.name + _TMP)
-        with open(tmp, "wb") as out:
-            if not (index_type is IndexType.TRANSACTION and metadata.txn_idx_empty):
-                try:
-                    with self._rsm.fetch_index(metadata, index_type) as stream:
-                        shutil.copyfileobj(stream, out, _COPY_CHUNK)
-                except RemoteResourceNotFoundError:
-                    if index_type is not IndexType.TRANSACTION:
-                        raise
-                    # no transaction index was copied: the segment has no aborted txns
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
 
     @staticmethod
     def _open_entry(segment_id: Uuid, start_offset: int, paths) -> RemoteIndexCacheEntry:
@@ -351,6 +349,9 @@ class RemoteIndexCache:
                 renamed.append(new)
             except OSError as exc:  # the startup cleanup will catch what is left
                 log.warning("cannot rename evicted remote index %s: %s", old, exc)
+        # without its record the set is dropped at the next start, whatever is left of it
+        _unlink_quietly(entry.offset_index.file.with_name(
+            f"{entry.start_offset}_{entry.segment_id}{_CHECKSUMS}"))
         weakref.finalize(entry, _unlink_all, renamed)
 
     # -- startup -------------------------------------------------------------------------
@@ -363,18 +364,19 @@ class RemoteIndexCache:
                 _unlink_quietly(path)
                 continue
             stem, dot, suffix = name.rpartition(".")
-            if dot and "." + suffix in _SUFFIXES.values():
+            if dot and ("." + suffix in _SUFFIXES.values() or "." + suffix == _CHECKSUMS):
                 sets.setdefault(stem, {})["." + suffix] = path
         found = []
         for stem, files in sets.items():
             parsed = _parse_stem(stem)
-            if parsed is None or len(files) != len(_SUFFIXES):
+            if parsed is None or len(files) != len(_SUFFIXES) + 1:
                 for path in files.values():  # a partial set, or not one of ours
                     _unlink_quietly(path)
                 continue
             start_offset, segment_id = parsed
             paths = {t: files[s] for t, s in _SUFFIXES.items()}
             try:
+                _verify_files(files)
                 entry = self._open_entry(segment_id, start_offset, paths)
             except Exception as exc:  # noqa: BLE001 - corrupt or unreadable: dropped, refetched
                 log.warning("dropping cached remote indexes %s: %s", stem, exc)
@@ -391,6 +393,30 @@ class RemoteIndexCache:
     def _check_open(self) -> None:
         if self._closed:
             raise RemoteStorageError(f"RemoteIndexCache {self._dir} is closed")
+
+
+def _encode_checksums(files: dict[str, tuple[int, int]]) -> bytes:
+    lines = [f"{suffix} {crc:08x} {size}" for suffix, (crc, size) in sorted(files.items())]
+    body = "\n".join(lines) + "\n"
+    return f"{body}crc {crc32c(body.encode()):08x}\n".encode()
+
+
+def _verify_files(files: dict[str, Path]) -> None:
+    """Checks each index file of a cached set against its `.checksums`; ValueError (the set
+    is then dropped) for a changed, truncated or unrecorded file."""
+    text = files[_CHECKSUMS].read_bytes().decode("ascii", "replace")
+    body, _, tail = text.rpartition("crc ")
+    if not tail.strip() or f"{crc32c(body.encode()):08x}" != tail.strip():
+        raise ValueError(f"{files[_CHECKSUMS]} is damaged")
+    expected = {}
+    for line in body.splitlines():
+        suffix, crc, size = line.split()
+        expected[suffix] = (int(crc, 16), int(size))
+    for suffix in _SUFFIXES.values():
+        data = files[suffix].read_bytes()
+        if expected.get(suffix) != (crc32c(data), len(data)):
+            raise ValueError(f"{files[suffix]} does not match the CRC-32C and size recorded "
+                             "when it was downloaded")
 
 
 def _parse_stem(stem: str) -> tuple[int, Uuid] | None:

@@ -373,7 +373,15 @@ class PartitionMetadataLog:
         return sorted(snapshots), sorted(logs)
 
     def load(self) -> LoadResult:
-        """Reads the newest snapshot and its log into a new cache."""
+        """Reads the newest snapshot and its log into a new cache.
+        CorruptRemoteLogMetadataError names this partition."""
+        try:
+            return self._load()
+        except CorruptRemoteLogMetadataError as exc:
+            exc.partition = self.tip
+            raise
+
+    def _load(self) -> LoadResult:
         self.close()
         for attempt in range(5):
             snapshots, logs = self._listing()
@@ -501,6 +509,9 @@ class PartitionMetadataLog:
             self._read_log(cache)
         except FileNotFoundError:  # compacted between the listing and the read
             return self.load().cache
+        except CorruptRemoteLogMetadataError as exc:
+            exc.partition = self.tip
+            raise
         return cache
 
     # -- writing --

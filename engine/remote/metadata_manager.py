@@ -93,6 +93,15 @@ class RemoteLogMetadataManager(abc.ABC):
         """Whether the partition's metadata is loaded and queries answer (KIP-1105)."""
         return True
 
+    def partition_error(self, topic_id_partition: TopicIdPartition) -> Exception | None:
+        """Why the partition's metadata cannot be served, or None. A partition with an
+        error is offline: its calls raise that error, the other partitions work on."""
+        return None
+
+    def offline_partitions(self) -> dict[TopicIdPartition, Exception]:
+        """The partitions known to be offline, with their errors."""
+        return {}
+
     def close(self) -> None:
         """Releases resources. Idempotent."""
 

@@ -3,12 +3,19 @@
 An RSM stores the files of one local segment in remote storage and serves them back. It is
 configured with the broker properties under `remote.log.storage.manager.impl.prefix`
 (`rsm.config.` by default), the prefix stripped, plus `broker.id`.
+
+The contract: Kafka's four abstract methods, plus every other read the engine makes of an
+RSM (ranged reads into a buffer, read-only views, whole index files), each declared here
+with a default built on `fetch_log_segment` / `fetch_index`. A plugin that implements only
+Kafka's interface therefore works everywhere (the RLM, `fetch`, the Spark source, export);
+a store that can do better overrides the defaults. Callers never probe for methods.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Mapping
@@ -90,6 +97,54 @@ class RemoteStorageManager(abc.ABC):
         """Deletes every file of the segment. Idempotent: nothing to delete is not an
         error."""
 
+    # -- reads the engine makes, with defaults on the abstract methods ------------------
+
+    #: whether `map_range` returns views of data already in memory (a mapping of a stored
+    #: file): redoing it costs nothing, so a reader never keeps or stitches ranges
+    zero_copy_ranges: bool = False
+
+    def read_range(self, metadata: RemoteLogSegmentMetadata, start: int,
+                   end_exclusive: int) -> bytes | memoryview:
+        """`.log` bytes [start, end_exclusive). Requires 0 <= start <= end_exclusive <=
+        segment size (ValueError otherwise); RemoteStorageError when the store returns
+        fewer bytes."""
+        _check_range(metadata, start, end_exclusive)
+        if start == end_exclusive:
+            return b""
+        with self.fetch_log_segment(metadata, start, end_exclusive - 1) as stream:
+            return _read_exactly(stream, end_exclusive - start, metadata, start)
+
+    def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
+                        buffer) -> int:
+        """Fills the writable `buffer` with `.log` bytes from `start` (the range must lie
+        inside the segment). Returns the bytes read (len(buffer))."""
+        view = memoryview(buffer).cast("B")
+        try:
+            data = self.read_range(metadata, start, start + len(view))
+            view[:] = data
+            return len(view)
+        finally:
+            view.release()
+
+    def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
+                  end_exclusive: int) -> memoryview:
+        """A read-only view of `.log` bytes [start, end_exclusive): zero-copy where the
+        store can give one (see `zero_copy_ranges`), else a view of a fresh read."""
+        return memoryview(self.read_range(metadata, start, end_exclusive)).toreadonly()
+
+    def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
+                          end_exclusive: int) -> memoryview | None:
+        """`map_range` when it needs no storage I/O at all (the data is already open and
+        checked in memory), else None. The RLM serves reads that get a view here on the
+        caller's thread; the default never can."""
+        return None
+
+    def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
+                          index_type: IndexType) -> bytes:
+        """The whole auxiliary file, as `fetch_index` (and its checks) gives it."""
+        with self.fetch_index(metadata, index_type) as stream:
+            return stream.read()
+
     def close(self) -> None:
         """Releases resources. Idempotent."""
 
@@ -98,3 +153,24 @@ class RemoteStorageManager(abc.ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _check_range(metadata: RemoteLogSegmentMetadata, start: int, end_exclusive: int) -> None:
+    size = metadata.segment_size_in_bytes
+    if start < 0 or end_exclusive < start or end_exclusive > size:
+        raise ValueError(f"byte range [{start}, {end_exclusive}) outside remote segment "
+                         f"{metadata.remote_log_segment_id} of {size} bytes")
+
+
+def _read_exactly(stream: io.RawIOBase | BinaryIO, n: int, metadata: RemoteLogSegmentMetadata,
+                  start: int) -> bytes:
+    parts, left = [], n
+    while left > 0:
+        chunk = stream.read(left)
+        if not chunk:
+            raise RemoteStorageError(
+                f"remote segment {metadata.remote_log_segment_id} ended at byte "
+                f"{start + n - left}, expected {start + n}")
+        parts.append(chunk)
+        left -= len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)

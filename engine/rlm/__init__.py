@@ -3,6 +3,7 @@ engine's local logs (engine.log) and remote plugins (engine.remote).
 
 Modules: `manager` (RemoteLogManager, RunSummary), `copier` (the copy task), `expiration`
 (remote retention, partition deletion), `reader` (remote reads), `offsets` (ListOffsets),
+`follower` (a follower's partition built from the tier),
 `lineage` (leader-epoch lineage rules), `quota` (KIP-956 quotas), `status` (status()),
 `pools` (bounded pools, scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
 """

@@ -12,14 +12,31 @@ for the partition until its leadership changes, as Kafka does.
 
 Unlike Kafka, a missing producer snapshot does not fail the copy (Kafka NPEs there,
 KAFKA-16209): the RSM receives None and stores an empty snapshot.
+
+Unlike Kafka, each segment is checked before COPY_SEGMENT_STARTED is written
+(`LogSegment.verify_batches`: framing, every batch CRC, offsets continuing from the base
+offset to the next segment's): the tier is the long-term copy, and a segment damaged on disk
+would otherwise be stored with the checksum of its damaged bytes, so every later check would
+pass. The check is one native scan at memory speed over pages the copy reads next anyway.
+A damaged segment is not tiered: CorruptRecordError naming the file, byte position and
+offset is logged, recorded in `PartitionState.corrupt_segment` (status `corrupt_segment`,
+gauge RemoteCopyCorruptSegments = 1) and raised as the run's error, and copying of the
+partition stops at that segment (nothing after it is copied; local retention keeps it,
+as it is not tiered). Later runs fail at once without scanning again while the file is the
+same one (size, mtime, inode). The operator acts by replacing or repairing the segment
+(e.g. a good copy from another replica: its bytes change, the next run checks it again and
+copies on), by DeleteRecords past it (its records are given up: the copier starts above
+the log start offset), or by a leadership change or restart (a fresh check, for damage
+that was only a bad read).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 
-from engine.errors import CustomMetadataSizeLimitExceededError
+from engine.errors import CorruptRecordError, CustomMetadataSizeLimitExceededError
 from engine.log.checkpoint import epoch_entries_in_range
 from engine.log.segment import LogSegment
 from engine.remote.metadata import (
@@ -32,7 +49,7 @@ from engine.remote.storage import LogSegmentData
 from engine.rlm.lineage import leader_epoch_checkpoint_text
 from engine.rlm.state import PartitionState
 
-__all__ = ["candidate_segments", "copy_lag", "run_copy"]
+__all__ = ["candidate_segments", "check_next_segment", "copy_lag", "run_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +90,17 @@ def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
         return
     if st.needs_initialisation:
         rlm._initialise_leader(st)
+    if st.metadata_gap is not None:  # see RemoteLogManager._metadata_gap
+        raise rlm._gap_error(st)
     if unified.remote_log_copy_disabled:
         return
     try:
         lso = unified.last_stable_offset
-        for segment, next_base in candidate_segments(unified, st.copied_offset, lso):
+        candidates = candidate_segments(unified, st.copied_offset, lso)
+        known = st.corrupt_segment
+        if known is not None and all(str(s.log_file) != known["file"] for s, _ in candidates):
+            _clear_corrupt(rlm, st, "is no longer to be copied (below the log start offset)")
+        for segment, next_base in candidates:
             if rlm._closed or st.copy_cancelled or st.deleted_partition:
                 break
             copy_segment(rlm, st, segment, next_base)
@@ -106,10 +129,73 @@ def _segment_data(unified, segment: LogSegment, next_base: int) -> LogSegmentDat
                                                         next_base))
 
 
+def _file_identity(path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_size, info.st_mtime_ns, info.st_ino
+
+
+def check_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:
+    """Refuses a damaged segment (see the module notes): raises CorruptRecordError. A file
+    that passed and is unchanged (size, mtime, inode) is not scanned again."""
+    identity = _file_identity(segment.log_file)
+    if st.checked_segment == (str(segment.log_file), identity):
+        return
+    known = st.corrupt_segment
+    if known is not None and known["file"] == str(segment.log_file) and \
+            known["identity"] == identity:
+        raise CorruptRecordError(known["error"], file=known["file"],
+                                 position=known["position"], offset=known["offset"])
+    try:
+        segment.verify_batches(next_base)
+    except CorruptRecordError as exc:
+        st.corrupt_segment = {"file": str(segment.log_file), "position": exc.position,
+                              "offset": exc.offset, "error": str(exc), "identity": identity}
+        rlm.metrics.set_gauge("RemoteCopyCorruptSegments", st.topic, st.partition, 1)
+        log.error("Not tiering %s of %s: %s. Copying of %s stops at offset %d until the "
+                  "segment is replaced or repaired, DeleteRecords passes it, or the "
+                  "leadership changes", segment.log_file, st.name, exc, st.name,
+                  segment.base_offset)
+        raise
+    st.checked_segment = (str(segment.log_file), identity)
+    if known is not None:
+        _clear_corrupt(rlm, st, "checks out again")
+
+
+def check_next_segment(rlm, st: PartitionState) -> None:
+    """Checks the segment the next copy run starts with, so that `status` in any process
+    shows a damaged one (st.corrupt_segment); skipped while a copy run holds the
+    partition (it checks the segment itself)."""
+    if not st.copy_lock.acquire(blocking=False):
+        return
+    try:
+        unified = st.log
+        if st.copy_cancelled or unified.remote_log_copy_disabled or st.needs_initialisation:
+            return
+        candidates = candidate_segments(unified, st.copied_offset, unified.last_stable_offset)
+        if candidates:
+            try:
+                check_segment(rlm, st, *candidates[0])
+            except CorruptRecordError as exc:  # recorded in st.corrupt_segment, logged
+                st.last_copy_error = st.last_copy_error or f"{type(exc).__name__}: {exc}"
+    finally:
+        st.copy_lock.release()
+
+
+def _clear_corrupt(rlm, st: PartitionState, why: str) -> None:
+    log.info("The damaged segment %s of %s %s: copying resumes", st.corrupt_segment["file"],
+             st.name, why)
+    st.corrupt_segment = None
+    rlm.metrics.set_gauge("RemoteCopyCorruptSegments", st.topic, st.partition, 0)
+
+
 def copy_segment(rlm, st: PartitionState, segment: LogSegment, next_base: int) -> None:
     """Copies one segment (see the module notes)."""
     unified = st.log
     size = segment.size_in_bytes
+    check_segment(rlm, st, segment, next_base)  # before anything is written or throttled
     rlm.copy_quota.wait_and_record(size)
     epochs = epoch_entries_in_range(unified.leader_epoch_cache.entries, segment.base_offset,
                                     next_base)

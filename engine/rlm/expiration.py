@@ -9,13 +9,19 @@ remote partition deletion.
   start offset (DeleteRecords) whose epochs are all at or below the lineage's first epoch;
   else, if the segment lies within the lineage, one older than `retention.ms` or needed to
   bring local-only + remote bytes within `retention.bytes`. The scan stops at the first
-  segment of the lineage that is kept, and at a segment being copied;
+  segment of the lineage that is kept, and at a segment being copied. The size breach is
+  over what remains: a segment of the lineage deleted for the log start offset or for
+  `retention.ms` counts as deleted, so a pass resumed after a crash between publishing the
+  log start offset and deleting (the segments below it still there) deletes them and only
+  what retention still asks for;
 - segments whose epochs are all below the earliest epoch of the leader-epoch cache
   (unreferenced, e.g. left by an unclean leader election).
 
-`run_expiration` publishes the new log start offset first (so no reader is sent to a segment
-being deleted), then deletes each segment: DELETE_SEGMENT_STARTED -> RSM delete ->
-DELETE_SEGMENT_FINISHED, dropping its RemoteIndexCache entry. A failed delete is counted in
+`run_expiration` publishes the new log start offset first, durably (the log's
+`log_start_offset_listener`, the LogManager's checkpoint, runs before any delete: no reader,
+in this process or after a restart, is sent to a segment being deleted; a checkpoint that
+fails stops the pass before it deletes anything), then deletes each segment:
+DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED, dropping its RemoteIndexCache entry. A failed delete is counted in
 RemoteDeleteErrorsPerSec and stays DELETE_SEGMENT_STARTED for the next run to retry.
 """
 
@@ -73,13 +79,19 @@ class _RetentionHandler:
     def _moved(self, md: RemoteLogSegmentMetadata) -> None:
         self.new_log_start_offset = max(self.new_log_start_offset or 0, md.end_offset + 1)
 
-    def breach_by_log_start_offset(self, md: RemoteLogSegmentMetadata) -> bool:
+    def breach_by_log_start_offset(self, md: RemoteLogSegmentMetadata, counted: bool) -> bool:
+        """`counted`: the segment's bytes are in the size the breach was computed from.
+        Deleting it then shrinks the breach: the size breach is over what remains, else
+        a restart after a crash between publishing the log start offset and deleting
+        would delete these segments and `retention.bytes` worth more."""
         if self.first_epoch is None:
             return False
         hit = (all(e <= self.first_epoch for e in md.segment_leader_epochs)
                and md.end_offset < self.log_start_offset)
         if hit:
             self._moved(md)
+            if counted and self.remaining is not None:
+                self.remaining = max(0, self.remaining - md.segment_size_in_bytes)
         return hit
 
     def breach_by_time(self, md: RemoteLogSegmentMetadata) -> bool:
@@ -185,20 +197,16 @@ def _scan_lineage(plan, handler, lineage, by_epoch, being_copied, leo) -> None:
                 return
             if md.state != _S.COPY_SEGMENT_FINISHED or md.remote_log_segment_id in plan.reasons:
                 continue
-            delete = handler.breach_by_log_start_offset(md)
-            why = "below the log start offset"
-            valid = False
-            if not delete:
-                valid = is_remote_segment_within_leader_epochs(md, leo, lineage)
-                if valid:
-                    if handler.breach_by_time(md):
-                        delete, why = True, "retention.ms"
-                    elif handler.breach_by_size(md):
-                        delete, why = True, "retention.bytes"
-            if delete:
-                plan.add(md, why)
-            if not (delete or not valid):
-                return
+            # a segment of the lineage counts in the size the breach was computed from
+            valid = is_remote_segment_within_leader_epochs(md, leo, lineage)
+            if handler.breach_by_log_start_offset(md, valid):
+                plan.add(md, "below the log start offset")
+            elif valid and handler.breach_by_time(md):
+                plan.add(md, "retention.ms")
+            elif valid and handler.breach_by_size(md):
+                plan.add(md, "retention.bytes")
+            elif valid:
+                return  # the first segment of the lineage that is kept ends the scan
 
 
 def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
@@ -211,9 +219,10 @@ def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
     metrics.set_gauge("RemoteLogSizeComputationTime", st.topic, st.partition,
                       plan.size_computation_ms)
     st.remote_segment_count, st.remote_size_bytes = plan.metadata_count, plan.remote_size_bytes
-    if plan.new_log_start_offset is not None and \
-            plan.new_log_start_offset > st.log.log_start_offset:
+    moved = plan.new_log_start_offset is not None and \
         st.log.maybe_increment_log_start_offset(plan.new_log_start_offset, "SegmentDeletion")
+    if moved and st.log.log_start_offset_listener is not None:
+        st.log.log_start_offset_listener(st.log)
     pending = list(plan.to_delete)
     lag_bytes = sum(m.segment_size_in_bytes for m in pending)
     deleted, errors = 0, []
@@ -224,9 +233,11 @@ def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
             rlm.delete_remote_segment(st, md, md.custom_metadata)
         except Exception as exc:
             errors.append(exc)
-            log.warning("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the next "
-                        "run retries: %s", md.remote_log_segment_id.id, md.start_offset,
-                        md.end_offset, st.name, exc)
+            # the run's failures are logged once, by the RLM (a full or read-only tier
+            # fails every delete alike)
+            log.debug("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the next "
+                      "run retries: %s", md.remote_log_segment_id.id, md.start_offset,
+                      md.end_offset, st.name, exc)
             continue
         log.info("Deleted remote segment %s (offsets [%d, %d]) of %s: %s",
                  md.remote_log_segment_id.id, md.start_offset, md.end_offset, st.name,
@@ -260,8 +271,9 @@ def delete_remote_partition(rlm, tip: TopicIdPartition) -> int:
     _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
     segments = list(rlm.rlmm.list_remote_log_segments(tip))
     updates = []
-    for md in segments:
-        updates.append(rlm.mark_delete_started(md, md.custom_metadata))
+    for md in segments:  # a retry does not mark a segment DELETE_SEGMENT_STARTED again
+        updates.append(md if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+                       else rlm.mark_delete_started(md, md.custom_metadata))
     for md in updates:
         rlm.metrics.mark("RemoteDeleteRequestsPerSec", tip.topic)
         try:

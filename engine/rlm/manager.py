@@ -16,13 +16,22 @@ A partition whose remote deletion began is never tiered again (under that topic 
 
 A failed copy run is retried after Kafka's exponential backoff
 (`remote.log.manager.task.retry.backoff.ms` doubling up to `...backoff.max.ms`, jitter
-`...retry.jitter`). A plugin call that hangs holds one copier (or reader) thread and that
+`...retry.jitter`); so are a failed expiration run and a failed deletion of a partition
+whose tiering was turned off, each logged once per attempt (a full or read-only tier fails
+every retry alike: without the backoff it would log, and record, at every interval). A
+segment already DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that hangs holds one copier (or reader) thread and that
 partition's task only: appends, local reads and other partitions go on; remote reads give
 up after `remote.fetch.max.wait.ms` with RemoteFetchTimeoutError (the reader thread stays
 blocked in the plugin until it returns: Python cannot interrupt it). `status()` shows a copy
 in progress and since when.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
+
+A partition whose remote log metadata the RLMM cannot serve (`partition_error`, e.g. a
+damaged metadata log) is offline and fails alone: its tasks do not run, its reads and
+ListOffsets raise that error, `status()` shows it offline with the error, the
+`RemoteLogOfflinePartitionsCount` gauge counts it, and `run_once` reports it among the
+errors; every other partition is tiered, expired and read as usual.
 
 Topic ids come from each partition's `partition.metadata`; one is created and written when
 a partition has none (Kafka always has one).
@@ -33,6 +42,7 @@ Thread-safety: every public method may be called from any thread.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import logging
 import threading
 import time
@@ -41,7 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
+from engine.errors import (
+    CorruptRemoteLogMetadataError,
+    OffsetOutOfRangeError,
+    RemoteFetchTimeoutError,
+    RemoteLogMetadataGapError,
+)
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
@@ -53,7 +68,7 @@ from engine.remote.metadata import (
 )
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, expiration, offsets, reader
+from engine.rlm import copier, expiration, follower, offsets, reader
 from engine.rlm.lineage import find_highest_remote_offset, find_log_start_offset
 from engine.rlm.metrics import RLMMetrics
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
@@ -86,6 +101,13 @@ class RunSummary:
     deleted_remote_segments: int = 0
     deleted_local_segments: int = 0
     errors: list[str] = field(default_factory=list)
+    #: ms until every task that failed in this pass may run again (its retry backoff)
+    retry_in_ms: int = 0
+
+    @property
+    def made_progress(self) -> bool:
+        return bool(self.copied_segments or self.deleted_remote_segments
+                    or self.deleted_local_segments)
 
 
 def _validate(config: BrokerConfig) -> None:
@@ -129,7 +151,7 @@ class RemoteLogManager:
         # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
         # answering from memory) is served on the caller's thread: the hand-off to a reader
         # thread and back costs more than the read itself (bench/compare_remote_read.py)
-        self._inline_reads = reader.can_read_without_blocking(rsm) and rlmm.in_memory_queries
+        self._inline_reads = rlmm.in_memory_queries
         self.broker_id = int(broker_id)
         self.clock = clock or _now_ms
         self.started_ms = self.clock()
@@ -143,6 +165,9 @@ class RemoteLogManager:
         #: partitions whose tiering was turned off with remote.log.delete.on.disable=true:
         #: their remote data is deleted by the next pass (retried until it succeeds)
         self._disabled: list[PartitionState] = []
+        #: tiered partitions left out of the passes: their remote log metadata cannot be
+        #: read now (-> why)
+        self._unreadable: dict[TopicPartition, str] = {}
         self.metrics = RLMMetrics()
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
@@ -191,6 +216,10 @@ class RemoteLogManager:
                          "Idle share of the copier threads",
                          lambda: (self._copier_pool.busy.idle_percent()
                                   if self._copier_pool else 100.0))
+        m.gauge_function("RemoteLogOfflinePartitionsCount",
+                         "Tiered partitions whose remote log metadata cannot be served",
+                         lambda: sum(st.offline_error is not None
+                                     for st in list(self._partitions.values())))
         m.gauge_function("remote_copy_throttle_time_avg", "Copy quota throttle ms, avg",
                          self.copy_quota_sensor.avg)
         m.gauge_function("remote_copy_throttle_time_max", "Copy quota throttle ms, max",
@@ -267,7 +296,20 @@ class RemoteLogManager:
                         self._is_deleting(tp, unified):
                     continue
                 st = self._new_state(tp, unified, None, True)
-                if self._remote_deletion_recorded(st.tip):
+                try:
+                    deletion_recorded = self._remote_deletion_recorded(st.tip)
+                except CorruptRemoteLogMetadataError as exc:
+                    # offline for good (until restarted): known, reported, never tiered
+                    deletion_recorded, st.offline_error = False, exc
+                except OSError as exc:
+                    # its metadata cannot be read now: whether its deletion began is
+                    # unknown, so it is left out until a later pass (partition_error logs
+                    # why, once; run_once reports it)
+                    self.rlmm.partition_error(st.tip)
+                    self._unreadable[tp] = f"{type(exc).__name__}: {exc}"
+                    continue
+                self._unreadable.pop(tp, None)
+                if deletion_recorded:
                     self._deleting[tp] = st.tip.topic_id
                     log.warning("%s: its remote data is being deleted "
                                 "(DELETE_PARTITION_MARKED or later): it is not tiered; "
@@ -277,6 +319,8 @@ class RemoteLogManager:
                 added.append(st)
             for tp in [t for t in self._partitions if t not in present]:
                 self._forget(tp)
+            for tp in [t for t in self._unreadable if t not in present]:
+                del self._unreadable[tp]
             states = [self._partitions[tp] for tp in sorted(self._partitions)]
         if added:
             self.rlmm.on_partition_leadership_changes([st.tip for st in added], [])
@@ -304,11 +348,15 @@ class RemoteLogManager:
         remote.log.delete.on.disable: the log start offset moves to the local log start
         first (no reader is sent to the tier), then the partition deletion runs
         (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors; a failed
-        deletion is retried by the next pass."""
+        deletion is retried by a later pass, after the retry backoff."""
         with self._lock:
             pending, self._disabled = self._disabled, []
         errors, retry = [], []
         for st in pending:
+            if self.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
+                retry.append(st)
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                continue
             try:
                 self._wait_for_tasks(st)
                 unified = st.log
@@ -321,9 +369,14 @@ class RemoteLogManager:
                          deleted)
             except Exception as exc:
                 retry.append(st)
-                errors.append(f"{st.name}: delete on disable: {type(exc).__name__}: {exc}")
-                log.warning("Deleting the remote data of %s (tiering disabled) failed; the "
-                            "next pass retries: %s", st.name, exc)
+                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+                delay = self.backoff.backoff(st.expiration_failures)
+                st.expiration_failures += 1
+                st.next_expiration_attempt_ms = self.clock() + delay
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                log.warning("Deleting the remote data of %s (tiering disabled) failed "
+                            "(attempt %d; retry in %d ms): %s", st.name,
+                            st.expiration_failures, delay, exc)
         if retry:
             with self._lock:
                 self._disabled.extend(retry)
@@ -402,6 +455,33 @@ class RemoteLogManager:
             for st in lead + follow:
                 self._schedule(st)
 
+    def build_remote_log_aux_state(self, topic: str, partition: int, *,
+                                   leader_log_start_offset: int,
+                                   leader_local_log_start_offset: int,
+                                   target_epoch: int) -> int:
+        """Builds this follower's partition from the remote tier at the leader's local log
+        start offset (Kafka's buildRemoteLogAuxState; see engine.rlm.follower): the epoch
+        cache and producer state of the remote segment holding
+        `leader_local_log_start_offset - 1`, found by `target_epoch` (the leader's epoch of
+        that offset), then the log truncated fully and started past that segment. Returns
+        the offset to fetch from the leader next; a no-op returning the log end offset when
+        it is already at or past the leader's local log start.
+
+        Raises:
+            RemoteLogAuxStateError: the remote log metadata is not ready, no copied segment
+                holds the offset in that epoch, the RSM failed, or the log is not tiered
+                (retriable; the log is unchanged).
+            CorruptCheckpointError, CorruptSnapshotError: a fetched file does not verify.
+            ValueError: contradicting offsets, or the partition is not a follower here.
+            KeyError: no such partition.
+        """
+        with self._lock:
+            st = self._partitions.get(TopicPartition(topic, int(partition)))
+        return follower.build_remote_log_aux_state(
+            self, st, topic, partition, leader_log_start_offset=leader_log_start_offset,
+            leader_local_log_start_offset=leader_local_log_start_offset,
+            target_epoch=target_epoch)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -455,8 +535,27 @@ class RemoteLogManager:
             sched.schedule(f"follower:{st.name}", lambda: self._scheduled_follower(st),
                            self._follower_pool)
 
+    def _offline(self, st: PartitionState) -> Exception | None:
+        """The partition's RLMM error (it is offline) or None; kept in st.offline_error for
+        status and the offline gauge."""
+        error = self.rlmm.partition_error(st.tip)
+        if error is not None and st.offline_error is None:
+            log.error("%s is offline: its remote log metadata cannot be served (the other "
+                      "partitions go on): %s", st.name, error)
+        st.offline_error = error
+        return error
+
+    def _check_online(self, st: PartitionState) -> None:
+        """Raises the error of an offline partition (a copy: a fresh traceback)."""
+        error = self._offline(st)
+        if error is not None:
+            raise copy.copy(error)
+
+    def _ready(self, st: PartitionState) -> bool:
+        return self._offline(st) is None and self.rlmm.is_ready(st.tip)
+
     def _scheduled_copy(self, st: PartitionState) -> int:
-        if not self.rlmm.is_ready(st.tip):
+        if not self._ready(st):
             return self.interval_ms
         with st.copy_lock:
             delay, _, _ = self._copy_once(st, honour_backoff=False)
@@ -464,13 +563,15 @@ class RemoteLogManager:
         return delay
 
     def _scheduled_expiration(self, st: PartitionState) -> int:
-        if self.rlmm.is_ready(st.tip):
+        if self._ready(st):
             with st.expiration_lock:
                 self._expire_once(st)
+            if st.expiration_failures:
+                return max(0, st.next_expiration_attempt_ms - self.clock())
         return self.interval_ms
 
     def _scheduled_follower(self, st: PartitionState) -> int:
-        if self.rlmm.is_ready(st.tip):
+        if self._ready(st):
             self._follow_once(st)
         return self.interval_ms
 
@@ -478,10 +579,28 @@ class RemoteLogManager:
 
     def _initialise_leader(self, st: PartitionState) -> None:
         """First copy run as leader: the log start offset from the remote tier, and the
-        highest copied offset of the lineage (no duplicate uploads after a leader change)."""
+        highest copied offset of the lineage (no duplicate uploads after a leader change).
+
+        A log start offset below the local one that the remote metadata does not cover
+        (`_metadata_gap`) is left as it is: `st.metadata_gap` says why, the state stays
+        uninitialised (every run checks again: restoring the metadata and restarting
+        resumes tiering) and the copy, expiration and remote reads refuse the partition."""
         unified = st.log
-        st.truncation_epoch = unified.truncation_epoch
         entries = unified.leader_epoch_cache.entries
+        offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
+                                                   unified.log_end_offset)
+        gap = self._metadata_gap(st, offset)
+        if gap != st.metadata_gap and gap is not None:
+            log.error("%s: %s", st.name, gap)
+        elif gap != st.metadata_gap:
+            log.info("%s: the remote log metadata covers the log start offset again",
+                     st.name)
+        st.metadata_gap = gap
+        if gap is not None:  # what the copy run would fail with, for status in any process
+            exc = self._gap_error(st)
+            st.last_copy_error = f"{type(exc).__name__}: {exc}"
+            return
+        st.truncation_epoch = unified.truncation_epoch
         if entries and entries[0].start_offset > unified.log_start_offset:
             # the cache does not reach back to the log start offset: a lost log-start
             # checkpoint, or a lost leader-epoch-checkpoint rebuilt from the local segments
@@ -495,13 +614,41 @@ class RemoteLogManager:
             start = unified.local_log_start_offset
         if start > unified.log_start_offset:
             unified.maybe_increment_log_start_offset(start, "SegmentDeletion")
-        offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
-                                                   unified.log_end_offset)
         st.copied_offset, st.copied_epoch = offset, epoch
         unified.update_highest_offset_in_remote_storage(offset)
         st.initialised = True
         log.info("%s: leader epoch %d, highest copied offset %d (epoch %d)", st.name,
                  st.leader_epoch, offset, epoch)
+
+    def _metadata_gap(self, st: PartitionState, highest_copied: int) -> str | None:
+        """Why the log start offset is not covered, or None: it lies below the local log
+        start offset and no copied segment the remote metadata knows of (finished, being
+        deleted, or counted in an epoch's highest offset, which outlives deletion) reaches
+        the local start. Raising the log start offset to the local one then (Kafka's
+        fallback) would make the lost metadata's segments unreachable for good."""
+        unified = st.log
+        start, local = unified.log_start_offset, unified.local_log_start_offset
+        if start >= local:
+            return None
+        reach = highest_copied
+        for md in self.rlmm.list_remote_log_segments(st.tip):
+            if md.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                            RemoteLogSegmentState.DELETE_SEGMENT_STARTED):
+                reach = max(reach, md.end_offset)
+        if reach >= local - 1:
+            return None
+        return (f"the log start offset {start} is below the local log start offset {local} "
+                f"but the remote log metadata of {st.tip} reaches only offset {reach}: "
+                f"offsets [{max(start, reach + 1)}, {local - 1}] are in neither tier (the "
+                f"partition's metadata lost or replaced, e.g. its directory under "
+                f"__remote_log_metadata); the partition is not tiered or expired and its log "
+                f"start offset is kept until the metadata is restored, or DeleteRecords to "
+                f"{local} accepts the loss")
+
+    def _gap_error(self, st: PartitionState, offset: int | None = None
+                   ) -> RemoteLogMetadataGapError:
+        return RemoteLogMetadataGapError(f"{st.name}: {st.metadata_gap}", offset=offset,
+                                         partition=(st.topic, st.partition))
 
     def _copy_once(self, st: PartitionState, honour_backoff: bool) -> tuple[int, int, int]:
         """One copy run with error handling. Returns (delay ms before the next run, segments
@@ -533,7 +680,26 @@ class RemoteLogManager:
             log.warning("Local retention of %s failed: %s", st.name, exc)
             return 0
 
-    def _expire_once(self, st: PartitionState) -> tuple[int, list[Exception]]:
+    def _expire_once(self, st: PartitionState,
+                     honour_backoff: bool = False) -> tuple[int, list[Exception]]:
+        """One expiration run. A run with errors is retried after the copy's exponential
+        backoff (each retry of a failing tier would otherwise log and record again at every
+        interval), and logged once for all its failed deletes."""
+        if honour_backoff and self.clock() < st.next_expiration_attempt_ms:
+            return 0, []
+        deleted, errors = self._expire_run(st)
+        if not errors:
+            st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
+            return deleted, errors
+        delay = self.backoff.backoff(st.expiration_failures)
+        st.expiration_failures += 1
+        st.next_expiration_attempt_ms = self.clock() + delay
+        log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
+                    "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
+                    len(errors), deleted, st.last_expiration_error)
+        return deleted, errors
+
+    def _expire_run(self, st: PartitionState) -> tuple[int, list[Exception]]:
         if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
             # a running copy initialises the state itself; till then size retention waits
             try:
@@ -544,6 +710,10 @@ class RemoteLogManager:
                 st.last_expiration_error = f"{type(exc).__name__}: {exc}"
                 return 0, [exc]
             st.copy_lock.release()
+        if st.metadata_gap is not None:  # nothing is expired over a gap in the metadata
+            exc = self._gap_error(st)
+            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+            return 0, [exc]
         try:
             deleted, errors = expiration.run_expiration(self, st)
         except Exception as exc:
@@ -582,8 +752,12 @@ class RemoteLogManager:
                               custom: bytes | None) -> None:
         """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
         DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
-        stays DELETE_SEGMENT_STARTED."""
-        started = self.mark_delete_started(md, custom)
+        stays DELETE_SEGMENT_STARTED. A segment already DELETE_SEGMENT_STARTED (a retry) is
+        not marked again: retries of a failing tier add nothing to the metadata."""
+        if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            started = md
+        else:
+            started = self.mark_delete_started(md, custom)
         self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
         try:
             self.rsm.delete_log_segment_data(started)
@@ -603,7 +777,20 @@ class RemoteLogManager:
         summary = RunSummary()
         states = self._sync_partitions()
         summary.errors += self._delete_disabled()
+        with self._lock:
+            summary.errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: "
+                               f"{why}" for (t, p), why in sorted(self._unreadable.items())]
+        with self._lock:
+            disabled = list(self._disabled)
+        for st in disabled:  # failed deletions of partitions whose tiering was turned off
+            summary.retry_in_ms = max(summary.retry_in_ms,
+                                      st.next_expiration_attempt_ms - self.clock())
         for st in states:
+            offline = self._offline(st)
+            if offline is not None:
+                summary.errors.append(f"{st.name}: offline: {type(offline).__name__}: "
+                                      f"{offline}")
+                continue
             if not self.rlmm.is_ready(st.tip):
                 summary.errors.append(f"{st.name}: remote log metadata not ready")
                 continue
@@ -624,12 +811,20 @@ class RemoteLogManager:
             summary.deleted_local_segments += self._delete_local(st)
             if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    deleted, errors = self._expire_once(st)
+                    deleted, errors = self._expire_once(st, honour_backoff=True)
                 finally:
                     st.expiration_lock.release()
                 summary.deleted_remote_segments += deleted
                 summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
                                    for e in errors]
+                if not errors and st.expiration_failures and st.last_expiration_error:
+                    # waiting out the retry backoff of a failed run
+                    summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
+            now = self.clock()
+            for failures, next_ms in ((st.copy_failures, st.next_copy_attempt_ms),
+                                      (st.expiration_failures, st.next_expiration_attempt_ms)):
+                if failures:
+                    summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
         return summary
 
     def is_idle(self) -> bool:
@@ -639,16 +834,21 @@ class RemoteLogManager:
         if self._disabled:  # remote data of a partition whose tiering was turned off
             return False
         for st in states:
-            if not st.is_leader:
-                continue
+            if not st.is_leader or self._offline(st) is not None:
+                continue  # an offline partition has no work it can do
             if st.copy_in_progress is not None:
                 return False
-            if not (st.copy_cancelled or st.log.remote_log_copy_disabled):
+            if not (st.copy_cancelled or st.log.remote_log_copy_disabled
+                    or st.corrupt_segment):  # stopped until an operator acts
                 if not self._ensure_initialised(st):
                     return False
+                if st.metadata_gap is not None:
+                    continue  # refused until an operator acts: nothing to wait for
                 lso = st.log.last_stable_offset
                 if copier.candidate_segments(st.log, st.copied_offset, lso):
                     return False
+            if st.metadata_gap is not None:
+                continue
             segments = list(self.rlmm.list_remote_log_segments(st.tip))
             if expiration.plan_expiration(st, segments, self.clock(),
                                           self.started_ms).to_delete:
@@ -675,11 +875,17 @@ class RemoteLogManager:
         as its first copy run does, without copying: the log start offset and the highest
         offset in remote storage from the tier. `list_offsets` and `status` call it, so a
         fresh process answers latest-tiered and copy lag right; scheduled runs do it
-        anyway. Raises what the RLMM raises."""
+        anyway. Raises what the RLMM raises; an offline partition is skipped (its own
+        calls raise) unless `topic` and `partition` name it."""
+        named = topic is not None and partition is not None
         for st in self._sync_partitions():
             if topic is not None and st.topic != topic:
                 continue
             if partition is not None and st.partition != int(partition):
+                continue
+            if named:
+                self._check_online(st)
+            elif self._offline(st) is not None:
                 continue
             self._ensure_initialised(st)
 
@@ -693,6 +899,8 @@ class RemoteLogManager:
         if st is None and unified.remote_log_enabled:
             st = next((s for s in self._sync_partitions()
                        if (s.topic, s.partition) == (topic, int(partition))), None)
+        if st is not None:
+            self._check_online(st)
         return unified, st
 
     @staticmethod
@@ -712,6 +920,9 @@ class RemoteLogManager:
                 f"fetch offset {offset} of partition {topic}-{partition} is out of range: "
                 f"valid offsets are [{start}, {end}] (log start offset, log end offset)",
                 offset=offset, log_start_offset=start, log_end_offset=end)
+        if st is not None and st.metadata_gap is not None and \
+                offset < unified.local_log_start_offset:
+            raise self._gap_error(st, offset)
         if offset >= unified.local_log_start_offset or st is None:
             try:
                 return reader.read_local(unified, topic, partition, offset, max_bytes,
@@ -838,6 +1049,10 @@ class RemoteLogManager:
         spec = offsets.parse_spec(spec)
         if st is not None:
             self._ensure_initialised(st)
+            # the earliest offset, and a timestamp search that starts in the tier, would
+            # answer from offsets no tier holds
+            if st.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
+                raise self._gap_error(st, st.log.log_start_offset)
         if spec >= 0 and st is not None:
             future = self._submit(st, lambda: offsets.list_offsets(self, unified, st, spec))
             timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
@@ -858,11 +1073,15 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
+            if self._offline(st) is not None:
+                continue  # shown offline, with its error
             try:
                 self._ensure_initialised(st)
             except Exception as exc:  # the status still shows what is known
                 st.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)
+            if st.is_leader:  # a damaged next segment shows in any process's status
+                copier.check_next_segment(self, st)
         return [partition_status(self, st) for st in states]
 
     def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:

@@ -8,7 +8,9 @@ gauges carry `topic` and `partition` labels. Pool and quota metrics are unlabell
 `RemoteLogManagerTasksAvgIdlePercent` (copier pool), and the KIP-956 throttle-time sensors
 `remote-copy-throttle-time-avg/-max` and `remote-fetch-throttle-time-avg/-max` (named with
 underscores, as Prometheus requires). `RemoteLogReaderFetchRateAndTimeMs` is a histogram of
-remote read times in ms.
+remote read times in ms. One partition gauge is the engine's own:
+`RemoteCopyCorruptSegments`, 1 while the partition's copying is stopped at a local segment
+found damaged before tiering (engine.rlm.copier), 0 once it is copied.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ _METERS = {
     "RemoteFetchErrorsPerSec": "Failed remote reads",
     "RemoteDeleteRequestsPerSec": "Remote segment deletes",
     "RemoteDeleteErrorsPerSec": "Failed remote segment deletes",
+    "BuildRemoteLogAuxStateRequestsPerSec": "Follower states built from remote storage",
+    "BuildRemoteLogAuxStateErrorsPerSec": "Failed builds of a follower state from remote "
+                                          "storage",
 }
 _PARTITION_GAUGES = {
     "RemoteCopyLagBytes": "Bytes of local inactive segments not yet copied",
@@ -35,6 +40,9 @@ _PARTITION_GAUGES = {
     "RemoteLogMetadataCount": "Remote segment metadata entries of the partition",
     "RemoteLogSizeBytes": "Bytes of the partition's remote segments",
     "RemoteLogSizeComputationTime": "ms spent computing the remote size for retention",
+    # engine extension: 1 while copying of the partition is stopped at a damaged segment
+    "RemoteCopyCorruptSegments": "Local segments refused for tiering as damaged (copying "
+                                 "of the partition stops there)",
 }
 
 

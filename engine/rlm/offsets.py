@@ -1,9 +1,10 @@
 """ListOffsets with tiered storage (kafka-reference.md §3.10).
 
 Specs: -2 earliest (the log start offset, possibly in the remote tier), -1 latest (the log
-end offset), -4 earliest-local (the local log start offset), -5 latest-tiered (the highest
-offset in remote storage; (-1, -1) when nothing is tiered or tiering is off), or a
-timestamp in ms: the first record at or after it, searched in the remote tier first (the
+end offset), -3 max-timestamp (the first record carrying the largest timestamp of the local
+log, which is where Kafka answers it from), -4 earliest-local (the local log start offset),
+-5 latest-tiered (the highest offset in remote storage; (-1, -1) when nothing is tiered or
+tiering is off), or a timestamp in ms: the first record at or after it, searched in the remote tier first (the
 first copied segment of the lineage from the log start whose max timestamp reaches it, using
 its cached time index) and then in the local segments. Every answer is
 (offset, leader epoch); a timestamp beyond every record answers (-1, -1).
@@ -11,20 +12,20 @@ its cached time index) and then in the local segments. Every answer is
 
 from __future__ import annotations
 
-from engine.records import MemoryRecords
 from engine.remote.metadata import RemoteLogSegmentState
+from engine.remote.segment_access import RemoteSegmentReader, find_offset_for_timestamp
 from engine.rlm.lineage import (
     NO_PARTITION_LEADER_EPOCH,
     epochs_with_offsets,
     is_remote_segment_within_leader_epochs,
 )
-from engine.rlm.reader import RemoteSegmentReader
 
 __all__ = [
     "EARLIEST",
     "EARLIEST_LOCAL",
     "LATEST",
     "LATEST_TIERED",
+    "MAX_TIMESTAMP",
     "SPECS",
     "list_offsets",
     "parse_spec",
@@ -35,14 +36,14 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
-SPECS = {"latest": LATEST, "earliest": EARLIEST, "earliest-local": EARLIEST_LOCAL,
-         "latest-tiered": LATEST_TIERED}
+SPECS = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP,
+         "earliest-local": EARLIEST_LOCAL, "latest-tiered": LATEST_TIERED}
 _NOT_FOUND = (-1, -1)
 
 
 def parse_spec(spec) -> int:
-    """-1/-2/-4/-5, a name of SPECS, or a timestamp >= 0 (an int or its digits).
-    ValueError for anything else (-3, MAX_TIMESTAMP, is not served)."""
+    """-1/-2/-3/-4/-5, a name of SPECS, or a timestamp >= 0 (an int or its digits).
+    ValueError for anything else."""
     if isinstance(spec, str):
         text = spec.strip().lower()
         if text in SPECS:
@@ -56,7 +57,8 @@ def parse_spec(spec) -> int:
         raise ValueError(f"offset spec {spec!r} must be an int or one of {sorted(SPECS)}")
     if spec < 0 and spec not in SPECS.values():
         raise ValueError(f"offset spec {spec} is not supported: use -1 (latest), -2 "
-                         "(earliest), -4 (earliest-local), -5 (latest-tiered) or a timestamp")
+                         "(earliest), -3 (max-timestamp), -4 (earliest-local), -5 "
+                         "(latest-tiered) or a timestamp")
     return spec
 
 
@@ -78,6 +80,12 @@ def list_offsets(rlm, unified, st, spec) -> tuple[int, int]:
         entries = cache.entries
         epoch = entries[0].epoch if entries and entries[0].start_offset <= start else -1
         return start, epoch
+    if spec == MAX_TIMESTAMP:
+        found = unified.fetch_offset_by_timestamp(MAX_TIMESTAMP)
+        if found is None:
+            return _NOT_FOUND
+        offset, _, epoch = found
+        return offset, NO_PARTITION_LEADER_EPOCH if epoch is None else epoch
     if spec == EARLIEST_LOCAL:
         local = unified.local_log_start_offset
         return local, _epoch(cache, local)
@@ -127,20 +135,10 @@ def find_remote_offset_by_timestamp(rlm, st, timestamp: int,
     if segments and md.start_offset >= segments[0].base_offset:
         return None  # held locally too: the local search answers
     position = rlm.index_cache.lookup_timestamp(md, timestamp, starting_offset)
-    reader = RemoteSegmentReader(rlm.rsm, md)
-    while True:
-        head = reader.header(position)
-        if head is None:
-            return None
-        _, size, last, max_ts = head
-        if max_ts >= timestamp and last >= starting_offset:
-            batch_bytes = bytes(reader.read(position, position + size))
-            for batch in MemoryRecords(batch_bytes).batches():
-                for record in batch.records():
-                    if record.timestamp >= timestamp and record.offset >= starting_offset:
-                        epoch = batch.partition_leader_epoch
-                        return record.offset, epoch if epoch >= 0 else -1
-        position += size
+    # None when the records reaching the timestamp lie below starting_offset: the local
+    # search answers then, as in Kafka
+    return find_offset_for_timestamp(RemoteSegmentReader(rlm.rsm, md), position, timestamp,
+                                     starting_offset)
 
 
 def find_local_offset_by_timestamp(unified, timestamp: int) -> tuple[int, int] | None:

@@ -40,11 +40,25 @@ class PartitionState:
     #: (base offset, started at ms) of the segment being copied now
     copy_in_progress: tuple[int, int] | None = None
     stuck_copy_warned: tuple[int, int] | None = None
+    #: why the log start offset is not covered by the remote log metadata (a lost
+    #: metadata directory): no copy, no expiration, no remote read below the local start
+    metadata_gap: str | None = None
+    #: the damaged local segment copying stopped at: file, position, offset, error and
+    #: the file's (size, mtime_ns, inode) when checked (see engine.rlm.copier)
+    corrupt_segment: dict | None = None
+    #: (file, (size, mtime_ns, inode)) of the last segment that passed the check
+    checked_segment: tuple | None = None
     copy_failures: int = 0
     next_copy_attempt_ms: int = 0
     last_copy_error: str | None = None
+    #: failed expiration runs in a row, and when the next may run (the copy's retry backoff)
+    expiration_failures: int = 0
+    next_expiration_attempt_ms: int = 0
     last_expiration_error: str | None = None
     last_fetch_error: str | None = None
+    #: why the partition's remote log metadata cannot be served (RLMM.partition_error):
+    #: it is offline, its tasks do not run and its calls raise this
+    offline_error: Exception | None = None
     remote_segment_count: int = 0
     remote_size_bytes: int = 0
     copy_lag_bytes: int = 0

@@ -10,15 +10,17 @@ __all__ = ["partition_status"]
 
 
 def partition_status(rlm, st: PartitionState) -> dict:
-    """Offsets of both tiers, sizes, copy lag, the copy in progress (and for how long) and
-    the last errors of one partition."""
+    """Offsets of both tiers, sizes, copy lag, the copy in progress (and for how long), the
+    last errors of one partition, and whether it is offline (its remote log metadata cannot
+    be served: `offline_error` says why, the remote fields are None)."""
     unified = st.log
-    segments = list(rlm.rlmm.list_remote_log_segments(st.tip))
+    offline = st.offline_error
+    segments = [] if offline is not None else list(rlm.rlmm.list_remote_log_segments(st.tip))
     finished = [m for m in segments if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
     lag_bytes, lag_segments = copy_lag(unified)
     in_progress = st.copy_in_progress
     now = rlm.clock()
-    return {
+    row = {
         "topic": st.topic, "partition": st.partition, "topic_id": str(st.tip.topic_id),
         "role": "leader" if st.is_leader else "follower",
         "leader_epoch": st.leader_epoch,
@@ -36,11 +38,29 @@ def partition_status(rlm, st: PartitionState) -> dict:
         "copy_lag_bytes": lag_bytes, "copy_lag_segments": lag_segments,
         "copy_disabled": bool(unified.remote_log_copy_disabled),
         "copy_cancelled": st.copy_cancelled,
+        # set: the log start offset lies in a gap of the remote metadata; nothing is
+        # tiered or expired and reads below the local start fail until an operator acts
+        "remote_metadata_gap": st.metadata_gap,
+        # set: copying stopped at this damaged local segment (engine.rlm.copier)
+        "corrupt_segment": None if st.corrupt_segment is None else {
+            k: v for k, v in st.corrupt_segment.items() if k != "identity"},
         "copy_in_progress": None if in_progress is None else {
             "base_offset": in_progress[0], "running_ms": now - in_progress[1]},
         "copy_failures": st.copy_failures,
         "next_copy_retry_ms": max(0, st.next_copy_attempt_ms - now),
         "last_copy_error": st.last_copy_error,
         "last_expiration_error": st.last_expiration_error,
+        "expiration_failures": st.expiration_failures,
+        "next_expiration_retry_ms": max(0, st.next_expiration_attempt_ms - now),
         "last_fetch_error": st.last_fetch_error,
+        "offline": offline is not None,
+        "offline_error": None if offline is None else f"{type(offline).__name__}: {offline}",
     }
+    if offline is not None:  # what the remote metadata would say is unknown
+        row.update(dict.fromkeys(_FROM_REMOTE_METADATA))
+    return row
+
+
+#: the fields computed from the RLMM's segment list: None for an offline partition
+_FROM_REMOTE_METADATA = ("remote_log_start_offset", "remote_log_end_offset",
+                         "remote_segments", "remote_metadata_entries", "remote_size_bytes")

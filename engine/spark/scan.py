@@ -11,6 +11,7 @@ import numpy as np
 
 from engine.errors import CorruptRecordError, KafkaEngineError, RemoteStorageError
 from engine.records import MemoryRecords
+from engine.remote.segment_access import check_batches
 from engine.spark.planning import SegmentRange
 
 __all__ = ["ARROW_BATCH_BYTES", "columns_to_arrow", "remote_storage_for", "scan_ranges"]
@@ -116,6 +117,9 @@ def scan_range(data, r: SegmentRange, schema, *, chunk_bytes: int = ARROW_BATCH_
             raise CorruptRecordError(
                 f"the range ends inside a batch: {records.partial_bytes} bytes after the last "
                 "whole batch", position=records.valid_bytes)
+        # the CRCs are checked as batches decode; offsets, which no CRC covers, here
+        check_batches(headers, _describe(r), crc=False, min_offset=r.segment.start_offset,
+                      max_offset=r.segment.end_offset)
         keep = (headers["last_offset"] >= r.min_offset) & (headers["base_offset"] < r.max_offset)
         keep &= ~headers["is_control"]  # consumers never see control records
         if r.min_timestamp is not None:
@@ -159,9 +163,9 @@ def _give_back(buf: bytearray) -> None:
 
 
 def read_bytes(rsm, r: SegmentRange, buffer: bytearray | None = None):
-    """The range's bytes: in `buffer` (a memoryview of it) when the RSM can fill one."""
+    """The range's bytes: in `buffer` (a memoryview of it) when one is given."""
     try:
-        if buffer is not None and hasattr(rsm, "read_range_into"):
+        if buffer is not None:
             view = memoryview(buffer)[:r.size]
             return view[:rsm.read_range_into(r.segment, r.start_position, view)]
         data = rsm.read_range(r.segment, r.start_position, r.end_position)

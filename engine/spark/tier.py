@@ -9,24 +9,22 @@ from pathlib import Path
 import numpy as np
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import (
-    KafkaEngineError,
-    OffsetOutOfRangeError,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-)
+from engine.errors import KafkaEngineError, OffsetOutOfRangeError
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
-from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_SIZE
-from engine.records import MemoryRecords
 from engine.remote.metadata import RemotePartitionDeleteState, TopicIdPartition
+from engine.remote.segment_access import (
+    RemoteSegmentReader,
+    aborted_txn_rows,
+    find_offset_for_timestamp,
+    index_bytes,
+)
 from engine.remote.storage import IndexType
 from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
 
 __all__ = ["Tier", "UnknownTopicError", "broker_config", "create_rsm"]
 
-_TIMESTAMP_SCAN_WINDOW = 1 << 20
 
 
 class UnknownTopicError(KafkaEngineError, ValueError):
@@ -79,11 +77,6 @@ _EMBEDDED_RLMM_NAMES = (
     "engine.remote.embedded_rlmm.EmbeddedRemoteLogMetadataManager",
     "engine.remote.embedded_rlmm:EmbeddedRemoteLogMetadataManager",
 )
-
-
-def _read_index(rsm, segment, index_type: IndexType) -> bytes:
-    with rsm.fetch_index(segment, index_type) as stream:
-        return stream.read()
 
 
 def _increasing_prefix(entries: np.ndarray) -> np.ndarray:
@@ -171,13 +164,13 @@ class Tier:
         key = segment.remote_log_segment_id
         entries = self._offset_entries.get(key)
         if entries is None:
-            data = _read_index(self.rsm, segment, IndexType.OFFSET)
+            data = index_bytes(self.rsm, segment, IndexType.OFFSET)
             index = OffsetIndex.from_buffer(data, segment.start_offset)
             entries = self._offset_entries[key] = _increasing_prefix(index.entries_array())
         return entries
 
     def time_entries(self, segment) -> np.ndarray:
-        data = _read_index(self.rsm, segment, IndexType.TIMESTAMP)
+        data = index_bytes(self.rsm, segment, IndexType.TIMESTAMP)
         return TimeIndex.from_buffer(data, segment.start_offset).entries_array()
 
     def aborted_transactions(self, chain) -> list[tuple[int, int, int]]:
@@ -185,14 +178,7 @@ class Tier:
         the transaction indexes of the chain's segments."""
         out = []
         for link in chain:
-            seg = link.segment
-            if seg.txn_idx_empty:
-                continue
-            try:
-                data = _read_index(self.rsm, seg, IndexType.TRANSACTION)
-            except RemoteResourceNotFoundError:
-                continue
-            rows = np.frombuffer(data, dtype=ABORTED_TXN_DTYPE, count=len(data) // ABORTED_TXN_SIZE)
+            rows = aborted_txn_rows(self.rsm, link.segment)
             out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))
                        for r in rows)
         return out
@@ -207,10 +193,7 @@ class Tier:
         if bounds is None:
             return None
         last = chain[-1].segment
-        try:
-            data = _read_index(self.rsm, last, IndexType.PRODUCER_SNAPSHOT)
-        except RemoteResourceNotFoundError:
-            return bounds[1]
+        data = index_bytes(self.rsm, last, IndexType.PRODUCER_SNAPSHOT)
         entries = decode_snapshot(data, file=f"producer snapshot of remote segment "
                                             f"{last.remote_log_segment_id.id}") if data else []
         firsts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
@@ -232,37 +215,10 @@ class Tier:
             from_offset = max(link.start_offset, int(times["offset"][i]) if i >= 0 else 0)
             pos = 0 if from_offset == seg.start_offset else position_for_offset(
                 self.offset_entries(seg), from_offset)
-            found = self._scan_for_timestamp(seg, pos, link, timestamp)
+            found = find_offset_for_timestamp(RemoteSegmentReader(self.rsm, seg), pos,
+                                              timestamp, link.start_offset, link.end)
             if found is not None:
-                return found
-        return None
-
-    def _scan_for_timestamp(self, seg, pos: int, link: ChainLink, timestamp: int) -> int | None:
-        size = seg.segment_size_in_bytes
-        window = _TIMESTAMP_SCAN_WINDOW
-        while pos < size:
-            data = self.rsm.read_range(seg, pos, min(size, pos + window))
-            records = MemoryRecords(data)
-            headers = records.scan()
-            if len(headers) == 0:
-                if pos + window >= size:
-                    raise RemoteStorageError(
-                        f"remote segment {seg.remote_log_segment_id.id}: no whole record batch "
-                        f"in bytes {pos}-{size} while searching timestamp {timestamp}")
-                window *= 2
-                continue
-            candidates = np.flatnonzero((headers["max_timestamp"] >= timestamp)
-                                        & ~headers["is_control"]
-                                        & (headers["last_offset"] >= link.start_offset)
-                                        & (headers["base_offset"] < link.end))
-            for row in candidates:
-                cols = records.decode_columns(int(row), int(row) + 1,
-                                              min_offset=link.start_offset,
-                                              max_offset=link.end, include_control=False)
-                hits = np.flatnonzero(cols.timestamp >= timestamp)
-                if len(hits):
-                    return int(cols.offset[hits[0]])
-            pos += records.valid_bytes
+                return found[0]
         return None
 
 

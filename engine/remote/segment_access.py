@@ -1,0 +1,318 @@
+"""Reading remote segments: what every remote reader shares (the RLM's fetch and ListOffsets,
+the Spark source, export), built only on the RemoteStorageManager contract.
+
+- `RemoteSegmentReader`: byte ranges of one segment's `.log` (views of the RSM's mapping when
+  its ranges are zero-copy, recycled buffers otherwise) and the walk over batch headers from
+  an index position. The walk uses the native scan, which refuses impossible framing (a
+  batch length below the minimum, an unknown magic); a batch that claims to run past the
+  segment's end is damage too. Each step either advances or grows its window up to the
+  segment's size, so a walk always ends: with the batch, with "none here", or with
+  CorruptRecordError naming the segment, the byte position and the offset.
+- `check_batches`: what a consumer-facing read checks of the batches it hands out, as a
+  Kafka consumer with `check.crcs` would, plus what the CRC does not cover (the base offset):
+  each batch's CRC, and offsets that continue the previous batch's and stay inside the
+  segment's.
+- `find_offset_for_timestamp`: the first record at or after a timestamp, from a position.
+- `index_bytes` / `aborted_txn_rows`: a segment's index files through the RSM; a transaction
+  index the RSM says was never copied reads as empty, any other failure is an error.
+- `BufferPool`: read buffers whose pages are already mapped.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import weakref
+
+import numpy as np
+
+from engine._native import records as _records
+from engine.errors import CorruptRecordError, KafkaEngineError, RemoteResourceNotFoundError
+from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_SIZE
+from engine.records import MemoryRecords
+from engine.remote.metadata import RemoteLogSegmentMetadata
+from engine.remote.storage import IndexType, RemoteStorageManager
+
+__all__ = [
+    "BUFFERS",
+    "BufferPool",
+    "RemoteSegmentReader",
+    "WouldBlock",
+    "aborted_txn_rows",
+    "check_batches",
+    "describe_segment",
+    "find_offset_for_timestamp",
+    "index_bytes",
+]
+
+#: bytes read at once while walking batch headers forward from an index position
+WALK_WINDOW = 64 * 1024
+_LOG_OVERHEAD = 12
+_LENGTH = struct.Struct(">i")
+#: ListOffsets by timestamp scans at most this much per step
+_TIMESTAMP_WINDOW = 1 << 20
+
+
+class WouldBlock(Exception):
+    """A non-blocking read needs storage I/O (an index download, opening or checking a
+    segment file): the caller must do it where blocking is allowed."""
+
+
+def describe_segment(metadata: RemoteLogSegmentMetadata) -> str:
+    tip = metadata.topic_id_partition
+    return (f"remote segment {metadata.remote_log_segment_id.id} of {tip.topic}-"
+            f"{tip.partition} (offsets {metadata.start_offset}-{metadata.end_offset})")
+
+
+class BufferPool:
+    """Read buffers that come back when the last view of them goes (weakref.finalize on the
+    numpy view handed out), so remote reads land in memory whose pages are already mapped:
+    a fresh 1 MiB buffer costs 256 page faults, more than the pread itself. Buffers are
+    power-of-two sizes from 64 KiB; at most `max_bytes` of them are kept free."""
+
+    MIN_SIZE = 64 * 1024
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, n: int) -> np.ndarray:
+        """A writable uint8 array of `n` bytes."""
+        size = max(self.MIN_SIZE, 1 << max(0, n - 1).bit_length())
+        base = None
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                base = free.pop()
+                self._held -= size
+        if base is None:
+            base = np.empty(size, dtype=np.uint8)
+        view = base[:n]
+        weakref.finalize(view, self._put, base)
+        return view
+
+    def _put(self, base: np.ndarray) -> None:
+        with self._lock:
+            if self._held + base.nbytes <= self.max_bytes:
+                self._free.setdefault(base.nbytes, []).append(base)
+                self._held += base.nbytes
+
+
+BUFFERS = BufferPool()
+
+
+class RemoteSegmentReader:
+    """Byte ranges of one remote segment's `.log`, keeping the last range read so that
+    header walks within it cost no further read. With `nonblocking`, every range comes from
+    `map_range_if_open` or the read raises WouldBlock."""
+
+    def __init__(self, rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata,
+                 nonblocking: bool = False):
+        self.rsm = rsm
+        self.metadata = metadata
+        self.size = metadata.segment_size_in_bytes
+        self.nonblocking = nonblocking
+        # a view of a mapping costs nothing to redo, so ranges are never stitched together
+        self._views = nonblocking or rsm.zero_copy_ranges
+        self._start = 0
+        self._buf: bytes | memoryview = b""
+        self.bytes_read = 0
+
+    def _fetch(self, start: int, end: int):
+        if self.nonblocking:
+            data = self.rsm.map_range_if_open(self.metadata, start, end)
+            if data is None:
+                raise WouldBlock
+        elif self._views:
+            data = self.rsm.map_range(self.metadata, start, end)
+        else:
+            buffer = BUFFERS.get(end - start)
+            self.rsm.read_range_into(self.metadata, start, buffer)
+            data = memoryview(buffer)
+        self.bytes_read += len(data)
+        return data
+
+    def read(self, start: int, end: int) -> memoryview:
+        """Bytes [start, min(end, size)). Bytes of the kept range are reused: only what it
+        lacks is read."""
+        end = min(end, self.size)
+        if start >= end:
+            return memoryview(b"")
+        kept_end = self._start + len(self._buf)
+        if self._start <= start < kept_end and end <= kept_end:
+            return memoryview(self._buf)[start - self._start:end - self._start]
+        if self._start <= start < kept_end and not self._views:
+            buffer = BUFFERS.get(end - start)
+            head = kept_end - start
+            buffer[:head] = np.frombuffer(self._buf, dtype=np.uint8, count=head,
+                                          offset=start - self._start)
+            self.rsm.read_range_into(self.metadata, kept_end, buffer[head:])
+            self.bytes_read += end - kept_end
+            self._buf = memoryview(buffer)
+        else:
+            self._buf = self._fetch(start, end)
+        self._start = start
+        return memoryview(self._buf)
+
+    def read_exact(self, start: int, end: int) -> memoryview:
+        """Bytes [start, min(end, size)) in one buffer of exactly that size (a slice of the
+        kept range when it covers them)."""
+        return self.read(start, end)
+
+    def _corrupt(self, message: str, position: int, offset: int | None = None):
+        return CorruptRecordError(f"{describe_segment(self.metadata)}: {message}",
+                                  position=position, offset=offset)
+
+    def scan_window(self, position: int, window: int) -> tuple[np.ndarray, int]:
+        """(header rows with positions relative to the segment, end of the last whole
+        batch) of the batches that start at `position` and fit whole in a window of at
+        least `window` bytes; the window grows to hold the first batch whole. Raises
+        CorruptRecordError for framing the native scan refuses, and for a batch that runs
+        past the segment's end. Never returns zero rows below the end of the segment."""
+        while True:
+            view = self.read(position, position + window)
+            try:
+                headers, valid = _records.scan(view, False)
+            except KafkaEngineError as exc:
+                at = position + int(exc.position or 0)
+                raise self._corrupt(f"no record batch frames at byte {at}: {exc.reason}",
+                                    at) from None
+            if len(headers):
+                headers = headers.copy()
+                headers["position"] += position
+                return headers, position + valid
+            if len(view) < _LOG_OVERHEAD:
+                raise self._corrupt(f"{len(view)} bytes at byte {position} are too few for "
+                                    "a batch header before the segment's end", position)
+            claimed = _LOG_OVERHEAD + _LENGTH.unpack_from(view, 8)[0]
+            if position + claimed > self.size:
+                raise self._corrupt(f"the batch at byte {position} claims {claimed} bytes, "
+                                    f"past the segment's end at byte {self.size}", position)
+            # the window cut the first batch short: widen it to hold that batch whole
+            window = claimed
+
+    def find_batch(self, position: int, offset: int, window: int = WALK_WINDOW
+                   ) -> tuple[int, int, int] | None:
+        """(position, size, last offset) of the first batch from `position` whose last offset
+        is >= `offset`, None if the segment has none. The headers walked over must continue
+        one another (check_batches without CRCs): the batch before the one found is what
+        shows a damaged base offset of a batch read alone."""
+        md = self.metadata
+        previous = None  # the last batch of the previous window
+        while position < self.size:
+            headers, position = self.scan_window(position, window)
+            hit = np.flatnonzero(headers["last_offset"] >= offset)
+            walked = headers[:int(hit[0]) + 1] if len(hit) else headers
+            check_batches(walked if previous is None else np.concatenate((previous, walked)),
+                          describe_segment(md), crc=False, min_offset=md.start_offset,
+                          max_offset=md.end_offset)
+            previous = walked[-1:]
+            if len(hit):
+                row = headers[hit[0]]
+                return int(row["position"]), int(row["size"]), int(row["last_offset"])
+        return None
+
+
+def check_batches(headers: np.ndarray, where: str, *, first_offset: int | None = None,
+                  contiguous: bool = True, min_offset: int | None = None,
+                  max_offset: int | None = None, position: int = 0, crc: bool = True) -> None:
+    """Checks what a consumer is handed (one read's batches, `headers` from a scan with
+    CRCs): every CRC valid; offsets increasing, and with `contiguous` each v2 batch starting
+    right after the previous one (a tiered log is never compacted, so its offsets have no
+    gaps); every batch inside [min_offset, max_offset]; the first one ending at or after
+    `first_offset` (and holding it, with `contiguous`). `crc=False` leaves the CRCs to a
+    caller that checks them as it decodes. CorruptRecordError names `where`, the byte
+    position (`position` is the byte of the first row) and the offset."""
+    if not len(headers):
+        return
+    bad = np.flatnonzero(~headers["crc_valid"]) if crc else ()
+    if len(bad):
+        row = headers[bad[0]]
+        raise CorruptRecordError(
+            f"{where}: CRC mismatch in the batch at byte {position + int(row['position'])} "
+            f"(offsets {int(row['base_offset'])}-{int(row['last_offset'])}, stored CRC "
+            f"0x{int(row['crc']):08x})", position=position + int(row["position"]),
+            offset=int(row["base_offset"]))
+    base, last = headers["base_offset"], headers["last_offset"]
+    wrong = np.flatnonzero(base > last)
+    if len(base) > 1:
+        follows = base[1:] > last[:-1]
+        if contiguous:
+            v2 = (headers["magic"][1:] >= 2) & (headers["magic"][:-1] >= 2)
+            follows &= ~v2 | (base[1:] == last[:-1] + 1)
+        wrong = np.union1d(wrong, np.flatnonzero(~follows) + 1)
+    if min_offset is not None:
+        wrong = np.union1d(wrong, np.flatnonzero(base < min_offset))
+    if max_offset is not None:
+        wrong = np.union1d(wrong, np.flatnonzero(last > max_offset))
+    if first_offset is not None and (last[0] < first_offset or (
+            contiguous and headers["magic"][0] >= 2
+            and base[0] > max(first_offset, min_offset or first_offset))):
+        wrong = np.union1d(wrong, [0])
+    if len(wrong):
+        i = int(wrong[0])
+        row = headers[i]
+        before = (f" after a batch ending at offset {int(last[i - 1])}" if i else "")
+        raise CorruptRecordError(
+            f"{where}: the batch at byte {position + int(row['position'])} claims offsets "
+            f"{int(row['base_offset'])}-{int(row['last_offset'])}{before}, which do not "
+            f"continue the log" + (f" within offsets {min_offset}-{max_offset}"
+                                   if min_offset is not None else "")
+            + " (a damaged base offset: the batch CRC does not cover it)",
+            position=position + int(row["position"]), offset=int(row["base_offset"]))
+
+
+def find_offset_for_timestamp(reader: RemoteSegmentReader, position: int, timestamp: int,
+                              min_offset: int, max_offset: int | None = None
+                              ) -> tuple[int, int] | None:
+    """(offset, leader epoch or -1) of the first record at or after `timestamp` with an
+    offset in [min_offset, max_offset) in the segment from byte `position`, None if it has
+    none. Only batches whose max timestamp reaches `timestamp` are decoded."""
+    size = reader.size
+    while position < size:
+        headers, end = reader.scan_window(position, _TIMESTAMP_WINDOW)
+        keep = (headers["max_timestamp"] >= timestamp) & ~headers["is_control"] \
+            & (headers["last_offset"] >= min_offset)
+        if max_offset is not None:
+            keep &= headers["base_offset"] < max_offset
+        for i in np.flatnonzero(keep):
+            row = headers[i]
+            start = int(row["position"])
+            batch = MemoryRecords(reader.read(start, start + int(row["size"])))
+            cols = batch.decode_columns(0, 1, min_offset=min_offset,
+                                        max_offset=-1 if max_offset is None else max_offset,
+                                        include_control=False)
+            hits = np.flatnonzero(cols.timestamp >= timestamp)
+            if len(hits):
+                epoch = int(row["partition_leader_epoch"])
+                return int(cols.offset[hits[0]]), epoch if epoch >= 0 else -1
+        position = end
+    return None
+
+
+def index_bytes(rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata,
+                index_type: IndexType) -> bytes:
+    """A segment's index file. A transaction index that was not copied (the metadata says
+    the segment has none, or the RSM answers RemoteResourceNotFoundError for it) is empty;
+    every other failure raises."""
+    if index_type is IndexType.TRANSACTION and metadata.txn_idx_empty:
+        return b""
+    try:
+        return rsm.fetch_index_bytes(metadata, index_type)
+    except RemoteResourceNotFoundError:
+        if index_type is not IndexType.TRANSACTION:
+            raise
+        return b""
+
+
+def aborted_txn_rows(rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata
+                     ) -> np.ndarray:
+    """The ABORTED_TXN_DTYPE rows of the segment's transaction index."""
+    data = index_bytes(rsm, metadata, IndexType.TRANSACTION)
+    if len(data) % ABORTED_TXN_SIZE:
+        raise CorruptRecordError(
+            f"{describe_segment(metadata)}: its transaction index has {len(data)} bytes, not "
+            f"a multiple of the {ABORTED_TXN_SIZE}-byte entry", position=len(data))
+    return np.frombuffer(data, dtype=ABORTED_TXN_DTYPE, count=len(data) // ABORTED_TXN_SIZE)

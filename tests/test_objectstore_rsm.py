@@ -110,8 +110,10 @@ def check_reads(rsm, md, data):
         assert rsm.read_range(md, start, end) == log[start:end], (start, end)
     buf = bytearray(2500)
     assert rsm.read_range_into(md, 1234, buf) == 2500 and bytes(buf) == log[1234:3734]
-    assert rsm.read_range_into(md, len(log) - 10, buf) == 10
-    assert bytes(rsm.map_range(md, 10, 2010)) == log[10:2010]
+    tail = bytearray(10)
+    assert rsm.read_range_into(md, len(log) - 10, tail) == 10 and tail == log[-10:]
+    view = rsm.map_range(md, 10, 2010)
+    assert view.readonly and bytes(view) == log[10:2010]
     with rsm.fetch_log_segment(md, 0) as stream:
         assert stream.read() == log
     with rsm.fetch_log_segment(md, 1500, 2999) as stream:
@@ -120,8 +122,11 @@ def check_reads(rsm, md, data):
         assert rsm.fetch_index_bytes(md, index_type) == expected_index(data, index_type)
         with rsm.fetch_index(md, index_type) as stream:
             assert stream.read() == expected_index(data, index_type)
-    with pytest.raises(RemoteStorageError, match="outside"):
+    # the contract's range rules: ValueError outside the segment
+    with pytest.raises(ValueError, match="outside remote segment"):
         rsm.read_range(md, 0, len(log) + 1)
+    with pytest.raises(ValueError, match="outside remote segment"):
+        rsm.read_range_into(md, len(log) - 10, buf)
 
 
 @pytest.mark.parametrize("compression,encryption", [(False, False), (True, False),
@@ -526,7 +531,7 @@ def test_empty_segment(s3_server, tmp_path, keys, compression, encryption):
         assert manifest["chunkIndex"]["originalFileSize"] == 0
         assert raw_get(s3_server, rsm.keys.key(md, "log")) == b""
         assert rsm.read_range(md, 0, 0) == b""
-        assert rsm.read_range_into(md, 0, bytearray(10)) == 0
+        assert rsm.read_range_into(md, 0, bytearray(0)) == 0
         with rsm.fetch_log_segment(md, 0) as stream:
             assert stream.read() == b""
         assert rsm.fetch_index_bytes(md, IndexType.OFFSET) == data.offset_index.read_bytes()
@@ -619,3 +624,15 @@ def test_index_reads_take_one_get(s3_server, fault_proxy, segment, keys, monkeyp
         gets = fault_proxy.requests("GET", ".indexes")
         stored = sum(1 for t in INDEX_TYPES if expected_index(segment[0], t))
         assert len(gets) == (1 if whole else stored)
+
+
+def test_metadata_larger_than_the_manifest_is_corruption(s3_server, segment):
+    """Segment metadata claiming more bytes than the manifest holds: reads past the
+    manifest's end are CorruptRemoteObjectError naming the object, never short bytes."""
+    data, last, size = segment
+    with make_rsm(rsm_configs(s3_server)) as rsm:
+        md = copy(rsm, segment)
+        bigger = segment_metadata(TIP, 100, last, size + 50, md.remote_log_segment_id.id)
+        assert rsm.read_range(bigger, 0, 10) == data.log_segment.read_bytes()[:10]
+        with pytest.raises(CorruptRemoteObjectError, match=f"manifest holds {size} bytes"):
+            rsm.read_range(bigger, 0, size + 50)

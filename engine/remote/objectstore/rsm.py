@@ -517,24 +517,20 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def read_range(self, metadata: RemoteLogSegmentMetadata, start: int,
                    end_exclusive: int) -> bytes | memoryview:
-        """`.log` bytes [start, end_exclusive); RemoteStorageError for a range outside the
-        segment."""
+        """`.log` bytes [start, end_exclusive): ValueError for a range outside the segment,
+        CorruptRemoteObjectError when its manifest holds fewer bytes than its metadata."""
         seg = self._log_object(metadata)
-        _check_range(start, end_exclusive, seg.size, seg.key)
+        _check_range(metadata, seg, start, end_exclusive)
         data = self._reader.read(seg, start, end_exclusive)
         return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
                         buffer) -> int:
-        """Fills `buffer` with `.log` bytes from `start` (fewer at the segment's end);
-        returns how many."""
+        """Fills `buffer` with `.log` bytes from `start` (the range must lie inside the
+        segment); returns len(buffer)."""
         seg = self._log_object(metadata)
-        _check_range(start, start, seg.size, seg.key)
+        _check_range(metadata, seg, start, start + memoryview(buffer).nbytes)
         return self._reader.read_into(seg, start, buffer)
-
-    def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
-                  end_exclusive: int) -> memoryview:
-        return memoryview(self.read_range(metadata, start, end_exclusive))
 
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
                           end_exclusive: int) -> memoryview | None:
@@ -548,7 +544,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if segment is None:
             return None
         index = segment.manifest.chunk_index
-        if not 0 <= start <= end_exclusive <= index.original_file_size:
+        if not 0 <= start <= end_exclusive <= min(index.original_file_size,
+                                                  metadata.segment_size_in_bytes):
             return None
         key = self._read_key(metadata, LOG)
         ids = index.chunk_ids(start, end_exclusive)
@@ -562,7 +559,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             return memoryview(b"")
         if len(parts) == 1:
             lo = index.original_range(parts[0][0])[0]
-            return memoryview(parts[0][1])[start - lo:end_exclusive - lo]
+            return memoryview(parts[0][1]).toreadonly()[start - lo:end_exclusive - lo]
         out = bytearray(end_exclusive - start)
         pos = 0
         for i, data in parts:
@@ -577,8 +574,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         """A stream over `.log` bytes [start_position, end_position] (inclusive; None: to
         the end), read a window of chunks at a time."""
         seg = self._log_object(metadata)
-        end = seg.size if end_position is None else min(seg.size, end_position + 1)
-        _check_range(start_position, max(start_position, end), seg.size, seg.key)
+        size = metadata.segment_size_in_bytes
+        end = size if end_position is None else min(size, end_position + 1)
+        _check_range(metadata, seg, start_position, max(start_position, end))
         window = max(self._config.chunk_size, 8 * MiB)
         return io.BufferedReader(_RangeStream(self._reader, seg, start_position, end, window),
                                  buffer_size=1 << 16)
@@ -757,10 +755,16 @@ def _transformed_chunks(path, file_size: int, chunk_size: int, transform: ChunkT
         os.close(fd)
 
 
-def _check_range(start: int, end: int, size: int, key: str) -> None:
+def _check_range(metadata: RemoteLogSegmentMetadata, seg: SegmentObject, start: int,
+                 end: int) -> None:
+    size = metadata.segment_size_in_bytes
     if not 0 <= start <= end <= size:
-        raise RemoteStorageError(f"range [{start}, {end}) is outside the {size} bytes of "
-                                 f"{key}", file=key, position=start)
+        raise ValueError(f"byte range [{start}, {end}) outside remote segment "
+                         f"{metadata.remote_log_segment_id} of {size} bytes")
+    if end > seg.size:
+        raise CorruptRemoteObjectError(
+            f"{seg.key}: its manifest holds {seg.size} bytes, the metadata of "
+            f"{metadata.remote_log_segment_id} {size}", object_key=seg.key)
 
 
 def _storage_error(exc: BaseException, what: str) -> RemoteStorageError:

@@ -636,3 +636,29 @@ def test_metadata_larger_than_the_manifest_is_corruption(s3_server, segment):
         assert rsm.read_range(bigger, 0, 10) == data.log_segment.read_bytes()[:10]
         with pytest.raises(CorruptRemoteObjectError, match=f"manifest holds {size} bytes"):
             rsm.read_range(bigger, 0, size + 50)
+
+
+def test_warm_reads_are_served_on_the_callers_thread(s3_server, tmp_path):
+    """Through the RemoteLogManager: once a consumer has read the tiered segments (chunks in
+    the memory chunk cache, manifests and indexes cached), reading them again needs no
+    storage I/O, so no read goes to the reader pool, and the records are the same."""
+    from test_tiered_scenarios import Broker
+
+    broker = Broker(tmp_path, "log.local.retention.bytes=1\n"
+                              "rsm.config.fetch.chunk.cache.class=memory\n"
+                              "rsm.config.fetch.chunk.cache.size=67108864\n",
+                    s3_server=s3_server)
+    try:
+        broker.create("t", remote_storage_enable=True)
+        broker.produce("t", batches=12, records=3)
+        broker.tier()
+        first, remote = broker.consume("t", max_bytes=4096)
+        assert remote >= 3
+        submitted = []
+        submit = broker.rlm.reader_pool.submit
+        broker.rlm.reader_pool.submit = lambda work: submitted.append(1) or submit(work)
+        again, remote_again = broker.consume("t", max_bytes=4096)
+        assert again == first and remote_again == remote
+        assert submitted == []
+    finally:
+        broker.close()

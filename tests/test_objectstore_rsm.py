@@ -662,3 +662,39 @@ def test_warm_reads_are_served_on_the_callers_thread(s3_server, tmp_path):
         assert submitted == []
     finally:
         broker.close()
+
+
+def test_a_failing_store_leaves_local_work_alone_and_copies_resume(s3_server, fault_proxy,
+                                                                  tmp_path):
+    """Every PUT answered 503: the RLM's copies fail with a store error and leave nothing
+    FINISHED and no object; appends and local reads go on; once the store answers again
+    the copies resume and every offset reads back."""
+    import types
+
+    from test_tiered_scenarios import Broker, expected
+
+    proxied = types.SimpleNamespace(
+        config=lambda: s3_server.config(endpoint=fault_proxy.endpoint),
+        raw_store=s3_server.raw_store)
+    broker = Broker(tmp_path, "log.local.retention.bytes=1\n"
+                              "rsm.config.storage.api.call.max.retries=0\n"
+                              "remote.log.manager.task.retry.backoff.ms=1\n",
+                    s3_server=proxied)
+    try:
+        broker.create("t", remote_storage_enable=True)
+        broker.produce("t", batches=9)
+        fault_proxy.add(Fault("status", method="PUT", status=503, times=None))
+        summary = broker.rlm.run_once()
+        assert summary.copied_segments == 0 and summary.errors
+        assert any("503" in e or "throttl" in e.lower() or "slow" in e.lower()
+                   for e in summary.errors), summary.errors
+        assert broker.remote_segments("t") == [] and broker.tiered_objects() == []
+        broker.produce("t", batches=3)  # appends and local reads are unaffected
+        assert broker.consume("t") == (expected("t", 0, 0, 36), 0)
+        fault_proxy.clear()
+        totals = broker.tier()
+        assert totals["copied"] >= 3
+        records, remote = broker.consume("t")
+        assert records == expected("t", 0, 0, 36) and remote >= 3
+    finally:
+        broker.close()

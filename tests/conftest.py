@@ -18,3 +18,28 @@ def VECTORS():
     if not vectors.VECTORS.is_dir():  # a missing checkout must fail loudly, never skip
         pytest.fail(f"conformance vectors not found at {vectors.VECTORS}")
     return vectors.VECTORS
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS `weed mini`, tests/s3_server.py) on 127.0.0.1 for the
+    session, with the bucket `engine-test`. Failing to start fails the tests that use it."""
+    from s3_server import S3Server, S3ServerError
+
+    server = S3Server(tmp_path_factory.mktemp("weed"))
+    try:
+        server.start()
+    except S3ServerError as e:
+        pytest.fail(str(e))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault_proxy(s3_server):
+    """A fault-injecting loopback proxy in front of `s3_server` (tests/fault_proxy.py),
+    fresh per test."""
+    from fault_proxy import FaultProxy
+
+    with FaultProxy(s3_server.port) as proxy:
+        yield proxy

@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass, field
+from typing import Self
 
 __all__ = ["Fault", "FaultProxy", "Request"]
 
@@ -194,7 +195,7 @@ class FaultProxy:
         if self._listener is not None:
             self._listener.close()
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -261,9 +262,8 @@ class FaultProxy:
             client.sendall(f"HTTP/1.1 {fault.status} {code}\r\nContent-Type: application/xml"
                            f"\r\nContent-Length: {len(xml)}\r\n\r\n".encode() + xml)
             return True
-        if fault is not None and fault.kind == "delay":
-            if self._stopping.wait(fault.delay_s):
-                return False
+        if fault is not None and fault.kind == "delay" and self._stopping.wait(fault.delay_s):
+            return False
         upstream.sendall(raw_head + body)
         rstart, rheaders, rraw = _read_head(uf)
         status = int(rstart.split(b" ")[1])

@@ -23,6 +23,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Self
 
 __all__ = ["S3Server", "S3ServerError", "free_ports", "weed_binary"]
 
@@ -199,7 +200,7 @@ class S3Server:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> S3Server:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

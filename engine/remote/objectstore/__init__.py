@@ -1,0 +1,22 @@
+"""The object-store tier's I/O layer: the client (store), chunk-aligned parallel ranged
+reads with single-flight (reads), the chunk cache over memory and many disks (chunk_cache),
+and the tier's metrics (metrics). The on-bucket format and the RemoteStorageManager are built
+on these; nothing here knows the key layout or the manifest."""
+
+from engine.remote.objectstore.metrics import ObjectStoreMetrics
+from engine.remote.objectstore.store import (
+    STORE_CONFIG_KEYS,
+    ObjectInfo,
+    ObjectStore,
+    StoreConfig,
+    TokenBucket,
+)
+
+__all__ = [
+    "STORE_CONFIG_KEYS",
+    "ObjectInfo",
+    "ObjectStore",
+    "ObjectStoreMetrics",
+    "StoreConfig",
+    "TokenBucket",
+]

@@ -1,0 +1,602 @@
+"""The object-store client of the object-store tier: obstore (Rust `object_store`) for S3 and
+the S3-compatible stores through one code path, and for GCS and Azure Blob through the same
+client (configured here, untested: the tests run against S3-compatible SeaweedFS only).
+Signing, HTTP and connection pooling are obstore's; nothing here speaks HTTP.
+
+What this layer adds on top of obstore, and why:
+
+- **Streamed multipart uploads with bounded memory.** `ObjectStore.upload` takes a file path,
+  a buffer or an iterator of buffers (the per-chunk transforms' output) and hands obstore an
+  iterator of blocks; obstore packs them into parts of `storage.s3.multipart.upload.part.size`
+  and keeps `storage.upload.parts.in.flight` parts uploading at once. Peak memory is about
+  (parts in flight + 2) x part size: the segment is never read whole. A source that ends
+  within one part is sent as a single PUT instead (manifests, small indexes).
+- **One shared upload rate limit.** `upload.rate.limit.bytes.per.second` is a token bucket
+  shared by every upload of the store (the plugin's semantics): each block takes its bytes
+  from the bucket before it is handed to obstore, so concurrent copies share the budget.
+- **Bounded calls.** Every request has obstore's per-attempt timeout
+  (`storage.s3.api.call.attempt.timeout`) and bounded retries with exponential backoff
+  (`storage.api.call.max.retries`, within `storage.s3.api.call.timeout` overall); the
+  calls made through the event loop are also cancelled at that overall bound.
+- **Typed errors.** Failures become `RemoteResourceNotFoundError` (missing object) or
+  `RemoteStorageError`, naming the operation and `<scheme>://<bucket>/<key>` as the error's
+  file, with the errno of a socket error when there is one, and counted by kind in the
+  metrics (throttling, server, configured_timeout, io, other). Secrets never appear: the
+  message is the first line of obstore's error with any configured secret masked.
+- **One event loop.** Async calls (`get_range_async` and the like, for parallel ranged
+  reads in reads.py) run on one background asyncio loop per store; `call(coro, timeout)`
+  runs a coroutine there from any thread and cancels it when the bound passes.
+
+Configuration: `StoreConfig.from_configs` reads the plugin's names (without the
+`rsm.config.` prefix; see `STORE_CONFIG_KEYS`) and raises `ConfigError` naming a bad key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Self
+
+import obstore
+import obstore.exceptions as obx
+
+from engine.config import ConfigError
+from engine.errors import KafkaEngineError, RemoteResourceNotFoundError, RemoteStorageError
+from engine.remote.objectstore.metrics import ObjectStoreMetrics
+
+__all__ = [
+    "BACKEND_ALIASES",
+    "STORE_CONFIG_KEYS",
+    "ObjectInfo",
+    "ObjectStore",
+    "StoreConfig",
+    "TokenBucket",
+]
+
+MiB = 1024 * 1024
+
+# the plugin's backend class names (`storage.backend.class`) and the engine's short names
+BACKEND_ALIASES = {
+    "io.aiven.kafka.tieredstorage.storage.s3.S3Storage": "s3",
+    "io.aiven.kafka.tieredstorage.storage.gcs.GcsStorage": "gcs",
+    "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage": "azure",
+    "s3": "s3",
+    "gcs": "gcs",
+    "azure": "azure",
+}
+
+_SECRET_KEYS = frozenset({
+    "storage.aws.access.key.id", "storage.aws.secret.access.key",
+    "storage.gcs.credentials.json", "storage.azure.account.key", "storage.azure.sas.token",
+})
+
+STORE_CONFIG_KEYS = frozenset({
+    "storage.backend.class",
+    "storage.s3.bucket.name", "storage.s3.region", "storage.s3.endpoint.url",
+    "storage.s3.path.style.access.enabled", "storage.aws.access.key.id",
+    "storage.aws.secret.access.key", "storage.s3.multipart.upload.part.size",
+    "storage.s3.api.call.timeout", "storage.s3.api.call.attempt.timeout",
+    "storage.gcs.bucket.name", "storage.gcs.endpoint.url", "storage.gcs.credentials.path",
+    "storage.gcs.credentials.json", "storage.gcs.credentials.default",
+    "storage.azure.container.name", "storage.azure.account.name", "storage.azure.account.key",
+    "storage.azure.sas.token", "storage.azure.endpoint.url",
+    "storage.upload.parts.in.flight", "storage.api.call.max.retries",
+    "upload.rate.limit.bytes.per.second",
+})
+"""Every key `StoreConfig.from_configs` reads (names under `rsm.config.`)."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where the tier's objects live and how the client behaves.
+
+    `bucket` is the S3/GCS bucket or the Azure container. Secrets are kept out of `repr`.
+    Defaults: parts of 25 MiB (the plugin's), 4 parts in flight, 3 retries, 30 s per attempt,
+    120 s per call including retries, no upload rate limit."""
+
+    backend: str = "s3"
+    bucket: str = ""
+    region: str | None = None
+    endpoint_url: str | None = None
+    path_style: bool | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    gcs_credentials_path: str | None = None
+    gcs_credentials_json: str | None = field(default=None, repr=False)
+    azure_account_name: str | None = None
+    azure_account_key: str | None = field(default=None, repr=False)
+    azure_sas_token: str | None = field(default=None, repr=False)
+    part_size: int = 25 * MiB
+    parts_in_flight: int = 4
+    upload_rate_limit: int | None = None
+    max_retries: int = 3
+    attempt_timeout_ms: int = 30_000
+    call_timeout_ms: int = 120_000
+
+    @property
+    def scheme(self) -> str:
+        return {"s3": "s3", "gcs": "gs", "azure": "az"}[self.backend]
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.access_key_id, self.secret_access_key,
+                                 self.gcs_credentials_json, self.azure_account_key,
+                                 self.azure_sas_token) if s)
+
+    @classmethod
+    def from_configs(cls, configs: Mapping[str, str]) -> StoreConfig:
+        """Parse the store keys of an RSM config (keys without `rsm.config.`; other keys
+        are ignored here, so the caller checks for unknown ones against STORE_CONFIG_KEYS
+        plus its own). Raises ConfigError naming the first bad key (never its value when
+        the key holds a secret)."""
+        def get(key):
+            v = configs.get(key)
+            return None if v is None or str(v).strip() == "" else str(v).strip()
+
+        def integer(key, default, lo, hi):
+            raw = get(key)
+            if raw is None:
+                return default
+            try:
+                v = int(raw)
+            except ValueError:
+                raise ConfigError(key, raw, "expected an integer") from None
+            if not lo <= v <= hi:
+                raise ConfigError(key, raw, f"must be in [{lo}, {hi}]")
+            return v
+
+        def boolean(key):
+            raw = get(key)
+            if raw is None:
+                return None
+            if raw.lower() not in ("true", "false"):
+                raise ConfigError(key, raw, "expected true or false")
+            return raw.lower() == "true"
+
+        backend_raw = get("storage.backend.class") or "s3"
+        backend = BACKEND_ALIASES.get(backend_raw)
+        if backend is None:
+            raise ConfigError("storage.backend.class", backend_raw,
+                              f"one of {', '.join(sorted(BACKEND_ALIASES))}")
+        bucket_key = {"s3": "storage.s3.bucket.name", "gcs": "storage.gcs.bucket.name",
+                      "azure": "storage.azure.container.name"}[backend]
+        bucket = get(bucket_key)
+        if bucket is None:
+            raise ConfigError(bucket_key, None, f"required for the {backend} backend")
+        endpoint = get({"s3": "storage.s3.endpoint.url", "gcs": "storage.gcs.endpoint.url",
+                        "azure": "storage.azure.endpoint.url"}[backend])
+        if endpoint is not None and not re.match(r"^https?://[^/\s]+", endpoint):
+            raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
+                              "expected an http:// or https:// URL")
+        key_id, secret = get("storage.aws.access.key.id"), get("storage.aws.secret.access.key")
+        if (key_id is None) != (secret is None):
+            raise ConfigError("storage.aws.access.key.id", "[hidden]",
+                              "storage.aws.access.key.id and storage.aws.secret.access.key "
+                              "must be set together")
+        if backend == "s3" and get("storage.s3.region") is None and endpoint is None:
+            raise ConfigError("storage.s3.region", None, "required without an endpoint url")
+        rate = get("upload.rate.limit.bytes.per.second")
+        attempt = integer("storage.s3.api.call.attempt.timeout", 30_000, 1, 3_600_000)
+        return cls(
+            backend=backend, bucket=bucket, region=get("storage.s3.region"),
+            endpoint_url=endpoint, path_style=boolean("storage.s3.path.style.access.enabled"),
+            access_key_id=key_id, secret_access_key=secret,
+            gcs_credentials_path=get("storage.gcs.credentials.path"),
+            gcs_credentials_json=get("storage.gcs.credentials.json"),
+            azure_account_name=get("storage.azure.account.name"),
+            azure_account_key=get("storage.azure.account.key"),
+            azure_sas_token=get("storage.azure.sas.token"),
+            part_size=integer("storage.s3.multipart.upload.part.size", 25 * MiB, 5 * MiB,
+                              2**31 - 1),
+            parts_in_flight=integer("storage.upload.parts.in.flight", 4, 1, 64),
+            upload_rate_limit=None if rate is None else integer(
+                "upload.rate.limit.bytes.per.second", None, 1, 2**62),
+            max_retries=integer("storage.api.call.max.retries", 3, 0, 20),
+            attempt_timeout_ms=attempt,
+            call_timeout_ms=integer("storage.s3.api.call.timeout", max(120_000, attempt),
+                                    attempt, 24 * 3_600_000),
+        )
+
+
+class TokenBucket:
+    """A token bucket of `rate` bytes per second holding at most `burst` bytes (default one
+    second's worth). `acquire(n)` takes n tokens, going into debt if need be, and sleeps
+    until the debt is paid: a block larger than the burst still passes, at the right average
+    rate, and the waits are bounded by n / rate. Thread-safe; shared by all uploads."""
+
+    def __init__(self, rate: float, burst: float | None = None, clock=time.monotonic,
+                 sleep=time.sleep):
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        self.rate = float(rate)
+        self.burst = float(burst if burst is not None else rate)
+        self._tokens = self.burst
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self, n: int) -> float:
+        """Take n tokens; returns the seconds slept."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            self._tokens -= n
+            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str | None = None
+
+
+class _Loop:
+    """One asyncio event loop on a daemon thread, for obstore's async calls."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+_STATUS_RE = re.compile(r"status code: (\d{3})|\b(\d{3}) (?:Service Unavailable|Slow Down|"
+                        r"Internal Server Error|Too Many Requests|Bad Gateway)")
+_ERRNO_RE = re.compile(r"Os \{\s*code: (\d+)")
+
+
+class ObjectStore:
+    """The tier's bucket. Thread-safe: every method may be called from any thread.
+
+    Sync calls: `upload`, `put_bytes`, `get`, `get_range`, `head`, `delete`, `list`.
+    Async calls for the loop (`call`, `submit`): `get_range_async`. Keys are the full object
+    keys inside the bucket (the key layout is the format's business)."""
+
+    def __init__(self, config: StoreConfig, metrics: ObjectStoreMetrics | None = None):
+        self.config = config
+        self.metrics = metrics if metrics is not None else ObjectStoreMetrics()
+        self._store = _build_store(config)
+        self._rate = None if config.upload_rate_limit is None else TokenBucket(
+            config.upload_rate_limit, max(config.upload_rate_limit, MiB))
+        self._loop = _Loop(f"objectstore-{config.bucket}")
+        self._call_timeout_s = config.call_timeout_ms / 1000.0
+        self._secrets = config.secrets()
+        self._closed = False
+
+    # -- naming and errors ---------------------------------------------------------------
+    def url(self, key: str) -> str:
+        return f"{self.config.scheme}://{self.config.bucket}/{key}"
+
+    def _error(self, op: str, key: str, exc: BaseException) -> RemoteStorageError:
+        """The typed error for a failed call (counted by kind)."""
+        if isinstance(exc, RemoteStorageError):
+            return exc
+        text = str(exc) or type(exc).__name__
+        for s in self._secrets:
+            text = text.replace(s, "***")
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        if isinstance(exc, (obx.NotFoundError, FileNotFoundError)):
+            return RemoteResourceNotFoundError(f"{op}: object not found", file=self.url(key))
+        kind = _error_kind(exc, text)
+        self.metrics.error(kind)
+        err = RemoteStorageError(f"{op} failed ({kind.replace('_', ' ')}): {first[:500]}",
+                                 file=self.url(key))
+        m = _ERRNO_RE.search(text)
+        if m:
+            err.errno = int(m.group(1))
+            err.strerror = os.strerror(err.errno)
+        return err
+
+    # -- running async calls -------------------------------------------------------------
+    def submit(self, coro) -> concurrent.futures.Future:
+        """Schedule a coroutine on the store's event loop (for callers that wait on many)."""
+        return self._loop.submit(coro)
+
+    def call(self, coro, *, op: str, key: str, timeout_s: float | None = None):
+        """Run a coroutine on the loop and wait at most `timeout_s` (default: the overall
+        call timeout); past it the call is cancelled and a RemoteStorageError raised."""
+        bound = self._call_timeout_s if timeout_s is None else timeout_s
+        fut = self._loop.submit(coro)
+        try:
+            return fut.result(timeout=bound)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            self.metrics.error("configured_timeout")
+            raise RemoteStorageError(f"{op} did not finish within {bound:.3f} s",
+                                     file=self.url(key)) from None
+        except Exception as e:
+            raise self._error(op, key, e) from e
+
+    # -- reads ---------------------------------------------------------------------------
+    async def get_range_async(self, key: str, start: int, end: int):
+        """Bytes [start, end) of an object (a buffer; `memoryview()` it for zero copy).
+        Runs on the store's loop. Raises the typed errors; a short answer is an error."""
+        self.metrics.request("get_object_requests")
+        try:
+            data = await obstore.get_range_async(self._store, key, start=start, end=end)
+        except Exception as e:
+            raise self._error(f"GET bytes [{start}, {end})", key, e) from e
+        if len(data) != end - start:
+            self.metrics.error("io")
+            raise RemoteStorageError(
+                f"GET bytes [{start}, {end}) returned {len(data)} bytes", file=self.url(key))
+        self.metrics.fetched(len(data))
+        return data
+
+    def get_range(self, key: str, start: int, end: int, *, timeout_s: float | None = None):
+        """Bytes [start, end) of an object; see get_range_async."""
+        return self.call(self.get_range_async(key, start, end),
+                         op=f"GET bytes [{start}, {end})", key=key, timeout_s=timeout_s)
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """A whole (small) object: manifests, indexes. With `max_bytes`, a larger object is
+        refused before its body is read."""
+        async def run():
+            self.metrics.request("get_object_requests")
+            result = await obstore.get_async(self._store, key)
+            size = result.meta["size"]
+            if max_bytes is not None and size > max_bytes:
+                raise RemoteStorageError(
+                    f"object is {size} bytes, more than the {max_bytes} allowed",
+                    file=self.url(key))
+            data = await result.bytes_async()
+            if len(data) != size:
+                self.metrics.error("io")
+                raise RemoteStorageError(f"GET returned {len(data)} of {size} bytes",
+                                         file=self.url(key))
+            self.metrics.fetched(len(data))
+            return bytes(data)
+        return self.call(run(), op="GET", key=key)
+
+    def head(self, key: str) -> ObjectInfo:
+        async def run():
+            meta = await obstore.head_async(self._store, key)
+            return ObjectInfo(meta["path"], meta["size"], meta.get("e_tag"))
+        return self.call(run(), op="HEAD", key=key)
+
+    # -- writes --------------------------------------------------------------------------
+    def put_bytes(self, key: str, data, *, object_type: str | None = None) -> int:
+        """One PUT of a small object (the manifest)."""
+        return self.upload(key, data, object_type=object_type)
+
+    def upload(self, key: str, source, *, object_type: str | None = None) -> int:
+        """Upload `source` to `key`, overwriting; returns the bytes written.
+
+        `source`: a path (str or os.PathLike) read in part-size blocks, a bytes-like object,
+        or an iterable of bytes-like blocks (any sizes; e.g. transformed chunks). Each block
+        passes the shared upload rate limit. A source that ends within one part is one PUT;
+        a longer one is a multipart upload with `parts_in_flight` parts in parallel. Memory:
+        about (parts_in_flight + 2) x part_size. On failure obstore aborts the multipart
+        upload and a RemoteStorageError naming the key is raised; nothing is left visible
+        under the key (an object is visible only once complete)."""
+        cfg = self.config
+        object_type = object_type or key.rpartition(".")[2]
+        if self._closed:
+            raise RemoteStorageError("upload on a closed store", file=self.url(key))
+        source_errors: list[BaseException] = []
+
+        def guarded(it: Iterator) -> Iterator:
+            # remembers a failure of the source itself (a read error, a transform's error),
+            # which obstore would otherwise report as a failed upload
+            try:
+                yield from it
+            except Exception as e:
+                source_errors.append(e)
+                raise
+
+        blocks = guarded(_blocks(source, cfg.part_size))
+        try:
+            head, more = _first_part(blocks, cfg.part_size)
+            if not more:
+                data = b"".join(head) if len(head) != 1 else head[0]
+                self._throttle(len(data))
+                self.metrics.request("put_object_requests")
+                obstore.put(self._store, key, data, use_multipart=False)
+                total = len(data)
+            else:
+                counted = [0]
+
+                def stream() -> Iterator:
+                    for block in _chain(head, blocks):
+                        n = len(block)
+                        self._throttle(n)
+                        counted[0] += n
+                        yield block
+
+                self.metrics.request("create_multipart_upload_requests")
+                obstore.put(self._store, key, stream(), use_multipart=True,
+                            chunk_size=cfg.part_size, max_concurrency=cfg.parts_in_flight)
+                total = counted[0]
+                self.metrics.request("upload_part_requests",
+                                     max(1, -(-total // cfg.part_size)))
+                self.metrics.request("complete_multipart_upload_requests")
+        except Exception as e:
+            if source_errors:
+                cause = source_errors[0]
+                if isinstance(cause, KafkaEngineError):
+                    raise cause from None
+                name = str(source) if isinstance(source, (str, os.PathLike)) else None
+                err = RemoteStorageError(
+                    f"upload to {self.url(key)} stopped: reading its source failed: {cause}",
+                    file=name)
+                if isinstance(cause, OSError):
+                    err.errno, err.strerror = cause.errno, cause.strerror
+                raise err from cause
+            raise self._error("PUT", key, e) from e
+        self.metrics.uploaded(object_type, total)
+        return total
+
+    def _throttle(self, n: int) -> None:
+        if self._rate is not None:
+            self._rate.acquire(n)
+
+    def delete(self, keys: str | Iterable[str]) -> None:
+        """Delete keys in one batched request per 1000 keys; keys that do not exist are not
+        an error (deletes are idempotent)."""
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        for i in range(0, len(keys), 1000):
+            batch = keys[i:i + 1000]
+
+            async def run(batch=batch):
+                self.metrics.request("delete_objects_requests")
+                await obstore.delete_async(self._store, batch)
+            try:
+                self.call(run(), op="DELETE", key=batch[0])
+            except RemoteResourceNotFoundError:
+                continue
+
+    def list(self, prefix: str, *, page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Objects under `prefix`, a page at a time (memory bounded by one page); each page
+        request is bounded by the call timeout."""
+        stream = obstore.list(self._store, prefix=prefix, chunk_size=page_size)
+
+        async def next_page():
+            self.metrics.request("list_objects_requests")
+            try:
+                return await stream.__anext__()
+            except StopAsyncIteration:
+                return None
+        for _ in range(1 << 40):  # bounded by the listing's length
+            page = self.call(next_page(), op="LIST", key=prefix)
+            if page is None:
+                return
+            for meta in page:
+                yield ObjectInfo(meta["path"], meta["size"], meta.get("e_tag"))
+
+    def close(self) -> None:
+        self._closed = True
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _build_store(cfg: StoreConfig):
+    from obstore.store import AzureStore, GCSStore, S3Store
+
+    client = {"timeout": timedelta(milliseconds=cfg.attempt_timeout_ms),
+              "connect_timeout": timedelta(milliseconds=min(cfg.attempt_timeout_ms, 10_000))}
+    if cfg.endpoint_url is not None and cfg.endpoint_url.startswith("http://"):
+        client["allow_http"] = True
+    retry = {"max_retries": cfg.max_retries,
+             "retry_timeout": timedelta(milliseconds=cfg.call_timeout_ms),
+             "backoff": {"init_backoff": timedelta(milliseconds=100),
+                         "max_backoff": timedelta(seconds=5), "base": 2}}
+    if cfg.backend == "s3":
+        kw = {}
+        if cfg.endpoint_url is not None:
+            kw["endpoint"] = cfg.endpoint_url
+        if cfg.access_key_id is not None:
+            kw["access_key_id"] = cfg.access_key_id
+            kw["secret_access_key"] = cfg.secret_access_key
+        if cfg.path_style is not None:
+            kw["virtual_hosted_style_request"] = not cfg.path_style
+        return S3Store(cfg.bucket, region=cfg.region or "us-east-1", client_options=client,
+                       retry_config=retry, **kw)
+    if cfg.backend == "gcs":
+        kw = {}
+        if cfg.gcs_credentials_path is not None:
+            kw["service_account"] = cfg.gcs_credentials_path
+        if cfg.gcs_credentials_json is not None:
+            kw["service_account_key"] = cfg.gcs_credentials_json
+        if cfg.endpoint_url is not None:
+            kw["base_url"] = cfg.endpoint_url
+        return GCSStore(cfg.bucket, client_options=client, retry_config=retry, **kw)
+    kw = {}
+    if cfg.azure_account_name is not None:
+        kw["account_name"] = cfg.azure_account_name
+    if cfg.azure_account_key is not None:
+        kw["account_key"] = cfg.azure_account_key
+    if cfg.azure_sas_token is not None:
+        kw["sas_key"] = cfg.azure_sas_token
+    if cfg.endpoint_url is not None:
+        kw["endpoint"] = cfg.endpoint_url
+    return AzureStore(cfg.bucket, client_options=client, retry_config=retry, **kw)
+
+
+def _is_obstore(e: BaseException) -> bool:
+    return isinstance(e, obx.BaseError) or type(e).__module__.startswith("obstore")
+
+
+def _error_kind(exc: BaseException, text: str) -> str:
+    m = _STATUS_RE.search(text)
+    status = int(m.group(1) or m.group(2)) if m else None
+    if status in (429, 503) or "SlowDown" in text:
+        return "throttling"
+    if status is not None and status >= 500:
+        return "server"
+    low = text.lower()
+    if isinstance(exc, TimeoutError) or "timed out" in low or "timeout" in low:
+        return "configured_timeout"
+    if (isinstance(exc, (ConnectionError, OSError)) and not _is_obstore(exc)) or any(
+            s in low for s in ("error sending request", "connection", "decoding response body",
+                               "body", "broken pipe", "os {")):
+        return "io"
+    return "other"
+
+
+def _blocks(source, part_size: int) -> Iterator:
+    """The source as an iterator of bytes-like blocks."""
+    if isinstance(source, (str, os.PathLike)):
+        return _file_blocks(Path(source), part_size)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        view = memoryview(source).cast("B")
+        return iter([view[i:i + part_size] for i in range(0, len(view), part_size)]
+                    or [b""])
+    return iter(source)
+
+
+def _file_blocks(path: Path, block: int) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        for _ in range(1 << 40):  # bounded by the file's length
+            data = f.read(block)
+            if not data:
+                return
+            yield data
+
+
+def _first_part(blocks: Iterator, part_size: int) -> tuple[list, bool]:
+    """Blocks up to one part; `more` says whether the source goes on past it."""
+    head, size = [], 0
+    for block in blocks:
+        head.append(block)
+        size += len(block)
+        if size > part_size:
+            return head, True
+    return head, False
+
+
+def _chain(head: list, rest: Iterator) -> Iterator:
+    yield from head
+    yield from rest

@@ -3,7 +3,20 @@ reads with single-flight (reads), the chunk cache over memory and many disks (ch
 and the tier's metrics (metrics). The on-bucket format and the RemoteStorageManager are built
 on these; nothing here knows the key layout or the manifest."""
 
+from engine.remote.objectstore.chunk_cache import (
+    CHUNK_CACHE_CONFIG_KEYS,
+    ChunkCache,
+    ChunkCacheConfig,
+    ChunkKey,
+    LoadingCache,
+)
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
+from engine.remote.objectstore.reads import (
+    ChunkRanges,
+    Detransform,
+    RangeReader,
+    SegmentObject,
+)
 from engine.remote.objectstore.store import (
     STORE_CONFIG_KEYS,
     ObjectInfo,
@@ -13,10 +26,19 @@ from engine.remote.objectstore.store import (
 )
 
 __all__ = [
+    "CHUNK_CACHE_CONFIG_KEYS",
     "STORE_CONFIG_KEYS",
+    "ChunkCache",
+    "ChunkCacheConfig",
+    "ChunkKey",
+    "ChunkRanges",
+    "Detransform",
+    "LoadingCache",
     "ObjectInfo",
     "ObjectStore",
     "ObjectStoreMetrics",
+    "RangeReader",
+    "SegmentObject",
     "StoreConfig",
     "TokenBucket",
 ]

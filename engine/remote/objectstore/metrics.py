@@ -7,7 +7,8 @@ The plugin reports JMX sensors named like `object-upload-total`; Prometheus name
 - `object_upload`, `object_upload_bytes` (label `object_type`: log, indexes, rsm-manifest ...,
   the key's suffix): the plugin's remote-storage-manager metrics.
 - `object_fetch`, `object_fetch_bytes`: ranged GETs issued and bytes they returned (the plugin
-  has no per-object fetch sensor; these mirror the upload pair).
+  has no per-object fetch sensor; these mirror the upload pair);
+  `segment_fetch_requested_bytes`: original bytes asked of ranged reads (the plugin's).
 - S3 request counts as the plugin's S3 backend names them: `get_object_requests`,
   `put_object_requests`, `create_multipart_upload_requests`, `upload_part_requests`,
   `complete_multipart_upload_requests`, `delete_objects_requests`, `list_objects_requests`;
@@ -71,6 +72,9 @@ class ObjectStoreMetrics:
                                            ["object_type"], registry=r)
         self.object_fetch = Counter("object_fetch", "Ranged GETs completed", registry=r)
         self.object_fetch_bytes = Counter("object_fetch_bytes", "Bytes fetched", registry=r)
+        self.segment_fetch_requested_bytes = Counter(
+            "segment_fetch_requested_bytes", "Original segment bytes asked of ranged reads",
+            registry=r)
         self.requests = {n: Counter(n, d, registry=r) for n, d in _REQUESTS.items()}
         self.errors = {n: Counter(n, d, registry=r) for n, d in _ERRORS.items()}
         self.cache = {n: Counter(n, d, ["cache"], registry=r)
@@ -91,6 +95,9 @@ class ObjectStoreMetrics:
     def fetched(self, nbytes: int) -> None:
         self.object_fetch.inc()
         self.object_fetch_bytes.inc(nbytes)
+
+    def requested(self, nbytes: int) -> None:
+        self.segment_fetch_requested_bytes.inc(nbytes)
 
     def cache_event(self, cache: str, name: str, amount: float = 1) -> None:
         self._child(self.cache[name], cache).inc(amount)

@@ -270,6 +270,9 @@ class _Loop:
 _STATUS_RE = re.compile(r"status code: (\d{3})|\b(\d{3}) (?:Service Unavailable|Slow Down|"
                         r"Internal Server Error|Too Many Requests|Bad Gateway)")
 _ERRNO_RE = re.compile(r"Os \{\s*code: (\d+)")
+# obstore's debug text always mentions `retry_timeout`; only these mean a call timed out
+_TIMEOUT_RE = re.compile(r"timed out|kind: Timeout|TimedOut|deadline has elapsed",
+                         re.IGNORECASE)
 
 
 class ObjectStore:
@@ -299,8 +302,9 @@ class ObjectStore:
         if isinstance(exc, RemoteStorageError):
             return exc
         text = str(exc) or type(exc).__name__
-        for s in self._secrets:
-            text = text.replace(s, "***")
+        for secret in self._secrets:
+            if len(secret) >= 4:  # shorter ones would mask unrelated text
+                text = text.replace(secret, "***")
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if isinstance(exc, (obx.NotFoundError, FileNotFoundError)):
             return RemoteResourceNotFoundError(f"{op}: object not found", file=self.url(key))
@@ -473,8 +477,9 @@ class ObjectStore:
                 continue
 
     def list(self, prefix: str, *, page_size: int = 1000) -> Iterator[ObjectInfo]:
-        """Objects under `prefix`, a page at a time (memory bounded by one page); each page
-        request is bounded by the call timeout."""
+        """Objects under `prefix`, lazily, in batches of `page_size` (memory bounded by one
+        listing page of the store: 1000 keys on S3); each batch is bounded by the call
+        timeout."""
         stream = obstore.list(self._store, prefix=prefix, chunk_size=page_size)
 
         async def next_page():
@@ -557,7 +562,7 @@ def _error_kind(exc: BaseException, text: str) -> str:
     if status is not None and status >= 500:
         return "server"
     low = text.lower()
-    if isinstance(exc, TimeoutError) or "timed out" in low or "timeout" in low:
+    if isinstance(exc, TimeoutError) or _TIMEOUT_RE.search(text):
         return "configured_timeout"
     if (isinstance(exc, (ConnectionError, OSError)) and not _is_obstore(exc)) or any(
             s in low for s in ("error sending request", "connection", "decoding response body",

@@ -1,0 +1,376 @@
+"""Ranged reads of a segment's original bytes out of its chunked `.log` object.
+
+A read of original bytes [start, end) becomes the chunks that cover it (from the segment's
+chunk index, which the format side decodes from the manifest). Chunks already in the chunk
+cache are served from it. The missing ones are fetched with ranged GETs: runs of adjacent
+chunks are coalesced into one GET each (their transformed ranges are contiguous in the
+object), and the runs are sized so that the read keeps up to `max_in_flight` GETs in flight
+at once (each run at most `max_request_bytes`, at least one chunk). The plugin, by contrast,
+issues one GET per chunk, one after another.
+
+Each fetched chunk is detransformed by the callable the RSM gives (`detransform(i, raw)`:
+GCM-decrypt then zstd-decompress, or None in plain mode), checked against its original
+size, and put in the cache; then the requested slice is cut out. A failed or timed-out
+fetch caches nothing.
+
+**Single-flight.** Concurrent readers of one chunk share one request: the first reader
+registers a future per chunk it fetches; the others wait on it (within their own deadline)
+instead of fetching again. Prefetches register the same way, so a reader that catches up
+with read-ahead waits for it rather than duplicating it.
+
+**Deadline.** Every read is bounded by `timeout_s` (the RLM's `remote.fetch.max.wait.ms`):
+past it, outstanding GETs are cancelled and `RemoteFetchTimeoutError` names the object and
+the range. Each GET is also bounded by the store's own timeouts and retries.
+
+**Read-ahead.** With a chunk cache and `prefetch_max_bytes` > 0
+(`fetch.chunk.cache.prefetch.max.size`), every read schedules the chunks that follow it, up
+to that many original bytes, in the background; when the read reaches its segment's end and
+the caller names the segment that comes next in the lineage (`next_segment`), the read-ahead
+continues into that segment's first chunks (the plugin stops at the segment's end).
+
+The interface the RSM builds on: a `SegmentObject` (object key, `ChunkRanges`, cache identity,
+detransform) per segment, and `RangeReader.read` / `read_into`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engine.errors import KafkaEngineError, RemoteFetchTimeoutError, RemoteStorageError
+from engine.remote.objectstore.chunk_cache import ChunkCache, ChunkKey
+from engine.remote.objectstore.store import ObjectStore
+
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "ChunkRanges",
+    "Detransform",
+    "RangeReader",
+    "SegmentObject",
+]
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+DEFAULT_MAX_IN_FLIGHT = 4
+DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
+_PREFETCH_WORKERS = 2
+
+
+@runtime_checkable
+class ChunkRanges(Protocol):
+    """What a reader needs of a segment's chunk index (the manifest's fixed or variable
+    chunk index, decoded by the format side). Ranges are half-open [start, end) byte
+    positions:
+
+    - `chunk_count`: the number of chunks (>= 1; an empty segment has one empty chunk).
+    - `original_range(i)`: chunk i's bytes in the original segment file.
+    - `transformed_range(i)`: chunk i's bytes in the `.log` object (after zstd/GCM).
+    - `chunks_for(original_start, original_end)`: the indices of the chunks that cover
+      original bytes [original_start, original_end), as a `range` (empty if the range is).
+    """
+
+    @property
+    def chunk_count(self) -> int: ...
+
+    def original_range(self, i: int) -> tuple[int, int]: ...
+
+    def transformed_range(self, i: int) -> tuple[int, int]: ...
+
+    def chunks_for(self, original_start: int, original_end: int) -> range: ...
+
+
+Detransform = Callable[[int, memoryview], object]
+"""(chunk index, raw transformed bytes) -> the chunk's original bytes (any bytes-like).
+Raises a typed error for a damaged chunk (bad GCM tag, zstd error)."""
+
+
+@dataclass(frozen=True)
+class SegmentObject:
+    """One segment's `.log` object as a reader needs it.
+
+    `key`: the object key. `index`: its chunk index. `identity`: a string that changes
+    whenever the uploaded bytes under `key` could (segment id plus a manifest digest), so
+    cached chunks never alias across uploads. `detransform`: None in plain mode."""
+
+    key: str
+    index: ChunkRanges
+    identity: str
+    detransform: Detransform | None = None
+
+    @property
+    def size(self) -> int:
+        n = self.index.chunk_count
+        return self.index.original_range(n - 1)[1] if n else 0
+
+    def chunk_key(self, i: int) -> ChunkKey:
+        return ChunkKey(self.key, self.identity, i)
+
+
+class RangeReader:
+    """Chunk-aligned, coalesced, parallel, single-flight ranged reads through a chunk cache.
+
+    `store`: the ObjectStore. `cache`: a ChunkCache or None. `max_in_flight`: GETs in flight
+    per read (and for the whole reader, through one semaphore on the store's loop).
+    `max_request_bytes`: the largest coalesced GET. `fetch_max_wait_ms`: the default bound
+    of a read (`remote.fetch.max.wait.ms`). `prefetch_max_bytes`: read-ahead after each
+    read (0 = none; needs a cache)."""
+
+    def __init__(self, store: ObjectStore, cache: ChunkCache | None = None, *,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 fetch_max_wait_ms: int = 500, prefetch_max_bytes: int = 0):
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.store = store
+        self.cache = cache
+        self.max_in_flight = max_in_flight
+        self.max_request_bytes = max(1, max_request_bytes)
+        self.fetch_max_wait_s = fetch_max_wait_ms / 1000.0
+        self.prefetch_max_bytes = prefetch_max_bytes if cache is not None else 0
+        self._lock = threading.Lock()
+        self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
+        self._semaphore: asyncio.Semaphore | None = None
+        self._prefetch_pool = None
+        self._prefetch_pending = 0
+        if self.prefetch_max_bytes > 0:
+            self._prefetch_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=_PREFETCH_WORKERS, thread_name_prefix="chunk-prefetch")
+
+    # -- public reads --------------------------------------------------------------------
+    def read(self, seg: SegmentObject, start: int, end: int, *,
+             timeout_s: float | None = None, next_segment: SegmentObject | None = None):
+        """Original bytes [start, end) of the segment (clamped to its size), as bytes or a
+        read-only memoryview. Raises RemoteFetchTimeoutError past the deadline,
+        RemoteStorageError / RemoteResourceNotFoundError for store failures, and the
+        detransform's typed errors for damaged chunks."""
+        deadline = time.monotonic() + (self.fetch_max_wait_s if timeout_s is None
+                                       else timeout_s)
+        size = seg.size
+        if start < 0 or end < start:
+            raise ValueError(f"bad range [{start}, {end}) of {self.store.url(seg.key)}")
+        end = min(end, size)
+        if start >= end:
+            return b""
+        chunks = seg.index.chunks_for(start, end)
+        plain = self._fetch(seg, list(chunks), deadline, what=f"bytes [{start}, {end})")
+        self.store.metrics.requested(end - start)
+        self._prefetch_after(seg, chunks[-1], next_segment)
+        if len(chunks) == 1:
+            lo = seg.index.original_range(chunks[0])[0]
+            return memoryview(plain[chunks[0]])[start - lo:end - lo]
+        out = bytearray(end - start)
+        pos = 0
+        for i in chunks:
+            lo, hi = seg.index.original_range(i)
+            a, b = max(start, lo) - lo, min(end, hi) - lo
+            out[pos:pos + b - a] = memoryview(plain[i])[a:b]
+            pos += b - a
+        return out
+
+    def read_into(self, seg: SegmentObject, start: int, buffer, *,
+                  timeout_s: float | None = None,
+                  next_segment: SegmentObject | None = None) -> int:
+        """Fill `buffer` with original bytes from `start`; returns the bytes written
+        (fewer at the segment's end)."""
+        view = memoryview(buffer).cast("B")
+        data = self.read(seg, start, start + len(view), timeout_s=timeout_s,
+                         next_segment=next_segment)
+        view[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if self._prefetch_pool is not None:
+            self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- the fetch -----------------------------------------------------------------------
+    def _fetch(self, seg: SegmentObject, indices: list[int], deadline: float, *,
+               what: str) -> dict[int, object]:
+        """The plain bytes of chunks `indices` of `seg`, from the cache, from fetches other
+        readers already have in flight, or from new coalesced GETs."""
+        plain: dict[int, object] = {}
+        waits: dict[int, concurrent.futures.Future] = {}
+        owned: dict[int, concurrent.futures.Future] = {}
+        for i in indices:
+            key = seg.chunk_key(i)
+            if self.cache is not None:
+                data = self.cache.get(key)
+                if data is not None:
+                    plain[i] = data
+                    continue
+            with self._lock:
+                fut = self._inflight.get(key)
+                if fut is None:
+                    fut = self._inflight[key] = concurrent.futures.Future()
+                    owned[i] = fut
+                else:
+                    waits[i] = fut
+        if owned:
+            self._fetch_owned(seg, owned, deadline, what)
+            for i, fut in owned.items():
+                plain[i] = fut.result()
+        for i, fut in waits.items():
+            remaining = deadline - time.monotonic()
+            try:
+                plain[i] = fut.result(timeout=max(0.0, remaining))
+            except concurrent.futures.TimeoutError:
+                raise self._timeout(seg, what, [i]) from None
+        return plain
+
+    def _fetch_owned(self, seg: SegmentObject, owned: dict[int, concurrent.futures.Future],
+                     deadline: float, what: str) -> None:
+        """Fetch the chunks this reader registered; every owned future ends resolved (with
+        the chunk or the error) and unregistered, whatever happens."""
+        runs = self._plan_runs(seg, sorted(owned))
+        pending = {}
+        try:
+            for run in runs:
+                t0 = seg.index.transformed_range(run[0])[0]
+                t1 = seg.index.transformed_range(run[-1])[1]
+                pending[self.store.submit(self._get(seg.key, t0, t1))] = (run, t0)
+            for _ in range(len(runs)):
+                if not pending:
+                    break
+                remaining = deadline - time.monotonic()
+                done, _ = concurrent.futures.wait(
+                    pending, timeout=max(0.0, remaining),
+                    return_when=concurrent.futures.FIRST_COMPLETED)
+                if not done:
+                    left = sorted(i for run, _ in pending.values() for i in run)
+                    raise self._timeout(seg, what, left)
+                for f in done:
+                    run, t0 = pending.pop(f)
+                    raw = memoryview(f.result())
+                    for i in run:
+                        a, b = seg.index.transformed_range(i)
+                        data = self._detransform(seg, i, raw[a - t0:b - t0])
+                        if self.cache is not None:
+                            self.cache.put(seg.chunk_key(i), data)
+                        self._resolve(seg, i, owned[i], result=data)
+        except BaseException as e:
+            for f in pending:
+                f.cancel()
+            for i, fut in owned.items():
+                if not fut.done():
+                    if self.cache is not None:
+                        self.cache.load_failed()
+                    self._resolve(seg, i, fut, error=e)
+            raise
+
+    def _resolve(self, seg, i, fut, *, result=None, error=None) -> None:
+        with self._lock:
+            self._inflight.pop(seg.chunk_key(i), None)
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+
+    def _plan_runs(self, seg: SegmentObject, indices: list[int]) -> list[list[int]]:
+        """Adjacent chunks grouped into GETs of about total / max_in_flight bytes each (so
+        the read uses its parallelism), at most max_request_bytes, at least one chunk."""
+        ranges = [seg.index.transformed_range(i) for i in indices]
+        total = sum(b - a for a, b in ranges)
+        target = min(self.max_request_bytes, -(-total // self.max_in_flight))
+        runs: list[list[int]] = []
+        size = 0
+        for i, (a, b) in zip(indices, ranges):
+            contiguous = runs and runs[-1][-1] == i - 1
+            if contiguous and size + (b - a) <= max(target, 1):
+                runs[-1].append(i)
+                size += b - a
+            else:
+                runs.append([i])
+                size = b - a
+        return runs
+
+    async def _get(self, key: str, start: int, end: int):
+        if self._semaphore is None:  # created on the store's loop, its only user
+            self._semaphore = asyncio.Semaphore(self.max_in_flight)
+        async with self._semaphore:
+            if end == start:
+                return b""
+            return await self.store.get_range_async(key, start, end)
+
+    def _detransform(self, seg: SegmentObject, i: int, raw: memoryview):
+        lo, hi = seg.index.original_range(i)
+        if seg.detransform is None:
+            data = bytes(raw)
+        else:
+            try:
+                data = seg.detransform(i, raw)
+            except KafkaEngineError as e:
+                raise e.with_file(self.store.url(seg.key))
+            except Exception as e:  # a codec's own error type (zlib.error, InvalidTag ...)
+                raise RemoteStorageError(
+                    f"chunk {i} cannot be decoded: {type(e).__name__}: {e}",
+                    file=self.store.url(seg.key), position=seg.index.transformed_range(i)[0]
+                ) from e
+        if len(data) != hi - lo:
+            raise RemoteStorageError(
+                f"chunk {i} decodes to {len(data)} bytes, its index says {hi - lo}",
+                file=self.store.url(seg.key), position=seg.index.transformed_range(i)[0])
+        return data
+
+    def _timeout(self, seg: SegmentObject, what: str, chunks: list[int]):
+        return RemoteFetchTimeoutError(
+            f"read of {what} did not finish within the fetch deadline "
+            f"(remote.fetch.max.wait.ms); chunks {chunks[0]}..{chunks[-1]} still pending",
+            file=self.store.url(seg.key))
+
+    # -- read-ahead ----------------------------------------------------------------------
+    def _prefetch_after(self, seg: SegmentObject, last: int,
+                        next_segment: SegmentObject | None) -> None:
+        if self.prefetch_max_bytes <= 0:
+            return
+        plan: list[tuple[SegmentObject, list[int]]] = []
+        budget = self.prefetch_max_bytes
+        for s, first in ((seg, last + 1), (next_segment, 0)):
+            if s is None or budget <= 0:
+                break
+            picked = []
+            for i in range(first, s.index.chunk_count):
+                lo, hi = s.index.original_range(i)
+                if budget <= 0:
+                    break
+                budget -= hi - lo
+                key = s.chunk_key(i)
+                with self._lock:
+                    busy = key in self._inflight
+                if not busy and not self.cache.contains(key):
+                    picked.append(i)
+            if picked:
+                plan.append((s, picked))
+            if budget <= 0:
+                break
+        for s, picked in plan:
+            nbytes = sum(s.index.original_range(i)[1] - s.index.original_range(i)[0]
+                         for i in picked)
+            with self._lock:
+                if self._prefetch_pending + nbytes > 2 * self.prefetch_max_bytes:
+                    return  # read-ahead is behind: do not queue more
+                self._prefetch_pending += nbytes
+            try:
+                self._prefetch_pool.submit(self._prefetch, s, picked, nbytes)
+            except RuntimeError:  # shut down
+                with self._lock:
+                    self._prefetch_pending -= nbytes
+                return
+
+    def _prefetch(self, seg: SegmentObject, indices: list[int], nbytes: int) -> None:
+        try:
+            deadline = time.monotonic() + self.store.config.call_timeout_ms / 1000.0
+            self._fetch(seg, indices, deadline, what=f"read-ahead of chunks {indices[0]}..")
+        except (KafkaEngineError, OSError) as e:
+            # read-ahead is an optimisation: its failure is counted (cache_load_failure,
+            # the store's error counters) and the foreground read will fetch again
+            log.debug("read-ahead of %s failed: %s", self.store.url(seg.key), e)
+        finally:
+            with self._lock:
+                self._prefetch_pending -= nbytes

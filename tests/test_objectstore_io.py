@@ -1,0 +1,503 @@
+"""The object-store I/O layer (engine/remote/objectstore: store, reads, chunk_cache) against a
+real S3 server (SeaweedFS, tests/s3_server.py), with faults injected by a loopback proxy."""
+
+import concurrent.futures
+import errno
+import os
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+from fault_proxy import Fault
+from objectstore_support import ListChunkRanges, plain_segment, zlib_chunks
+from prometheus_client import CollectorRegistry
+
+from engine.errors import (
+    RemoteFetchTimeoutError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from engine.remote.objectstore import (
+    ChunkCache,
+    ChunkCacheConfig,
+    ChunkKey,
+    LoadingCache,
+    ObjectStore,
+    ObjectStoreMetrics,
+    RangeReader,
+    SegmentObject,
+    StoreConfig,
+    TokenBucket,
+)
+from engine.remote.objectstore.store import STORE_CONFIG_KEYS
+
+MiB = 1024 * 1024
+PART = 5 * MiB
+
+
+def make_store(server, endpoint=None, **overrides):
+    configs = {**server.config(endpoint=endpoint),
+               "storage.s3.multipart.upload.part.size": str(PART),
+               "storage.s3.api.call.attempt.timeout": "10000",
+               "storage.s3.api.call.timeout": "20000"}
+    configs.update({k: str(v) for k, v in overrides.items()})
+    return ObjectStore(StoreConfig.from_configs(configs))
+
+
+@pytest.fixture
+def store(s3_server):
+    with make_store(s3_server) as s:
+        yield s
+
+
+@pytest.fixture
+def proxied(s3_server, fault_proxy):
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        yield s
+
+
+def unique(name):
+    return f"io-tests/{name}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+# -- store: uploads ------------------------------------------------------------------------
+def test_multipart_upload_of_a_file_is_byte_exact(tmp_path, proxied, fault_proxy):
+    data = os.urandom(3 * PART + 12345)
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    key = unique("seg") + ".log"
+    assert proxied.upload(key, path) == len(data)
+    assert proxied.get(key) == data
+    puts = fault_proxy.requests("PUT", key)
+    assert len(puts) == 4 and all("partNumber=" in r.path for r in puts)
+    assert len(fault_proxy.requests("POST", key)) == 2  # create + complete
+    assert proxied.metrics.value("object_upload_bytes", object_type="log") == len(data)
+
+
+def test_small_source_is_one_put(proxied, fault_proxy):
+    key = unique("small") + ".rsm-manifest"
+    proxied.put_bytes(key, b'{"version":"1"}')
+    assert [r.method for r in fault_proxy.requests(path_contains=key)] == ["PUT"]
+    assert proxied.get(key) == b'{"version":"1"}'
+
+
+def test_upload_from_a_block_iterator(store):
+    blocks = [os.urandom(n) for n in (1, 3 * MiB, 4 * MiB + 7, 0, 2 * MiB, 123)]
+    key = unique("iter")
+    assert store.upload(key, iter(blocks)) == sum(map(len, blocks))
+    assert store.get(key) == b"".join(blocks)
+
+
+def test_a_retried_upload_overwrites(store):
+    key = unique("again")
+    store.upload(key, os.urandom(PART + 1))
+    store.upload(key, b"second")
+    assert store.get(key) == b"second"
+
+
+def test_a_failing_source_fails_the_upload_and_leaves_no_object(store):
+    key = unique("broken")
+
+    def blocks():
+        yield os.urandom(PART)
+        yield os.urandom(PART)
+        raise OSError(errno.EIO, "disk gone")
+
+    with pytest.raises(RemoteStorageError) as info:
+        store.upload(key, blocks())
+    assert info.value.errno == errno.EIO and key in str(info.value)
+    with pytest.raises(RemoteResourceNotFoundError):
+        store.head(key)
+
+
+def test_token_bucket_paces_to_the_rate_and_goes_into_debt():
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    bucket = TokenBucket(100, burst=100, clock=lambda: now[0], sleep=sleep)
+    assert bucket.acquire(100) == 0  # the burst
+    assert bucket.acquire(250) == pytest.approx(2.5)  # a block larger than the burst passes
+    now[0] += 1.0
+    assert bucket.acquire(50) == 0  # refilled 100 in the second
+    assert sum(slept) == pytest.approx(2.5)
+
+
+def test_upload_rate_limit_is_shared_by_uploads(s3_server):
+    with make_store(s3_server, **{"upload.rate.limit.bytes.per.second": 4 * MiB}) as s:
+        assert s._rate is not None and s._rate.rate == 4 * MiB
+        waited = []
+        real = s._rate.acquire
+        s._rate.acquire = lambda n: waited.append(real(n)) or waited[-1]
+        s.upload(unique("rate-a"), os.urandom(PART + 1))
+        s.upload(unique("rate-b"), os.urandom(PART + 1))
+        # 2 x (5 MiB + 1) through a 4 MiB/s bucket with a 4 MiB burst: about 1.5 s of waits
+        assert sum(waited) == pytest.approx((2 * (PART + 1) - 4 * MiB) / (4 * MiB), rel=0.2)
+
+
+# -- store: reads, deletes, listing, errors ------------------------------------------------
+def test_delete_is_idempotent_and_list_is_paged(store):
+    prefix = unique("list") + "/"
+    keys = [f"{prefix}{i:03d}" for i in range(7)]
+    for k in keys:
+        store.put_bytes(k, k.encode())
+    listing = store.list(prefix, page_size=3)
+    assert [o.key for o in listing] == keys
+    assert store.metrics.value("list_objects_requests") == 4  # 3 + 3 + 1, then the end
+    store.delete(keys + [prefix + "missing"])
+    store.delete(keys)
+    assert list(store.list(prefix)) == []
+
+
+def test_missing_object_is_resource_not_found_naming_the_key(store):
+    key = unique("nothing")
+    with pytest.raises(RemoteResourceNotFoundError) as info:
+        store.get_range(key, 0, 10)
+    assert f"s3://{store.config.bucket}/{key}" in str(info.value)
+
+
+def test_bad_credentials_error_never_shows_the_secret(s3_server):
+    secret = "wrong-secret-value-xyz"
+    with make_store(s3_server, **{"storage.aws.secret.access.key": secret}) as s, \
+            pytest.raises(RemoteStorageError) as info:
+        s.get(unique("x"))
+    assert secret not in str(info.value) and secret not in repr(s.config)
+
+
+def test_unreachable_store_fails_bounded_with_errno(s3_server):
+    from s3_server import free_ports
+
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    s = make_store(s3_server, endpoint=dead, **{"storage.api.call.max.retries": 1})
+    with s, pytest.raises(RemoteStorageError) as info:
+        s.get_range("k", 0, 1)
+    assert info.value.errno == errno.ECONNREFUSED
+    assert s.metrics.value("io_errors") == 1
+
+
+def test_config_errors_name_the_key():
+    from engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match="storage.s3.bucket.name"):
+        StoreConfig.from_configs({"storage.s3.region": "eu-west-1"})
+    with pytest.raises(ConfigError, match="storage.s3.multipart.upload.part.size"):
+        StoreConfig.from_configs({"storage.s3.bucket.name": "b", "storage.s3.region": "r",
+                                  "storage.s3.multipart.upload.part.size": "1024"})
+    with pytest.raises(ConfigError, match="storage.aws.access.key.id") as info:
+        StoreConfig.from_configs({"storage.s3.bucket.name": "b", "storage.s3.region": "r",
+                                  "storage.aws.secret.access.key": "hush"})
+    assert "hush" not in str(info.value)
+    cfg = StoreConfig.from_configs({
+        "storage.backend.class": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
+        "storage.s3.bucket.name": "b", "storage.s3.region": "r"})
+    assert cfg.backend == "s3" and cfg.part_size == 25 * MiB
+    assert "storage.s3.endpoint.url" in STORE_CONFIG_KEYS
+
+
+def test_slowdown_answers_are_retried(proxied, fault_proxy):
+    key = unique("slow")
+    fault_proxy.add(Fault("status", method="PUT", status=503, times=2))
+    proxied.put_bytes(key, b"payload")
+    fault_proxy.add(Fault("status", method="GET", status=503, times=2))
+    fault_proxy.add(Fault("status", method="GET", status=500, times=1))
+    assert bytes(proxied.get_range(key, 1, 4)) == b"ayl"
+    assert [r.fault for r in fault_proxy.requests("GET", key)] == \
+        ["status", "status", "status", None]
+
+
+# -- reads -----------------------------------------------------------------------------------
+CHUNK = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def plain_object(s3_server):
+    data = os.urandom(16 * CHUNK + 999)
+    key = unique("plain") + ".log"
+    with make_store(s3_server) as s:
+        s.upload(key, data)
+    return key, data
+
+
+@pytest.fixture(scope="module")
+def zlib_object(s3_server):
+    data = os.urandom(8 * CHUNK) + bytes(8 * CHUNK) + b"tail"
+    raw, index, detransform = zlib_chunks(data, CHUNK)
+    key = unique("zlib") + ".log"
+    with make_store(s3_server) as s:
+        s.upload(key, raw)
+    return SegmentObject(key, index, "zlib-1", detransform), data
+
+
+def test_ranged_reads_at_chunk_edges_are_byte_exact(proxied, plain_object, zlib_object):
+    key, data = plain_object
+    plain = plain_segment(key, len(data), CHUNK)
+    zseg, zdata = zlib_object
+    reader = RangeReader(proxied, None, fetch_max_wait_ms=20_000)
+    for seg, expect in ((plain, data), (zseg, zdata)):
+        n = len(expect)
+        for a, b in [(0, 1), (0, CHUNK), (CHUNK - 1, CHUNK + 1), (CHUNK, 2 * CHUNK),
+                     (3 * CHUNK - 5, 7 * CHUNK + 5), (n - 1, n), (n - 3, n + 100), (0, n),
+                     (5, 5), (n, n + 10)]:
+            assert bytes(reader.read(seg, a, b)) == expect[a:min(b, n)], (seg.key, a, b)
+        buf = bytearray(CHUNK + 10)
+        assert reader.read_into(seg, n - 20, buf) == 20
+        assert bytes(buf[:20]) == expect[-20:]
+
+
+def test_adjacent_chunks_coalesce_into_one_get(s3_server, fault_proxy, plain_object):
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK)
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        one = RangeReader(s, None, max_in_flight=1, fetch_max_wait_ms=20_000)
+        assert bytes(one.read(seg, 10, 8 * CHUNK - 10)) == data[10:8 * CHUNK - 10]
+        gets = fault_proxy.requests("GET", key)
+        assert [r.range for r in gets] == [f"bytes=0-{8 * CHUNK - 1}"]
+
+        fault_proxy.clear()
+        four = RangeReader(s, None, max_in_flight=4, fetch_max_wait_ms=20_000)
+        assert bytes(four.read(seg, 0, 8 * CHUNK)) == data[:8 * CHUNK]
+        ranges = sorted(int(r.range[6:].split("-")[0]) for r in fault_proxy.requests("GET"))
+        assert ranges == [0, 2 * CHUNK, 4 * CHUNK, 6 * CHUNK]  # 4 GETs of 2 chunks each
+
+        fault_proxy.clear()
+        capped = RangeReader(s, None, max_in_flight=1, max_request_bytes=3 * CHUNK,
+                             fetch_max_wait_ms=20_000)
+        assert bytes(capped.read(seg, 0, 8 * CHUNK)) == data[:8 * CHUNK]
+        assert len(fault_proxy.requests("GET")) == 3  # 3 + 3 + 2 chunks
+
+
+def test_concurrent_readers_of_one_chunk_share_one_request(proxied, fault_proxy,
+                                                           plain_object):
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK)
+    reader = RangeReader(proxied, ChunkCache(memory_bytes=0), fetch_max_wait_ms=20_000)
+    fault_proxy.add(Fault("delay", method="GET", delay_s=0.5, times=None))
+    n = 8
+    barrier = threading.Barrier(n)
+
+    def read(_):
+        barrier.wait(timeout=10)
+        return bytes(reader.read(seg, 5 * CHUNK + 1, 5 * CHUNK + 100))
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(read, range(n)))
+    assert results == [data[5 * CHUNK + 1:5 * CHUNK + 100]] * n
+    assert len(fault_proxy.requests("GET", key)) == 1
+
+
+def test_a_slow_store_fails_within_the_deadline_and_caches_nothing(proxied, fault_proxy,
+                                                                   plain_object):
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK)
+    cache = ChunkCache(memory_bytes=16 * MiB)
+    reader = RangeReader(proxied, cache, fetch_max_wait_ms=300)
+    fault_proxy.add(Fault("delay", method="GET", delay_s=30, times=None))
+    t0 = time.monotonic()
+    with pytest.raises(RemoteFetchTimeoutError) as info:
+        reader.read(seg, 0, 3 * CHUNK)
+    assert time.monotonic() - t0 < 5
+    assert key in str(info.value) and "remote.fetch.max.wait.ms" in str(info.value)
+    assert not any(cache.contains(seg.chunk_key(i)) for i in range(3))
+    assert reader._inflight == {}
+
+
+def test_slowdown_on_reads_is_retried_then_succeeds(proxied, fault_proxy, zlib_object):
+    seg, data = zlib_object
+    reader = RangeReader(proxied, None, fetch_max_wait_ms=20_000)
+    fault_proxy.add(Fault("status", method="GET", status=503, times=3))
+    assert bytes(reader.read(seg, CHUNK - 7, 4 * CHUNK)) == data[CHUNK - 7:4 * CHUNK]
+    assert proxied.metrics.value("throttling_errors") in (None, 0.0)  # retried inside
+
+
+def test_a_body_cut_short_is_an_error_and_nothing_is_cached(s3_server, fault_proxy,
+                                                            plain_object):
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK)
+    cache = ChunkCache(memory_bytes=16 * MiB)
+    with make_store(s3_server, endpoint=fault_proxy.endpoint,
+                    **{"storage.api.call.max.retries": 0}) as s:
+        reader = RangeReader(s, cache, max_in_flight=1, fetch_max_wait_ms=20_000)
+        fault_proxy.add(Fault("cut", method="GET", cut_after=1000, times=None))
+        with pytest.raises(RemoteStorageError) as info:
+            reader.read(seg, 0, 2 * CHUNK)
+        assert key in str(info.value)
+        assert not cache.contains(seg.chunk_key(0)) and not cache.contains(seg.chunk_key(1))
+        fault_proxy.clear()
+        assert bytes(reader.read(seg, 0, 2 * CHUNK)) == data[:2 * CHUNK]
+        assert cache.contains(seg.chunk_key(0))
+
+
+def test_a_damaged_chunk_is_an_error_naming_object_and_chunk(store, zlib_object):
+    seg, _ = zlib_object
+
+    def bad(i, raw):
+        if i == 2:
+            raise zlib.error("invalid stored block lengths")
+        return seg.detransform(i, raw)
+
+    reader = RangeReader(store, ChunkCache(memory_bytes=MiB), fetch_max_wait_ms=20_000)
+    broken = SegmentObject(seg.key, seg.index, "broken", bad)
+    with pytest.raises(RemoteStorageError, match="chunk 2 cannot be decoded") as info:
+        reader.read(broken, 0, 4 * CHUNK)
+    assert seg.key in str(info.value)
+    short = SegmentObject(seg.key, seg.index, "short", lambda i, raw: b"x")
+    with pytest.raises(RemoteStorageError, match="chunk 0 decodes to 1 bytes"):
+        reader.read(short, 0, 10)
+    assert not reader.cache.contains(short.chunk_key(0))
+
+
+# -- chunk cache -----------------------------------------------------------------------------
+def test_disk_cache_survives_a_restart(tmp_path, s3_server, fault_proxy, zlib_object):
+    seg, data = zlib_object
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=MiB, disk_paths=dirs, disk_bytes=64 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000)
+        assert bytes(reader.read(seg, 0, len(data))) == data
+        assert cache.flush(30)
+        cache.close()
+        used = [d for d in dirs if any(p.suffix == ".chunk" for p in
+                                       Path(d).rglob("*"))]
+        assert len(used) == 2  # entries spread over both disks
+        fault_proxy.clear()
+
+        reopened = ChunkCache(memory_bytes=MiB, disk_paths=dirs, disk_bytes=64 * MiB)
+        assert reopened.disk_bytes > len(data)
+        again = RangeReader(s, reopened, fetch_max_wait_ms=20_000)
+        assert bytes(again.read(seg, 0, len(data))) == data
+        assert fault_proxy.requests("GET") == []
+
+
+def test_a_damaged_disk_entry_is_dropped_and_refetched(tmp_path, s3_server, fault_proxy,
+                                                       zlib_object):
+    seg, data = zlib_object
+    dirs = [str(tmp_path / "c")]
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=0, disk_paths=dirs)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000)
+        reader.read(seg, 0, 3 * CHUNK)
+        assert cache.flush(30)
+        cache.close()
+        digest = seg.chunk_key(1).digest()
+        entry = next(Path(dirs[0]).rglob(f"{digest}.chunk"))
+        raw = bytearray(entry.read_bytes())
+        raw[-100] ^= 0x40
+        entry.write_bytes(raw)
+        fault_proxy.clear()
+
+        reopened = ChunkCache(memory_bytes=0, disk_paths=dirs)
+        assert reopened.get(seg.chunk_key(1)) is None  # damaged: never served
+        assert not entry.exists()
+        again = RangeReader(s, reopened, fetch_max_wait_ms=20_000)
+        assert bytes(again.read(seg, 0, 3 * CHUNK)) == data[:3 * CHUNK]
+        gets = fault_proxy.requests("GET")
+        assert len(gets) == 1  # chunk 1 alone; 0 and 2 came from disk
+        assert reopened.metrics.value("cache_misses", cache="chunk-cache") == 2
+
+
+def test_cache_is_bounded_by_bytes_and_keys_never_alias(tmp_path):
+    cache = ChunkCache(memory_bytes=3000, disk_paths=[str(tmp_path / "a"),
+                                                      str(tmp_path / "b")], disk_bytes=5000)
+    for i in range(10):
+        cache.put(ChunkKey("obj.log", "id-1", i), bytes([i]) * 1000)
+    assert cache.flush(30)
+    assert cache.memory_bytes <= 3000 and cache.disk_bytes <= 5000
+    assert cache.metrics.value("cache_eviction", cache="chunk-cache") >= 5
+    assert cache.get(ChunkKey("obj.log", "id-2", 9)) is None  # another upload's identity
+    assert cache.get(ChunkKey("obj.log", "id-1", 9)) == bytes([9]) * 1000
+    cache.close()
+
+
+def test_chunk_cache_config_reads_the_plugin_names(tmp_path):
+    cfg = ChunkCacheConfig.from_configs({
+        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache",
+        "fetch.chunk.cache.size": str(64 * MiB),
+        "fetch.chunk.cache.path": f"{tmp_path}/x, {tmp_path}/y",
+        "fetch.chunk.cache.prefetch.max.size": str(8 * MiB)})
+    assert cfg.kind == "disk" and cfg.paths == (f"{tmp_path}/x", f"{tmp_path}/y")
+    cache = cfg.build()
+    assert cache is not None and cache.disk_bytes == 0
+    cache.close()
+    from engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match="fetch.chunk.cache.path"):
+        ChunkCacheConfig.from_configs({
+            "fetch.chunk.cache.class": "disk", "fetch.chunk.cache.size": "100"})
+
+
+def test_loading_cache_shares_loads_and_never_caches_failures():
+    cache = LoadingCache("segment-manifest-cache", 2)
+    calls = []
+    gate = threading.Event()
+
+    def load():
+        calls.append(1)
+        gate.wait(10)
+        return "manifest"
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futs = [pool.submit(cache.get, "k", load, 10) for _ in range(4)]
+        deadline = time.monotonic() + 10
+        while len(calls) == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        gate.set()
+        assert [f.result(10) for f in futs] == ["manifest"] * 4
+    assert len(calls) == 1
+
+    def fail():
+        raise RemoteStorageError("boom")
+
+    with pytest.raises(RemoteStorageError):
+        cache.get("bad", fail)
+    assert cache.get("bad", lambda: "ok") == "ok"  # the failure was not cached
+    cache.get("third", lambda: 3)
+    assert len(cache) == 2  # bounded
+
+
+# -- read-ahead ------------------------------------------------------------------------------
+def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_object):
+    key, data = plain_object
+    first = plain_segment(key, len(data), CHUNK, identity="seg-a")
+    second = plain_segment(key, len(data), CHUNK, identity="seg-b")  # the next segment
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000,
+                             prefetch_max_bytes=3 * CHUNK)
+        n = first.index.chunk_count
+        reader.read(first, first.index.original_range(n - 2)[0], len(data),
+                    next_segment=second)
+        wanted = [second.chunk_key(i) for i in range(3)]
+        deadline = time.monotonic() + 20
+        while not all(cache.contains(k) for k in wanted) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(cache.contains(k) for k in wanted)
+        assert not cache.contains(second.chunk_key(3))  # bounded by prefetch.max.size
+        fault_proxy.clear()
+        assert bytes(reader.read(second, 0, 3 * CHUNK)) == data[:3 * CHUNK]
+        # only the next read-ahead (chunks 3..) may have gone to the store
+        assert all(int(r.range[6:].split("-")[0]) >= 3 * CHUNK
+                   for r in fault_proxy.requests("GET", key))
+        reader.close()
+
+
+def test_metrics_join_a_given_registry():
+    registry = CollectorRegistry()
+    metrics = ObjectStoreMetrics(registry)
+    metrics.uploaded("log", 10)
+    metrics.cache_event("chunk-cache", "cache_hits")
+    assert registry.get_sample_value("object_upload_total", {"object_type": "log"}) == 1
+    assert registry.get_sample_value("object_upload_bytes_total", {"object_type": "log"}) == 10
+    assert registry.get_sample_value("cache_hits_total", {"cache": "chunk-cache"}) == 1
+
+
+def test_list_chunk_ranges_helper_agrees_with_itself():
+    idx = ListChunkRanges([10, 10, 5])
+    assert list(idx.chunks_for(0, 25)) == [0, 1, 2]
+    assert list(idx.chunks_for(9, 11)) == [0, 1]
+    assert list(idx.chunks_for(10, 20)) == [1]
+    assert list(idx.chunks_for(24, 100)) == [2]

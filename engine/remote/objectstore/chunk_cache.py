@@ -234,7 +234,7 @@ class ChunkCache:
         self._report_size()
 
     # -- lookups -------------------------------------------------------------------------
-    def get(self, key: ChunkKey) -> bytes | None:
+    def get(self, key: ChunkKey) -> bytes | memoryview | None:
         """The chunk's bytes, or None (counted as a miss) when absent, expired or damaged."""
         digest = key.digest()
         now = self._clock()
@@ -268,8 +268,11 @@ class ChunkCache:
         return data
 
     def put(self, key: ChunkKey, data) -> None:
-        """Cache a complete, detransformed chunk (memory now, disk soon)."""
-        data = bytes(data)
+        """Cache a complete, detransformed chunk (memory now, disk soon). `data` is any
+        read-only bytes-like object and is kept as given (no copy): the caller must not
+        change it afterwards (fetched buffers and decoded chunks are never reused)."""
+        if not isinstance(data, (bytes, memoryview)):
+            data = bytes(data)
         digest = key.digest()
         now = self._clock()
         self._put_memory(digest, data, now)

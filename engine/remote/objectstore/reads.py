@@ -148,7 +148,8 @@ class RangeReader:
     def read(self, seg: SegmentObject, start: int, end: int, *,
              timeout_s: float | None = None, next_segment: SegmentObject | None = None):
         """Original bytes [start, end) of the segment (clamped to its size), as bytes or a
-        read-only memoryview. Raises RemoteFetchTimeoutError past the deadline,
+        read-only memoryview (a read within one chunk is a view of the cached or fetched
+        chunk, without a copy). Raises RemoteFetchTimeoutError past the deadline,
         RemoteStorageError / RemoteResourceNotFoundError for store failures, and the
         detransform's typed errors for damaged chunks."""
         deadline = time.monotonic() + (self.fetch_max_wait_s if timeout_s is None
@@ -166,14 +167,11 @@ class RangeReader:
         if len(chunks) == 1:
             lo = seg.index.original_range(chunks[0])[0]
             return memoryview(plain[chunks[0]])[start - lo:end - lo]
-        out = bytearray(end - start)
-        pos = 0
+        pieces = []
         for i in chunks:
             lo, hi = seg.index.original_range(i)
-            a, b = max(start, lo) - lo, min(end, hi) - lo
-            out[pos:pos + b - a] = memoryview(plain[i])[a:b]
-            pos += b - a
-        return out
+            pieces.append(memoryview(plain[i])[max(start, lo) - lo:min(end, hi) - lo])
+        return b"".join(pieces)  # one copy, no zero-fill first
 
     def read_into(self, seg: SegmentObject, start: int, buffer, *,
                   timeout_s: float | None = None,
@@ -301,7 +299,7 @@ class RangeReader:
     def _detransform(self, seg: SegmentObject, i: int, raw: memoryview):
         lo, hi = seg.index.original_range(i)
         if seg.detransform is None:
-            data = bytes(raw)
+            data = raw  # plain mode: the fetched buffer itself, no copy
         else:
             try:
                 data = seg.detransform(i, raw)

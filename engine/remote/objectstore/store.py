@@ -7,7 +7,8 @@ What this layer adds on top of obstore, and why:
 
 - **Streamed multipart uploads with bounded memory.** `ObjectStore.upload` takes a file path,
   a buffer or an iterator of buffers (the per-chunk transforms' output) and hands obstore an
-  iterator of blocks; obstore packs them into parts of `storage.s3.multipart.upload.part.size`
+  iterator of blocks (or, for a file with no rate limit to honour, the path itself, which
+  obstore reads without passing the bytes through Python); obstore packs them into parts of `storage.s3.multipart.upload.part.size`
   and keeps `storage.upload.parts.in.flight` parts uploading at once. Peak memory is about
   (parts in flight + 2) x part size: the segment is never read whole. A source that ends
   within one part is sent as a single PUT instead (manifests, small indexes).
@@ -404,6 +405,8 @@ class ObjectStore:
         object_type = object_type or key.rpartition(".")[2]
         if self._closed:
             raise RemoteStorageError("upload on a closed store", file=self.url(key))
+        if self._rate is None and isinstance(source, (str, os.PathLike)):
+            return self._upload_file(key, Path(source), object_type)
         source_errors: list[BaseException] = []
 
         def guarded(it: Iterator) -> Iterator:
@@ -456,6 +459,37 @@ class ObjectStore:
             raise self._error("PUT", key, e) from e
         self.metrics.uploaded(object_type, total)
         return total
+
+    def _upload_file(self, key: str, path: Path, object_type: str) -> int:
+        """A file with no rate limit to honour: obstore reads it itself, in part-size
+        blocks, without passing the bytes through Python (same parts, same bound)."""
+        cfg = self.config
+        try:
+            size = path.stat().st_size
+        except OSError as e:
+            raise RemoteStorageError(
+                f"upload to {self.url(key)} failed: cannot read its source: "
+                f"[errno {e.errno}] {e.strerror}", file=str(path)) from e
+        try:
+            if size <= cfg.part_size:
+                self.metrics.request("put_object_requests")
+            else:
+                self.metrics.request("create_multipart_upload_requests")
+            obstore.put(self._store, key, path, use_multipart=size > cfg.part_size,
+                        chunk_size=cfg.part_size, max_concurrency=cfg.parts_in_flight)
+        except Exception as e:
+            if isinstance(e, OSError) and not _is_obstore(e):
+                err = RemoteStorageError(
+                    f"upload to {self.url(key)} failed reading its source: {e}",
+                    file=str(path))
+                err.errno, err.strerror = e.errno, e.strerror
+                raise err from e
+            raise self._error("PUT", key, e) from e
+        if size > cfg.part_size:
+            self.metrics.request("upload_part_requests", -(-size // cfg.part_size))
+            self.metrics.request("complete_multipart_upload_requests")
+        self.metrics.uploaded(object_type, size)
+        return size
 
     def _throttle(self, n: int) -> None:
         if self._rate is not None:

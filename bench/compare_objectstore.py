@@ -1,0 +1,214 @@
+"""Side by side against one local S3 server (SeaweedFS `weed mini`, started here): the
+object-store tier's I/O layer (engine/remote/objectstore) against raw obstore calls moving
+the same bytes with the same concurrency, in one run.
+
+    .venv/bin/python bench/compare_objectstore.py                 # 64 MiB object
+    .venv/bin/python bench/compare_objectstore.py --mb 128 --markdown /tmp/objstore.md
+
+The data is random (SeaweedFS compresses compressible uploads). Contenders run round-robin
+(A B A B ...), best of --reps reported, so both see the same machine load. Sections:
+  (a) sweep, for chunk sizes 1, 4, 8, 16 MiB and max_in_flight 1, 2, 4, 8: a cold read of
+      the whole object in 8 MiB windows through RangeReader with no cache (how well one
+      large fetch is split and coalesced), and a cold sequential read in 1 MiB reads (the
+      RLM's fetch size) through a memory chunk cache with 16 MiB of read-ahead (the path a
+      consumer catching up takes): MB/s, and the CPU seconds the process spent per GiB.
+  (b) reads vs raw: RangeReader at the chosen defaults vs raw obstore `get_range_async`
+      of the same 8 MiB windows split into the same number of ranges in flight (the
+      engine's plan: one coalesced GET per max_in_flight share). Target >= 0.9x.
+  (c) upload: ObjectStore.upload of a file (parts of 8 MiB, 4 in flight) vs raw
+      `obstore.put(Path, chunk_size=8 MiB, max_concurrency=4)` of the same file. Target
+      >= 0.9x; and the growth of the process's peak RSS during each upload (VmHWM reset
+      through /proc/self/clear_refs) against the bound parts in flight x part size + 64 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # run as a script: make `bench` and `engine` importable
+    sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import obstore
+from objectstore_support import plain_segment
+from s3_server import S3Server
+
+from bench.compare_records import Report
+from engine.remote.objectstore import (
+    ChunkCache,
+    ObjectStore,
+    RangeReader,
+    StoreConfig,
+)
+
+MiB = 1024 * 1024
+WINDOW = 8 * MiB
+CHUNK_SIZES = (1, 4, 8, 16)
+IN_FLIGHT = (1, 2, 4, 8)
+PART = 8 * MiB
+PARTS_IN_FLIGHT = 4
+PREFETCH = 16 * MiB
+
+
+def cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def best(fn, reps: int) -> tuple[float, float]:
+    """(best wall seconds, CPU seconds of that run)."""
+    out = []
+    for _ in range(reps):
+        c0, t0 = cpu(), time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0, cpu() - c0))
+    return min(out)
+
+
+def peak_rss_growth(fn) -> int:
+    """Bytes the process's peak RSS grew by while fn ran (Linux)."""
+    def status(field):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"{field} not in /proc/self/status")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    base = status("VmRSS:")
+    fn()
+    return status("VmHWM:") - base
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=64, help="object size in MiB")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--markdown", help="also write the tables as markdown to this file")
+    args = ap.parse_args(argv)
+    size = args.mb * MiB
+    report = Report()
+    with tempfile.TemporaryDirectory(prefix="objstore-bench-") as tmp, \
+            S3Server(Path(tmp) / "weed") as server:
+        src = Path(tmp) / "segment.log"
+        with open(src, "wb") as f:
+            f.writelines(os.urandom(MiB) for _ in range(args.mb))
+        configs = {**server.config(), "storage.s3.multipart.upload.part.size": str(PART),
+                   "storage.upload.parts.in.flight": str(PARTS_IN_FLIGHT)}
+        store = ObjectStore(StoreConfig.from_configs(configs))
+        raw = server.raw_store()
+        key = "bench/segment.log"
+        store.upload(key, src)
+        mbs = size / MiB
+
+        # (a) sweep, round-robin over the grid so every point sees the same load
+        segs = {c: plain_segment(key, size, c * MiB) for c in CHUNK_SIZES}
+        grid = [(c, n) for c in CHUNK_SIZES for n in IN_FLIGHT]
+        windows, sequential = {}, {}
+        for _ in range(args.reps):
+            for chunk, inflight in grid:
+                seg = segs[chunk]
+                reader = RangeReader(store, None, max_in_flight=inflight,
+                                     fetch_max_wait_ms=120_000)
+
+                def read_windows(reader=reader, seg=seg):
+                    for pos in range(0, size, WINDOW):
+                        reader.read(seg, pos, pos + WINDOW)
+
+                cached = RangeReader(store, ChunkCache(memory_bytes=4 * PREFETCH),
+                                     max_in_flight=inflight, fetch_max_wait_ms=120_000,
+                                     prefetch_max_bytes=PREFETCH)
+
+                def read_sequential(reader=cached, seg=seg):
+                    for pos in range(0, size, MiB):
+                        reader.read(seg, pos, pos + MiB)
+
+                for out, fn in ((windows, read_windows), (sequential, read_sequential)):
+                    wall, used = best(fn, 1)
+                    if (chunk, inflight) not in out or wall < out[(chunk, inflight)][0]:
+                        out[(chunk, inflight)] = (wall, used)
+                cached.close()
+        for name, out in (("8 MiB windows, no cache", windows),
+                          ("1 MiB sequential, cache + 16 MiB read-ahead", sequential)):
+            for (chunk, inflight), (wall, used) in out.items():
+                report.add("a", f"{name}: chunk {chunk:>2} MiB, {inflight} in flight",
+                           mbs / wall, f"MB/s  ({used / (size / 2**30):.2f} CPU s/GiB)")
+            (bc, bi) = min(out, key=lambda k: out[k][0])
+            report.notes.append(f"sweep ({name}) best: chunk {bc} MiB, {bi} in flight "
+                                f"({mbs / out[(bc, bi)][0]:.0f} MB/s)")
+
+        # (b) engine reads at the defaults vs raw obstore, same ranges in flight
+        chunk, inflight = 4, 4
+        seg = plain_segment(key, size, chunk * MiB)
+        reader = RangeReader(store, None, max_in_flight=inflight, fetch_max_wait_ms=120_000)
+
+        def engine_reads():
+            for pos in range(0, size, WINDOW):
+                reader.read(seg, pos, pos + WINDOW)
+
+        share = -(-WINDOW // inflight)
+
+        async def raw_window(pos):
+            return await asyncio.gather(*(
+                obstore.get_range_async(raw, key, start=a, end=min(a + share, pos + WINDOW))
+                for a in range(pos, pos + WINDOW, share)))
+
+        loop = asyncio.new_event_loop()
+
+        def raw_reads():
+            for pos in range(0, size, WINDOW):
+                loop.run_until_complete(raw_window(pos))
+
+        e_runs, r_runs = [], []
+        for _ in range(args.reps):
+            e_runs.append(best(engine_reads, 1))
+            r_runs.append(best(raw_reads, 1))
+        (ew, ec), (rw, rc) = min(e_runs), min(r_runs)
+        report.add("b", f"RangeReader, chunk {chunk} MiB, {inflight} in flight", mbs / ew,
+                   f"MB/s  ({ec / (size / 2**30):.2f} CPU s/GiB)")
+        report.add("b", f"raw obstore get_range_async, {inflight} in flight", mbs / rw,
+                   f"MB/s  ({rc / (size / 2**30):.2f} CPU s/GiB)")
+        report.ratio("cold ranged reads: RangeReader / raw obstore", rw / ew, 0.9)
+
+        # (c) upload vs raw multipart put, and peak memory
+        e_runs, r_runs = [], []
+        for i in range(args.reps):
+            e_runs.append(best(lambda i=i: store.upload(f"bench/up-e-{i}", src), 1))
+            r_runs.append(best(lambda i=i: obstore.put(
+                raw, f"bench/up-r-{i}", src, chunk_size=PART,
+                max_concurrency=PARTS_IN_FLIGHT), 1))
+        (ew, ec), (rw, rc) = min(e_runs), min(r_runs)
+        report.add("c", "ObjectStore.upload (8 MiB parts, 4 in flight)", mbs / ew,
+                   f"MB/s  ({ec / (size / 2**30):.2f} CPU s/GiB)")
+        report.add("c", "raw obstore.put(Path), same parts", mbs / rw,
+                   f"MB/s  ({rc / (size / 2**30):.2f} CPU s/GiB)")
+        report.ratio("upload: ObjectStore.upload / raw obstore put", rw / ew, 0.9)
+        grow_e = peak_rss_growth(lambda: store.upload("bench/mem-e", src))
+        grow_r = peak_rss_growth(lambda: obstore.put(raw, "bench/mem-r", src, chunk_size=PART,
+                                                     max_concurrency=PARTS_IN_FLIGHT))
+        bound = PARTS_IN_FLIGHT * PART + 64 * MiB
+        report.add("c", "peak RSS growth during ObjectStore.upload", grow_e / MiB, "MiB")
+        report.add("c", "peak RSS growth during raw obstore.put", grow_r / MiB, "MiB")
+        report.ratio("upload memory: bound / peak growth", bound / max(grow_e, 1), 1.0,
+                     f"(bound {bound // MiB} MiB)")
+        store.close()
+
+    header = [(f"CPU: {platform.processor() or platform.machine()}, "
+               f"{os.cpu_count()} cores; object {args.mb} MiB; reps {args.reps}")]
+    print("\n" + report.text_tables())
+    for n in report.notes:
+        print(n)
+    if args.markdown:
+        Path(args.markdown).write_text(report.markdown(header) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -214,6 +214,27 @@ def test_slowdown_answers_are_retried(proxied, fault_proxy):
         ["status", "status", "status", None]
 
 
+def test_dropped_connections_are_retried(proxied, fault_proxy):
+    key = unique("drop")
+    proxied.put_bytes(key, b"0123456789")
+    fault_proxy.add(Fault("drop", method="GET", times=2))
+    assert bytes(proxied.get_range(key, 2, 5)) == b"234"
+    assert [r.fault for r in fault_proxy.requests("GET", key)] == ["drop", "drop", None]
+
+
+def test_persistent_server_errors_give_up_after_the_bounded_retries(s3_server, fault_proxy):
+    key = unique("down")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint,
+                    **{"storage.api.call.max.retries": 2}) as s:
+        s.put_bytes(key, b"x" * 100)
+        fault_proxy.add(Fault("status", method="GET", status=500, times=None))
+        with pytest.raises(RemoteStorageError, match="server") as info:
+            s.get_range(key, 0, 10)
+        assert key in str(info.value)
+        assert len(fault_proxy.requests("GET", key)) == 3  # the first try + 2 retries
+        assert s.metrics.value("server_errors") == 1
+
+
 # -- reads -----------------------------------------------------------------------------------
 CHUNK = 64 * 1024
 

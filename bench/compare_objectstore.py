@@ -19,8 +19,12 @@ The data is random (SeaweedFS compresses compressible uploads). Contenders run r
       >= 0.9x.
   (c) upload: ObjectStore.upload of a file (parts of 8 MiB, 4 in flight) vs raw
       `obstore.put(Path, chunk_size=8 MiB, max_concurrency=4)` of the same file. Target
-      >= 0.9x; and the growth of the process's peak RSS during each upload (VmHWM reset
-      through /proc/self/clear_refs) against the bound parts in flight x part size + 64 MiB.
+      >= 0.9x.
+  (d) memory: the growth of the process's peak RSS (VmHWM, reset through
+      /proc/self/clear_refs) while uploading a --mem-mb file, from the path and as an
+      iterator of 4 MiB blocks (the transforms' path), against the bound parts in flight x
+      part size + 64 MiB; raw obstore.put of the file for reference. `--sections d
+      --mem-mb 1024` runs the issue's 1 GiB case alone.
 """
 
 from __future__ import annotations
@@ -90,11 +94,146 @@ def peak_rss_growth(fn) -> int:
     return status("VmHWM:") - base
 
 
+def section_a(report, store, key, size, reps):
+    mbs = size / MiB
+    # (a) sweep, round-robin over the grid so every point sees the same load
+    segs = {c: plain_segment(key, size, c * MiB) for c in CHUNK_SIZES}
+    grid = [(c, n) for c in CHUNK_SIZES for n in IN_FLIGHT]
+    windows, sequential = {}, {}
+    for _ in range(reps):
+        for chunk, inflight in grid:
+            seg = segs[chunk]
+            reader = RangeReader(store, None, max_in_flight=inflight,
+                                 fetch_max_wait_ms=120_000)
+
+            def read_windows(reader=reader, seg=seg):
+                for pos in range(0, size, WINDOW):
+                    reader.read(seg, pos, pos + WINDOW)
+
+            cached = RangeReader(store, ChunkCache(memory_bytes=4 * PREFETCH),
+                                 max_in_flight=inflight, fetch_max_wait_ms=120_000,
+                                 prefetch_max_bytes=PREFETCH)
+
+            def read_sequential(reader=cached, seg=seg):
+                for pos in range(0, size, MiB):
+                    reader.read(seg, pos, pos + MiB)
+
+            for out, fn in ((windows, read_windows), (sequential, read_sequential)):
+                wall, used = best(fn, 1)
+                if (chunk, inflight) not in out or wall < out[(chunk, inflight)][0]:
+                    out[(chunk, inflight)] = (wall, used)
+            cached.close()
+    for name, out in (("8 MiB windows, no cache", windows),
+                      ("1 MiB sequential, cache + 16 MiB read-ahead", sequential)):
+        for (chunk, inflight), (wall, used) in out.items():
+            report.add("a", f"{name}: chunk {chunk:>2} MiB, {inflight} in flight",
+                       mbs / wall, f"MB/s  ({used / (size / 2**30):.2f} CPU s/GiB)")
+        (bc, bi) = min(out, key=lambda k: out[k][0])
+        report.notes.append(f"sweep ({name}) best: chunk {bc} MiB, {bi} in flight "
+                            f"({mbs / out[(bc, bi)][0]:.0f} MB/s)")
+
+
+
+def section_b(report, store, raw, key, size, reps, chunk_mb):
+    mbs = size / MiB
+    # (b) engine reads at the defaults vs raw obstore issuing the very GETs the
+    # engine plans (same ranges, same number in flight): the layer's own overhead
+    chunk, inflight = chunk_mb, DEFAULT_MAX_IN_FLIGHT
+    seg = plain_segment(key, size, chunk * MiB)
+    reader = RangeReader(store, None, max_in_flight=inflight, fetch_max_wait_ms=120_000)
+    buf = bytearray(WINDOW)
+
+    def engine_reads():
+        for pos in range(0, size, WINDOW):
+            reader.read_into(seg, pos, buf)
+
+    plans = []
+    for pos in range(0, size, WINDOW):
+        runs = reader._plan_runs(seg, list(seg.index.chunks_for(pos, pos + WINDOW)))
+        plans.append([(seg.index.transformed_range(r[0])[0],
+                       seg.index.transformed_range(r[-1])[1]) for r in runs])
+
+    async def raw_window(ranges):
+        return await asyncio.gather(*(obstore.get_range_async(raw, key, start=a, end=b)
+                                      for a, b in ranges))
+
+    loop = asyncio.new_event_loop()
+
+    def raw_reads():
+        for ranges in plans:
+            loop.run_until_complete(raw_window(ranges))
+
+    e_runs, r_runs = [], []
+    for _ in range(reps):
+        e_runs.append(best(engine_reads, 1))
+        r_runs.append(best(raw_reads, 1))
+    (ew, ec), (rw, rc) = min(e_runs), min(r_runs)
+    report.add("b", f"RangeReader.read_into, chunk {chunk} MiB, {inflight} in flight",
+               mbs / ew,
+               f"MB/s  ({ec / (size / 2**30):.2f} CPU s/GiB)")
+    report.add("b", "raw obstore get_range_async, the same GETs", mbs / rw,
+               f"MB/s  ({rc / (size / 2**30):.2f} CPU s/GiB)")
+    report.ratio("cold ranged reads: RangeReader / raw obstore", rw / ew, 0.9)
+
+
+
+def section_c(report, store, raw, src, size, reps):
+    mbs = size / MiB
+    # (c) upload vs raw multipart put, and peak memory
+    e_runs, r_runs = [], []
+    for i in range(reps):
+        e_runs.append(best(lambda i=i: store.upload(f"bench/up-e-{i}", src), 1))
+        r_runs.append(best(lambda i=i: obstore.put(
+            raw, f"bench/up-r-{i}", src, chunk_size=PART,
+            max_concurrency=PARTS_IN_FLIGHT), 1))
+    (ew, ec), (rw, rc) = min(e_runs), min(r_runs)
+    report.add("c", "ObjectStore.upload (8 MiB parts, 4 in flight)", mbs / ew,
+               f"MB/s  ({ec / (size / 2**30):.2f} CPU s/GiB)")
+    report.add("c", "raw obstore.put(Path), same parts", mbs / rw,
+               f"MB/s  ({rc / (size / 2**30):.2f} CPU s/GiB)")
+    report.ratio("upload: ObjectStore.upload / raw obstore put", rw / ew, 0.9)
+
+
+def section_d(report, store, raw, tmp, mem_mb):
+    src = Path(tmp) / "memory.log"
+    write_random(src, mem_mb)
+    blocks = 4 * MiB
+
+    def transformed_chunks():  # the transforms' path: an iterator of chunk-sized blocks
+        with open(src, "rb") as f:
+            for _ in range(mem_mb * MiB // blocks + 1):
+                block = f.read(blocks)
+                if not block:
+                    return
+                yield block
+
+    grow_e = peak_rss_growth(lambda: store.upload("bench/mem-e", src))
+    grow_i = peak_rss_growth(lambda: store.upload("bench/mem-i", transformed_chunks()))
+    grow_r = peak_rss_growth(lambda: obstore.put(raw, "bench/mem-r", src, chunk_size=PART,
+                                                 max_concurrency=PARTS_IN_FLIGHT))
+    bound = PARTS_IN_FLIGHT * PART + 64 * MiB
+    report.add("d", f"peak RSS growth, ObjectStore.upload of a {mem_mb} MiB file",
+               grow_e / MiB, "MiB")
+    report.add("d", "peak RSS growth, ObjectStore.upload of 4 MiB blocks", grow_i / MiB, "MiB")
+    report.add("d", "peak RSS growth, raw obstore.put of the file", grow_r / MiB, "MiB")
+    report.ratio("upload memory (file): bound / peak growth", bound / max(grow_e, 1), 1.0,
+                 f"(bound {bound // MiB} MiB)")
+    report.ratio("upload memory (blocks): bound / peak growth", bound / max(grow_i, 1), 1.0,
+                 f"(bound {bound // MiB} MiB)")
+
+
+def write_random(path: Path, mb: int) -> None:
+    with open(path, "wb") as f:
+        f.writelines(os.urandom(MiB) for _ in range(mb))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=64, help="object size in MiB")
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--chunk-mb", type=int, default=4, help="chunk size for (b)")
+    ap.add_argument("--chunk-mb", type=int, default=8, help="chunk size for (b)")
+    ap.add_argument("--mem-mb", type=int, default=256, help="file size for (d)")
+    ap.add_argument("--sections", default="abcd", help="which sections to run")
     ap.add_argument("--markdown", help="also write the tables as markdown to this file")
     args = ap.parse_args(argv)
     size = args.mb * MiB
@@ -102,112 +241,21 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="objstore-bench-") as tmp, \
             S3Server(Path(tmp) / "weed") as server:
         src = Path(tmp) / "segment.log"
-        with open(src, "wb") as f:
-            f.writelines(os.urandom(MiB) for _ in range(args.mb))
+        write_random(src, args.mb)
         configs = {**server.config(), "storage.s3.multipart.upload.part.size": str(PART),
                    "storage.upload.parts.in.flight": str(PARTS_IN_FLIGHT)}
         store = ObjectStore(StoreConfig.from_configs(configs))
         raw = server.raw_store()
         key = "bench/segment.log"
         store.upload(key, src)
-        mbs = size / MiB
-
-        # (a) sweep, round-robin over the grid so every point sees the same load
-        segs = {c: plain_segment(key, size, c * MiB) for c in CHUNK_SIZES}
-        grid = [(c, n) for c in CHUNK_SIZES for n in IN_FLIGHT]
-        windows, sequential = {}, {}
-        for _ in range(args.reps):
-            for chunk, inflight in grid:
-                seg = segs[chunk]
-                reader = RangeReader(store, None, max_in_flight=inflight,
-                                     fetch_max_wait_ms=120_000)
-
-                def read_windows(reader=reader, seg=seg):
-                    for pos in range(0, size, WINDOW):
-                        reader.read(seg, pos, pos + WINDOW)
-
-                cached = RangeReader(store, ChunkCache(memory_bytes=4 * PREFETCH),
-                                     max_in_flight=inflight, fetch_max_wait_ms=120_000,
-                                     prefetch_max_bytes=PREFETCH)
-
-                def read_sequential(reader=cached, seg=seg):
-                    for pos in range(0, size, MiB):
-                        reader.read(seg, pos, pos + MiB)
-
-                for out, fn in ((windows, read_windows), (sequential, read_sequential)):
-                    wall, used = best(fn, 1)
-                    if (chunk, inflight) not in out or wall < out[(chunk, inflight)][0]:
-                        out[(chunk, inflight)] = (wall, used)
-                cached.close()
-        for name, out in (("8 MiB windows, no cache", windows),
-                          ("1 MiB sequential, cache + 16 MiB read-ahead", sequential)):
-            for (chunk, inflight), (wall, used) in out.items():
-                report.add("a", f"{name}: chunk {chunk:>2} MiB, {inflight} in flight",
-                           mbs / wall, f"MB/s  ({used / (size / 2**30):.2f} CPU s/GiB)")
-            (bc, bi) = min(out, key=lambda k: out[k][0])
-            report.notes.append(f"sweep ({name}) best: chunk {bc} MiB, {bi} in flight "
-                                f"({mbs / out[(bc, bi)][0]:.0f} MB/s)")
-
-        # (b) engine reads at the defaults vs raw obstore issuing the very GETs the
-        # engine plans (same ranges, same number in flight): the layer's own overhead
-        chunk, inflight = args.chunk_mb, DEFAULT_MAX_IN_FLIGHT
-        seg = plain_segment(key, size, chunk * MiB)
-        reader = RangeReader(store, None, max_in_flight=inflight, fetch_max_wait_ms=120_000)
-        buf = bytearray(WINDOW)
-
-        def engine_reads():
-            for pos in range(0, size, WINDOW):
-                reader.read_into(seg, pos, buf)
-
-        plans = []
-        for pos in range(0, size, WINDOW):
-            runs = reader._plan_runs(seg, list(seg.index.chunks_for(pos, pos + WINDOW)))
-            plans.append([(seg.index.transformed_range(r[0])[0],
-                           seg.index.transformed_range(r[-1])[1]) for r in runs])
-
-        async def raw_window(ranges):
-            return await asyncio.gather(*(obstore.get_range_async(raw, key, start=a, end=b)
-                                          for a, b in ranges))
-
-        loop = asyncio.new_event_loop()
-
-        def raw_reads():
-            for ranges in plans:
-                loop.run_until_complete(raw_window(ranges))
-
-        e_runs, r_runs = [], []
-        for _ in range(args.reps):
-            e_runs.append(best(engine_reads, 1))
-            r_runs.append(best(raw_reads, 1))
-        (ew, ec), (rw, rc) = min(e_runs), min(r_runs)
-        report.add("b", f"RangeReader.read_into, chunk {chunk} MiB, {inflight} in flight",
-                   mbs / ew,
-                   f"MB/s  ({ec / (size / 2**30):.2f} CPU s/GiB)")
-        report.add("b", "raw obstore get_range_async, the same GETs", mbs / rw,
-                   f"MB/s  ({rc / (size / 2**30):.2f} CPU s/GiB)")
-        report.ratio("cold ranged reads: RangeReader / raw obstore", rw / ew, 0.9)
-
-        # (c) upload vs raw multipart put, and peak memory
-        e_runs, r_runs = [], []
-        for i in range(args.reps):
-            e_runs.append(best(lambda i=i: store.upload(f"bench/up-e-{i}", src), 1))
-            r_runs.append(best(lambda i=i: obstore.put(
-                raw, f"bench/up-r-{i}", src, chunk_size=PART,
-                max_concurrency=PARTS_IN_FLIGHT), 1))
-        (ew, ec), (rw, rc) = min(e_runs), min(r_runs)
-        report.add("c", "ObjectStore.upload (8 MiB parts, 4 in flight)", mbs / ew,
-                   f"MB/s  ({ec / (size / 2**30):.2f} CPU s/GiB)")
-        report.add("c", "raw obstore.put(Path), same parts", mbs / rw,
-                   f"MB/s  ({rc / (size / 2**30):.2f} CPU s/GiB)")
-        report.ratio("upload: ObjectStore.upload / raw obstore put", rw / ew, 0.9)
-        grow_e = peak_rss_growth(lambda: store.upload("bench/mem-e", src))
-        grow_r = peak_rss_growth(lambda: obstore.put(raw, "bench/mem-r", src, chunk_size=PART,
-                                                     max_concurrency=PARTS_IN_FLIGHT))
-        bound = PARTS_IN_FLIGHT * PART + 64 * MiB
-        report.add("c", "peak RSS growth during ObjectStore.upload", grow_e / MiB, "MiB")
-        report.add("c", "peak RSS growth during raw obstore.put", grow_r / MiB, "MiB")
-        report.ratio("upload memory: bound / peak growth", bound / max(grow_e, 1), 1.0,
-                     f"(bound {bound // MiB} MiB)")
+        if "a" in args.sections:
+            section_a(report, store, key, size, args.reps)
+        if "b" in args.sections:
+            section_b(report, store, raw, key, size, args.reps, args.chunk_mb)
+        if "c" in args.sections:
+            section_c(report, store, raw, src, size, args.reps)
+        if "d" in args.sections:
+            section_d(report, store, raw, tmp, args.mem_mb)
         store.close()
 
     header = [(f"CPU: {platform.processor() or platform.machine()}, "

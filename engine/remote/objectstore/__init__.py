@@ -12,6 +12,7 @@ from engine.remote.objectstore.chunk_cache import (
 )
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
 from engine.remote.objectstore.reads import (
+    DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_REQUEST_BYTES,
     ChunkRanges,
@@ -29,6 +30,7 @@ from engine.remote.objectstore.store import (
 
 __all__ = [
     "CHUNK_CACHE_CONFIG_KEYS",
+    "DEFAULT_CHUNK_SIZE",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_REQUEST_BYTES",
     "STORE_CONFIG_KEYS",

@@ -48,6 +48,7 @@ from engine.remote.objectstore.chunk_cache import ChunkCache, ChunkKey
 from engine.remote.objectstore.store import ObjectStore
 
 __all__ = [
+    "DEFAULT_CHUNK_SIZE",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_REQUEST_BYTES",
     "ChunkRanges",
@@ -59,6 +60,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+# chosen by bench/compare_objectstore.py's sweep (bench/RESULTS.md): 8 MiB chunks beat 1 and
+# 4 MiB for both 8 MiB fetches and 1 MiB sequential reads with read-ahead, and matched 16 MiB
+# at half the read amplification; past 2 GETs in flight per read, no count won consistently,
+# 4 keeps a read's GETs busy at 8-16 MiB chunks per fetch
+DEFAULT_CHUNK_SIZE = 8 * MiB
 DEFAULT_MAX_IN_FLIGHT = 4
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 _PREFETCH_WORKERS = 2

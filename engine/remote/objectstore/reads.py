@@ -124,7 +124,7 @@ class RangeReader:
     """Chunk-aligned, coalesced, parallel, single-flight ranged reads through a chunk cache.
 
     `store`: the ObjectStore. `cache`: a ChunkCache or None. `max_in_flight`: GETs in flight
-    per read (and for the whole reader, through one semaphore on the store's loop).
+    per read (the reader pool's thread count bounds how many reads run at once).
     `max_request_bytes`: the largest coalesced GET. `fetch_max_wait_ms`: the default bound
     of a read (`remote.fetch.max.wait.ms`). `prefetch_max_bytes`: read-ahead after each
     read (0 = none; needs a cache)."""
@@ -143,7 +143,6 @@ class RangeReader:
         self.prefetch_max_bytes = prefetch_max_bytes if cache is not None else 0
         self._lock = threading.Lock()
         self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
-        self._semaphore: asyncio.Semaphore | None = None
         self._prefetch_pool = None
         self._prefetch_pending = 0
         if self.prefetch_max_bytes > 0:
@@ -232,41 +231,53 @@ class RangeReader:
                      deadline: float, what: str) -> None:
         """Fetch the chunks this reader registered; every owned future ends resolved (with
         the chunk or the error) and unregistered, whatever happens."""
-        runs = self._plan_runs(seg, sorted(owned))
-        pending = {}
         try:
-            for run in runs:
-                t0 = seg.index.transformed_range(run[0])[0]
-                t1 = seg.index.transformed_range(run[-1])[1]
-                pending[self.store.submit(self._get(seg.key, t0, t1))] = (run, t0)
-            for _ in range(len(runs)):
-                if not pending:
-                    break
-                remaining = deadline - time.monotonic()
-                done, _ = concurrent.futures.wait(
-                    pending, timeout=max(0.0, remaining),
-                    return_when=concurrent.futures.FIRST_COMPLETED)
-                if not done:
-                    left = sorted(i for run, _ in pending.values() for i in run)
-                    raise self._timeout(seg, what, left)
-                for f in done:
-                    run, t0 = pending.pop(f)
-                    raw = memoryview(f.result())
-                    for i in run:
-                        a, b = seg.index.transformed_range(i)
-                        data = self._detransform(seg, i, raw[a - t0:b - t0])
-                        if self.cache is not None:
-                            self.cache.put(seg.chunk_key(i), data)
-                        self._resolve(seg, i, owned[i], result=data)
+            self.store.run(self._fetch_runs(seg, owned, deadline, what))
         except BaseException as e:
-            for f in pending:
-                f.cancel()
             for i, fut in owned.items():
                 if not fut.done():
                     if self.cache is not None:
                         self.cache.load_failed()
                     self._resolve(seg, i, fut, error=e)
             raise
+
+    async def _fetch_runs(self, seg: SegmentObject,
+                          owned: dict[int, concurrent.futures.Future], deadline: float,
+                          what: str) -> None:
+        """The GETs of one read, at most max_in_flight at once, each chunk detransformed,
+        cached and handed to its waiters as soon as its GET is done."""
+        runs = self._plan_runs(seg, sorted(owned))
+        gate = asyncio.Semaphore(self.max_in_flight)
+        pending = {}
+        for run in runs:
+            t0 = seg.index.transformed_range(run[0])[0]
+            t1 = seg.index.transformed_range(run[-1])[1]
+            task = asyncio.ensure_future(self._get(gate, seg.key, t0, t1))
+            pending[task] = (run, t0)
+        try:
+            for _ in range(len(runs)):
+                if not pending:
+                    break
+                remaining = deadline - time.monotonic()
+                done, _ = await asyncio.wait(pending, timeout=max(0.0, remaining),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    left = sorted(i for run, _ in pending.values() for i in run)
+                    raise self._timeout(seg, what, left)
+                for task in done:
+                    run, t0 = pending.pop(task)
+                    raw = memoryview(task.result())
+                    for i in run:
+                        a, b = seg.index.transformed_range(i)
+                        data = self._detransform(seg, i, raw[a - t0:b - t0])
+                        if self.cache is not None:
+                            self.cache.put(seg.chunk_key(i), data)
+                        self._resolve(seg, i, owned[i], result=data)
+        finally:
+            if pending:  # a failure or the deadline: the other GETs are abandoned
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
 
     def _resolve(self, seg, i, fut, *, result=None, error=None) -> None:
         with self._lock:
@@ -294,10 +305,8 @@ class RangeReader:
                 size = b - a
         return runs
 
-    async def _get(self, key: str, start: int, end: int):
-        if self._semaphore is None:  # created on the store's loop, its only user
-            self._semaphore = asyncio.Semaphore(self.max_in_flight)
-        async with self._semaphore:
+    async def _get(self, gate: asyncio.Semaphore, key: str, start: int, end: int):
+        async with gate:
             if end == start:
                 return b""
             return await self.store.get_range_async(key, start, end)

@@ -24,9 +24,10 @@ What this layer adds on top of obstore, and why:
   file, with the errno of a socket error when there is one, and counted by kind in the
   metrics (throttling, server, configured_timeout, io, other). Secrets never appear: the
   message is the first line of obstore's error with any configured secret masked.
-- **One event loop.** Async calls (`get_range_async` and the like, for parallel ranged
-  reads in reads.py) run on one background asyncio loop per store; `call(coro, timeout)`
-  runs a coroutine there from any thread and cancels it when the bound passes.
+- **Event loops.** Async calls (`get_range_async`, for parallel ranged reads in reads.py)
+  run on an event loop kept per calling thread (`run`: the caller's thread drives its own
+  GETs, with no thread hand-off on the hot path) or on one background loop per store
+  (`call(coro, timeout)` and `submit`: from any thread, cancelled when the bound passes).
 
 Configuration: `StoreConfig.from_configs` reads the plugin's names (without the
 `rsm.config.` prefix; see `STORE_CONFIG_KEYS`) and raises `ConfigError` naming a bad key.
@@ -268,6 +269,16 @@ class _Loop:
             self.loop.close()
 
 
+_THREAD = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    loop = _THREAD.__dict__.get("loop")
+    if loop is None or loop.is_closed():
+        loop = _THREAD.loop = asyncio.new_event_loop()
+    return loop
+
+
 _STATUS_RE = re.compile(r"status code: (\d{3})|\b(\d{3}) (?:Service Unavailable|Slow Down|"
                         r"Internal Server Error|Too Many Requests|Bad Gateway)")
 _ERRNO_RE = re.compile(r"Os \{\s*code: (\d+)")
@@ -323,6 +334,18 @@ class ObjectStore:
     def submit(self, coro) -> concurrent.futures.Future:
         """Schedule a coroutine on the store's event loop (for callers that wait on many)."""
         return self._loop.submit(coro)
+
+    def run(self, coro):
+        """Run a coroutine to completion from a synchronous caller, on an event loop of the
+        calling thread's own (kept for the thread's life), so the GETs it starts and the
+        caller's wake-up need no hand-off between threads; a caller already inside a
+        running loop uses the store's loop instead. The coroutine bounds itself."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            loop = _thread_loop()
+            return loop.run_until_complete(coro)
+        return self._loop.submit(coro).result()
 
     def call(self, coro, *, op: str, key: str, timeout_s: float | None = None):
         """Run a coroutine on the loop and wait at most `timeout_s` (default: the overall

@@ -60,10 +60,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-# chosen by bench/compare_objectstore.py's sweep (bench/RESULTS.md): 8 MiB chunks beat 1 and
-# 4 MiB for both 8 MiB fetches and 1 MiB sequential reads with read-ahead, and matched 16 MiB
-# at half the read amplification; past 2 GETs in flight per read, no count won consistently,
-# 4 keeps a read's GETs busy at 8-16 MiB chunks per fetch
+# chosen by bench/compare_objectstore.py's sweep (bench/RESULTS.md): 8 MiB chunks were within
+# noise of the best in both 8 MiB fetches and 1 MiB sequential reads with read-ahead, in every
+# run (1 MiB chunks were the slowest in both; 16 MiB the slowest for 8 MiB fetches); 2-4 GETs
+# in flight per read were best, 8 worse
 DEFAULT_CHUNK_SIZE = 8 * MiB
 DEFAULT_MAX_IN_FLIGHT = 4
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB

@@ -1,6 +1,7 @@
 """The object-store I/O layer (engine/remote/objectstore: store, reads, chunk_cache) against a
 real S3 server (SeaweedFS, tests/s3_server.py), with faults injected by a loopback proxy."""
 
+import asyncio
 import concurrent.futures
 import errno
 import os
@@ -526,3 +527,37 @@ def test_list_chunk_ranges_helper_agrees_with_itself():
     assert list(idx.chunks_for(9, 11)) == [0, 1]
     assert list(idx.chunks_for(10, 20)) == [1]
     assert list(idx.chunks_for(24, 100)) == [2]
+
+
+def test_cached_slices_never_pin_their_whole_fetch_buffer():
+    cache = ChunkCache(memory_bytes=100_000)
+    fetched = bytes(range(256)) * 64  # one GET's buffer holding 4 chunks
+    view = memoryview(fetched)
+    cache.put(ChunkKey("o.log", "id", 0), view[:4096])
+    cache.put(ChunkKey("o.log", "id", 1), view)  # the whole buffer: kept as it is
+    first = cache.get(ChunkKey("o.log", "id", 0))
+    assert isinstance(first, bytes) and first == fetched[:4096]
+    assert cache.get(ChunkKey("o.log", "id", 1)).obj is fetched
+
+
+def test_each_reading_thread_has_its_own_loop_closed_with_the_thread(store):
+    from engine.remote.objectstore import store as store_module
+
+    loops = []
+
+    def body():
+        async def probe():
+            return asyncio.get_running_loop()
+        loops.append(store.run(probe()))
+        loops.append(store.run(probe()))
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(10)
+    assert loops[0] is loops[1] and not loops[0].is_running()
+    del t
+    import gc
+
+    gc.collect()
+    assert loops[0].is_closed()
+    assert store_module._thread_loop() is not loops[0]

@@ -271,8 +271,8 @@ class ChunkCache:
         """Cache a complete, detransformed chunk (memory now, disk soon). `data` is any
         read-only bytes-like object and is kept as given (no copy): the caller must not
         change it afterwards (fetched buffers and decoded chunks are never reused)."""
-        if not isinstance(data, (bytes, memoryview)):
-            data = bytes(data)
+        if not isinstance(data, (bytes, memoryview)) or _holds_more(data):
+            data = bytes(data)  # a slice of a larger buffer would keep all of it alive
         digest = key.digest()
         now = self._clock()
         self._put_memory(digest, data, now)
@@ -458,6 +458,17 @@ class ChunkCache:
 
     def _report_size(self) -> None:
         self.metrics.set_cache_size(self.CACHE, self._mem_bytes + self._disk_bytes)
+
+
+def _holds_more(data) -> bool:
+    """Whether a memoryview is a slice of a larger buffer (so caching it would hold more
+    bytes than it counts)."""
+    if not isinstance(data, memoryview):
+        return False
+    try:
+        return data.obj is None or len(data.obj) != data.nbytes
+    except TypeError:
+        return True
 
 
 class LoadingCache:

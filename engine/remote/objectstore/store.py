@@ -272,11 +272,22 @@ class _Loop:
 _THREAD = threading.local()
 
 
+class _ThreadLoop:
+    """A thread's own event loop, closed when the thread ends (its thread-local dies)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self):
+        if not self.loop.is_closed() and not self.loop.is_running():
+            self.loop.close()
+
+
 def _thread_loop() -> asyncio.AbstractEventLoop:
-    loop = _THREAD.__dict__.get("loop")
-    if loop is None or loop.is_closed():
-        loop = _THREAD.loop = asyncio.new_event_loop()
-    return loop
+    holder = _THREAD.__dict__.get("holder")
+    if holder is None or holder.loop.is_closed():
+        holder = _THREAD.holder = _ThreadLoop()
+    return holder.loop
 
 
 _STATUS_RE = re.compile(r"status code: (\d{3})|\b(\d{3}) (?:Service Unavailable|Slow Down|"

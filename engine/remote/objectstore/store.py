@@ -302,8 +302,9 @@ class ObjectStore:
     """The tier's bucket. Thread-safe: every method may be called from any thread.
 
     Sync calls: `upload`, `put_bytes`, `get`, `get_range`, `head`, `delete`, `list`.
-    Async calls for the loop (`call`, `submit`): `get_range_async`. Keys are the full object
-    keys inside the bucket (the key layout is the format's business)."""
+    Async: `get_range_async`, awaited on any event loop (the caller's own through `run`, or
+    the store's through `call` / `submit`). Keys are the full object keys inside the bucket
+    (the key layout is the format's business)."""
 
     def __init__(self, config: StoreConfig, metrics: ObjectStoreMetrics | None = None):
         self.config = config
@@ -376,7 +377,9 @@ class ObjectStore:
     # -- reads ---------------------------------------------------------------------------
     async def get_range_async(self, key: str, start: int, end: int):
         """Bytes [start, end) of an object (a buffer; `memoryview()` it for zero copy).
-        Runs on the store's loop. Raises the typed errors; a short answer is an error."""
+        Raises the typed errors; a short answer is an error. Each attempt is bounded by the
+        store's attempt timeout and retries; callers bound the whole (reads.py cancels it at
+        the read's deadline, `get_range` at the call timeout)."""
         self.metrics.request("get_object_requests")
         try:
             data = await obstore.get_range_async(self._store, key, start=start, end=end)

@@ -31,3 +31,13 @@ def test_proxy_records_and_injects(s3_server, fault_proxy):
     fault_proxy.add(Fault("cut", method="GET", times=None, cut_after=10))
     with pytest.raises(Exception, match="(?i)body|decod|request|connection"):
         obstore.get(store, "fixtures/b").bytes()
+
+
+def test_a_server_that_does_not_come_up_is_a_clear_failure(tmp_path):
+    from s3_server import S3Server, S3ServerError
+
+    server = S3Server(tmp_path / "weed", start_timeout_s=0.0)
+    with pytest.raises(S3ServerError, match="did not come up on 127.0.0.1") as info:
+        server.start()
+    assert "not ready within 0 s" in str(info.value)
+    assert server.proc is None  # every attempt's process was stopped

@@ -496,7 +496,7 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
                              prefetch_max_bytes=3 * CHUNK)
         n = first.index.chunk_count
         reader.read(first, first.index.original_range(n - 2)[0], len(data),
-                    next_segment=second)
+                    next_segment=second, sequential=True)
         wanted = [second.chunk_key(i) for i in range(3)]
         deadline = time.monotonic() + 20
         while not all(cache.contains(k) for k in wanted) and time.monotonic() < deadline:
@@ -508,6 +508,27 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
         # only the next read-ahead (chunks 3..) may have gone to the store
         assert all(int(r.range[6:].split("-")[0]) >= 3 * CHUNK
                    for r in fault_proxy.requests("GET", key))
+        reader.close()
+
+
+def test_read_ahead_follows_sequential_reads_only(s3_server, fault_proxy, plain_object):
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK, identity="seq")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000, prefetch_max_bytes=2 * CHUNK)
+        reader.read(seg, 5 * CHUNK + 10, 5 * CHUNK + 20)  # a random probe: no read-ahead
+        assert reader.prefetch_pending_bytes == 0  # (queued synchronously, if at all)
+        reader.read(seg, 9 * CHUNK + 10, 9 * CHUNK + 20)  # another one
+        assert reader.prefetch_pending_bytes == 0
+        assert len(fault_proxy.requests("GET", key)) == 2
+        reader.read(seg, 9 * CHUNK + 20, 9 * CHUNK + 900)  # continues the last: read-ahead
+        deadline = time.monotonic() + 20
+        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cache.contains(seg.chunk_key(10)) and cache.contains(seg.chunk_key(11))
+        assert not cache.contains(seg.chunk_key(12))  # bounded by prefetch.max.size
+        assert not cache.contains(seg.chunk_key(6))
         reader.close()
 
 

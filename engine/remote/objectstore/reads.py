@@ -23,8 +23,11 @@ past it, outstanding GETs are cancelled and `RemoteFetchTimeoutError` names the 
 the range. Each GET is also bounded by the store's own timeouts and retries.
 
 **Read-ahead.** With a chunk cache and `prefetch_max_bytes` > 0
-(`fetch.chunk.cache.prefetch.max.size`), every read schedules the chunks that follow it, up
-to that many original bytes, in the background; when the read reaches its segment's end and
+(`fetch.chunk.cache.prefetch.max.size`), a sequential read (one that starts in a segment's
+first chunk or where the reader's previous read of the segment ended, or one the caller
+flags) schedules the chunks that follow it, up to that many original bytes, in the
+background; random reads (index probes, timestamp searches) fetch only what they ask. When
+the read-ahead reaches the segment's end and
 the caller names the segment that comes next in the lineage (`next_segment`), the read-ahead
 continues into that segment's first chunks (the plugin stops at the segment's end).
 
@@ -39,6 +42,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -68,6 +72,7 @@ DEFAULT_CHUNK_SIZE = 8 * MiB
 DEFAULT_MAX_IN_FLIGHT = 4
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 _PREFETCH_WORKERS = 2
+_POSITIONS_KEPT = 4096
 
 
 @runtime_checkable
@@ -145,16 +150,26 @@ class RangeReader:
         self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
         self._prefetch_pool = None
         self._prefetch_pending = 0
+        # where this reader's last read of each segment ended, for sequential detection
+        self._positions: OrderedDict[tuple[str, str], int] = OrderedDict()
         if self.prefetch_max_bytes > 0:
             self._prefetch_pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=_PREFETCH_WORKERS, thread_name_prefix="chunk-prefetch")
 
     # -- public reads --------------------------------------------------------------------
     def read(self, seg: SegmentObject, start: int, end: int, *,
-             timeout_s: float | None = None, next_segment: SegmentObject | None = None):
+             timeout_s: float | None = None, next_segment: SegmentObject | None = None,
+             sequential: bool | None = None):
         """Original bytes [start, end) of the segment (clamped to its size), as bytes or a
         read-only memoryview (a read within one chunk is a view of the cached or fetched
-        chunk, without a copy). Raises RemoteFetchTimeoutError past the deadline,
+        chunk, without a copy).
+
+        Read-ahead follows a sequential read: `sequential` True or False says whether this
+        one is; None (the default) takes it as sequential when it starts in the segment's
+        first chunk or in the chunk where this reader's previous read of the segment ended.
+        `next_segment` is where read-ahead continues past the segment's end.
+
+        Raises RemoteFetchTimeoutError past the deadline,
         RemoteStorageError / RemoteResourceNotFoundError for store failures, and the
         detransform's typed errors for damaged chunks."""
         deadline = time.monotonic() + (self.fetch_max_wait_s if timeout_s is None
@@ -166,9 +181,11 @@ class RangeReader:
         if start >= end:
             return b""
         chunks = seg.index.chunks_for(start, end)
+        follows = self._follows(seg, chunks, end, sequential)
         plain = self._fetch(seg, list(chunks), deadline, what=f"bytes [{start}, {end})")
         self.store.metrics.requested(end - start)
-        self._prefetch_after(seg, chunks[-1], next_segment)
+        if follows:
+            self._prefetch_after(seg, chunks[-1], next_segment)
         if len(chunks) == 1:
             lo = seg.index.original_range(chunks[0])[0]
             return memoryview(plain[chunks[0]])[start - lo:end - lo]
@@ -180,16 +197,24 @@ class RangeReader:
 
     def read_into(self, seg: SegmentObject, start: int, buffer, *,
                   timeout_s: float | None = None,
-                  next_segment: SegmentObject | None = None) -> int:
+                  next_segment: SegmentObject | None = None,
+                  sequential: bool | None = None) -> int:
         """Fill `buffer` with original bytes from `start`; returns the bytes written
-        (fewer at the segment's end)."""
+        (fewer at the segment's end). As `read`."""
         view = memoryview(buffer).cast("B")
         data = self.read(seg, start, start + len(view), timeout_s=timeout_s,
-                         next_segment=next_segment)
+                         next_segment=next_segment, sequential=sequential)
         view[:len(data)] = data
         return len(data)
 
+    @property
+    def prefetch_pending_bytes(self) -> int:
+        """Original bytes of read-ahead queued or running."""
+        with self._lock:
+            return self._prefetch_pending
+
     def close(self) -> None:
+        """Stop read-ahead: queued prefetches are dropped, running ones finish."""
         if self._prefetch_pool is not None:
             self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
 
@@ -338,6 +363,23 @@ class RangeReader:
             file=self.store.url(seg.key))
 
     # -- read-ahead ----------------------------------------------------------------------
+    def _follows(self, seg: SegmentObject, chunks: range, end: int,
+                 sequential: bool | None) -> bool:
+        """Whether this read is sequential (see `read`); records where it ends."""
+        if self.prefetch_max_bytes <= 0:
+            return False
+        k = (seg.key, seg.identity)
+        with self._lock:
+            last = self._positions.pop(k, None)
+            self._positions[k] = end
+            if len(self._positions) > _POSITIONS_KEPT:
+                self._positions.popitem(last=False)
+        if sequential is not None:
+            return sequential
+        if chunks[0] == 0:
+            return True
+        return last is not None and seg.index.original_range(chunks[0])[0] <= last <= end
+
     def _prefetch_after(self, seg: SegmentObject, last: int,
                         next_segment: SegmentObject | None) -> None:
         if self.prefetch_max_bytes <= 0:

@@ -582,3 +582,27 @@ def test_each_reading_thread_has_its_own_loop_closed_with_the_thread(store):
     gc.collect()
     assert loops[0].is_closed()
     assert store_module._thread_loop() is not loops[0]
+
+
+def test_entries_expire_after_retention_without_access(tmp_path):
+    now = [100.0]
+    cache = ChunkCache(memory_bytes=MiB, disk_paths=[str(tmp_path / "c")], retention_ms=1000,
+                       clock=lambda: now[0])
+    key = ChunkKey("o.log", "id", 0)
+    cache.put(key, b"chunk")
+    assert cache.flush(30)
+    now[0] += 0.9
+    assert cache.get(key) == b"chunk"  # an access renews it
+    now[0] += 0.9
+    assert cache.get(key) == b"chunk"
+    cache._put_memory("other", b"x" * MiB, now[0])  # pushes the entry out of memory
+    now[0] += 0.5
+    assert cache.get(key) == b"chunk"  # from disk: the memory hits renewed it there too
+    now[0] += 1.1
+    assert cache.get(key) is None
+    assert cache.disk_bytes == 0 and not list((tmp_path / "c").rglob("*.chunk"))
+    cache.close()
+    loading = LoadingCache("segment-indexes-cache", 10, 1000, clock=lambda: now[0])
+    assert loading.get("k", lambda: 1) == 1
+    now[0] += 1.1
+    assert loading.get("k", lambda: 2) == 2

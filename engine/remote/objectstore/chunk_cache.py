@@ -243,8 +243,15 @@ class ChunkCache:
             if hit is not None and not self._expired(hit[1], now):
                 self._mem[digest] = (hit[0], now)
                 self._mem.move_to_end(digest)
+                on_disk = self._disk.get(digest)
+                if on_disk is not None:  # one entry, one last access, whichever tier served
+                    self._disk[digest] = (on_disk[0], on_disk[1], now)
+                    self._disk.move_to_end(digest)
                 self.metrics.cache_event(self.CACHE, "cache_hits")
                 return hit[0]
+            if hit is not None:  # expired
+                del self._mem[digest]
+                self._mem_bytes -= len(hit[0])
             on_disk = self._disk.get(digest)
             if on_disk is not None and self._expired(on_disk[2], now):
                 self._drop_disk_locked(digest, evicted=True)

@@ -358,6 +358,16 @@ def test_a_body_cut_short_is_an_error_and_nothing_is_cached(s3_server, fault_pro
         assert cache.contains(seg.chunk_key(0))
 
 
+def test_a_body_cut_once_is_fetched_again_within_the_retries(proxied, fault_proxy,
+                                                              zlib_object):
+    seg, data = zlib_object
+    cache = ChunkCache(memory_bytes=16 * MiB)
+    reader = RangeReader(proxied, cache, max_in_flight=1, fetch_max_wait_ms=20_000)
+    fault_proxy.add(Fault("cut", method="GET", cut_after=100, times=1))
+    assert bytes(reader.read(seg, 0, 3 * CHUNK)) == data[:3 * CHUNK]
+    assert [r.fault for r in fault_proxy.requests("GET", seg.key)] == ["cut", None]
+
+
 def test_a_damaged_chunk_is_an_error_naming_object_and_chunk(store, zlib_object):
     seg, _ = zlib_object
 

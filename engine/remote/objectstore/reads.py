@@ -240,6 +240,15 @@ class RangeReader:
                     owned[i] = fut
                 else:
                     waits[i] = fut
+        if owned and self.cache is not None:
+            # a fetch that finished between this reader's cache miss and its registration
+            # has cached the chunk already: take it rather than fetching it again
+            for i in list(owned):
+                key = seg.chunk_key(i)
+                data = self.cache.get(key) if self.cache.contains(key) else None
+                if data is not None:
+                    plain[i] = data
+                    self._resolve(seg, i, owned.pop(i), result=data)
         if owned:
             self._fetch_owned(seg, owned, deadline, what)
             for i, fut in owned.items():

@@ -304,7 +304,9 @@ def test_concurrent_readers_of_one_chunk_share_one_request(proxied, fault_proxy,
     key, data = plain_object
     seg = plain_segment(key, len(data), CHUNK)
     reader = RangeReader(proxied, ChunkCache(memory_bytes=0), fetch_max_wait_ms=20_000)
-    fault_proxy.add(Fault("delay", method="GET", delay_s=0.5, times=None))
+    # the GET is held long enough for every thread to arrive while it is in flight (with no
+    # cache, a thread arriving after it would fetch again)
+    fault_proxy.add(Fault("delay", method="GET", delay_s=2.0, times=None))
     n = 8
     barrier = threading.Barrier(n)
 

@@ -620,3 +620,24 @@ def test_entries_expire_after_retention_without_access(tmp_path):
     assert loading.get("k", lambda: 1) == 1
     now[0] += 1.1
     assert loading.get("k", lambda: 2) == 2
+
+
+def test_non_blocking_lookups_touch_memory_only(tmp_path):
+    now = [0.0]
+    cache = ChunkCache(memory_bytes=MiB, disk_paths=[str(tmp_path / "c")], retention_ms=1000,
+                       clock=lambda: now[0])
+    key = ChunkKey("o.log", "id", 3)
+    assert cache.get_in_memory(key) is None
+    cache.put(key, b"chunk")
+    assert cache.flush(30)
+    assert cache.get_in_memory(key) == b"chunk"
+    cache._put_memory("other", b"x" * MiB, now[0])  # pushes the entry out of memory
+    assert cache.get_in_memory(key) is None  # on disk only: not read from there
+    assert cache.get(key) == b"chunk"  # a blocking lookup reads the disk
+    cache.close()
+    loading = LoadingCache("segment-manifest-cache", 10, 1000, clock=lambda: now[0])
+    assert loading.peek("m") is None
+    loading.get("m", lambda: "manifest")
+    assert loading.peek("m") == "manifest"
+    now[0] += 1.1
+    assert loading.peek("m") is None

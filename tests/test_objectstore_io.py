@@ -641,3 +641,25 @@ def test_non_blocking_lookups_touch_memory_only(tmp_path):
     assert loading.peek("m") == "manifest"
     now[0] += 1.1
     assert loading.peek("m") is None
+
+
+def test_gcs_and_azure_are_configured_through_the_same_client():
+    # configured only: the tests have no GCS or Azure server, so no bytes move here
+    from s3_server import free_ports
+
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    for configs, kind, url in [
+        ({"storage.backend.class": "io.aiven.kafka.tieredstorage.storage.gcs.GcsStorage",
+          "storage.gcs.bucket.name": "b", "storage.gcs.endpoint.url": dead}, "GCSStore",
+         "gs://b/k"),
+        ({"storage.backend.class":
+          "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage",
+          "storage.azure.container.name": "c", "storage.azure.account.name": "acct",
+          "storage.azure.account.key": "c2VjcmV0LWtleQ==", "storage.azure.endpoint.url": dead},
+         "AzureStore", "az://c/k")]:
+        cfg = StoreConfig.from_configs({**configs, "storage.api.call.max.retries": "0"})
+        with ObjectStore(cfg) as s:
+            assert type(s._store).__name__ == kind and s.url("k") == url
+            with pytest.raises(RemoteStorageError) as info:
+                s.get_range("k", 0, 1)
+            assert url in str(info.value) and "c2VjcmV0LWtleQ==" not in str(info.value)

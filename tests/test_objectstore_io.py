@@ -98,7 +98,7 @@ def test_a_retried_upload_overwrites(store):
     assert store.get(key) == b"second"
 
 
-def test_a_failing_source_fails_the_upload_and_leaves_no_object(store):
+def test_a_failing_source_aborts_the_upload_and_leaves_no_object(proxied, fault_proxy):
     key = unique("broken")
 
     def blocks():
@@ -107,10 +107,13 @@ def test_a_failing_source_fails_the_upload_and_leaves_no_object(store):
         raise OSError(errno.EIO, "disk gone")
 
     with pytest.raises(RemoteStorageError) as info:
-        store.upload(key, blocks())
+        proxied.upload(key, blocks())
     assert info.value.errno == errno.EIO and key in str(info.value)
+    aborts = [r for r in fault_proxy.requests("DELETE", key) if "uploadId=" in r.path]
+    assert len(aborts) == 1  # the multipart upload was aborted, its parts dropped
+    assert proxied.metrics.value("abort_multipart_upload_requests") == 1
     with pytest.raises(RemoteResourceNotFoundError):
-        store.head(key)
+        proxied.head(key)
 
 
 def test_token_bucket_paces_to_the_rate_and_goes_into_debt():
@@ -663,3 +666,10 @@ def test_gcs_and_azure_are_configured_through_the_same_client():
             with pytest.raises(RemoteStorageError) as info:
                 s.get_range("k", 0, 1)
             assert url in str(info.value) and "c2VjcmV0LWtleQ==" not in str(info.value)
+
+
+def test_a_missing_source_file_is_an_error_naming_it(store, tmp_path):
+    missing = tmp_path / "gone.log"
+    with pytest.raises(RemoteStorageError) as info:
+        store.upload(unique("nofile"), missing)
+    assert info.value.errno == errno.ENOENT and str(missing) in str(info.value)

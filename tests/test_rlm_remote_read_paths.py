@@ -1,7 +1,8 @@
-"""Remote reads through each byte-range path an RSM may offer (engine.rlm.reader picks the
-first it has): the filesystem tier's zero-copy `map_range`, `read_range_into` into recycled
-buffers, `read_range`, and plain `fetch_log_segment` streams. Each must answer exactly what a
-local read of the same offsets answers."""
+"""Remote reads through each byte-range path of the RSM contract (engine.remote.storage):
+the filesystem tier's zero-copy `map_range`, `read_range_into` into recycled buffers, and
+the contract's defaults down to plain `fetch_log_segment` streams, as a plugin implementing
+only Kafka's interface gets them. Each must answer exactly what a local read of the same
+offsets answers."""
 
 from __future__ import annotations
 
@@ -9,21 +10,26 @@ import pytest
 from test_rlm_helpers import TOPIC, Env
 
 from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.remote.storage import RemoteStorageManager
 
 PATHS = ("map_range", "read_range_into", "read_range", "fetch_log_segment")
 
 
 def _rsm_using(path: str, remote_dir):
-    """The filesystem tier with the fast paths before `path` hidden (duck typing treats
-    an attribute that is None as absent), counting calls of `path`."""
-    hidden = {name: None for name in PATHS[:PATHS.index(path)]}
+    """The filesystem tier whose faster paths than `path` are the contract's defaults (so
+    the reads reach `path`), counting calls of `path`."""
+    defaults = {name: getattr(RemoteStorageManager, name)
+                for name in PATHS[:PATHS.index(path)]}
+    if path != "map_range":
+        defaults["map_range_if_open"] = RemoteStorageManager.map_range_if_open
 
     def counted(self, *args, **kwargs):
         self.calls += 1
         return getattr(FileSystemRemoteStorageManager, path)(self, *args, **kwargs)
 
     cls = type("Only" + path.title().replace("_", ""), (FileSystemRemoteStorageManager,),
-               {**hidden, path: counted, "calls": 0})
+               {**defaults, path: counted, "calls": 0,
+                "zero_copy_ranges": path == "map_range"})
     return cls([remote_dir], fsync=False)
 
 

@@ -7,6 +7,7 @@ so a bucket either writes the other reads.
   (metrics). Nothing there knows the key layout or the manifest.
 - The format: `keys`, `manifest`, `custom_metadata` (object keys, `.rsm-manifest`, KIP-917
   custom metadata) and `transforms` (per-chunk zstd and AES-256-GCM envelope encryption).
+- `rsm`: ObjectStorageRemoteStorageManager, built on both.
 """
 
 from engine.remote.objectstore.chunk_cache import (

@@ -239,19 +239,10 @@ class ChunkCache:
         digest = key.digest()
         now = self._clock()
         with self._lock:
-            hit = self._mem.get(digest)
-            if hit is not None and not self._expired(hit[1], now):
-                self._mem[digest] = (hit[0], now)
-                self._mem.move_to_end(digest)
-                on_disk = self._disk.get(digest)
-                if on_disk is not None:  # one entry, one last access, whichever tier served
-                    self._disk[digest] = (on_disk[0], on_disk[1], now)
-                    self._disk.move_to_end(digest)
+            data = self._memory_hit_locked(digest, now)
+            if data is not None:
                 self.metrics.cache_event(self.CACHE, "cache_hits")
-                return hit[0]
-            if hit is not None:  # expired
-                del self._mem[digest]
-                self._mem_bytes -= len(hit[0])
+                return data
             on_disk = self._disk.get(digest)
             if on_disk is not None and self._expired(on_disk[2], now):
                 self._drop_disk_locked(digest, evicted=True)
@@ -296,23 +287,35 @@ class ChunkCache:
             with self._lock:
                 self._writing_bytes -= len(data)
 
+    def get_in_memory(self, key: ChunkKey) -> bytes | memoryview | None:
+        """The chunk's bytes if the memory tier holds them, else None, never touching a disk
+        (for reads that must not block on I/O). A hit counts as one; a miss is not counted
+        (the caller goes on to `get`, which counts it)."""
+        with self._lock:
+            data = self._memory_hit_locked(key.digest(), self._clock())
+        if data is not None:
+            self.metrics.cache_event(self.CACHE, "cache_hits")
+        return data
+
+    def _memory_hit_locked(self, digest: str, now: float):
+        hit = self._mem.get(digest)
+        if hit is None:
+            return None
+        if self._expired(hit[1], now):
+            del self._mem[digest]
+            self._mem_bytes -= len(hit[0])
+            return None
+        self._mem[digest] = (hit[0], now)
+        self._mem.move_to_end(digest)
+        on_disk = self._disk.get(digest)
+        if on_disk is not None:  # one entry, one last access, whichever tier served it
+            self._disk[digest] = (on_disk[0], on_disk[1], now)
+            self._disk.move_to_end(digest)
+        return hit[0]
+
     def load_failed(self) -> None:
         """Count a load that failed (its result is not cached)."""
         self.metrics.cache_event(self.CACHE, "cache_load_failure")
-
-    def get_in_memory(self, key: ChunkKey) -> bytes | memoryview | None:
-        """The chunk's bytes if the memory tier holds them, else None; never touches a disk
-        (for reads that must not block on I/O). A hit counts as one."""
-        digest = key.digest()
-        now = self._clock()
-        with self._lock:
-            hit = self._mem.get(digest)
-            if hit is None or self._expired(hit[1], now):
-                return None
-            self._mem[digest] = (hit[0], now)
-            self._mem.move_to_end(digest)
-        self.metrics.cache_event(self.CACHE, "cache_hits")
-        return hit[0]
 
     def contains(self, key: ChunkKey) -> bool:
         """Whether the chunk is cached (memory or disk index), without counting a lookup."""
@@ -554,7 +557,8 @@ class LoadingCache:
         return value
 
     def peek(self, key: Hashable):
-        """The cached value, or None; never loads (for reads that must not block on I/O)."""
+        """The cached value, or None; never loads (for reads that must not block on I/O).
+        Renews the entry's last access like a hit."""
         now = self._clock()
         with self._lock:
             hit = self._entries.get(key)

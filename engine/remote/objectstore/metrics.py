@@ -11,7 +11,8 @@ The plugin reports JMX sensors named like `object-upload-total`; Prometheus name
   `segment_fetch_requested_bytes`: original bytes asked of ranged reads (the plugin's).
 - S3 request counts as the plugin's S3 backend names them: `get_object_requests`,
   `put_object_requests`, `create_multipart_upload_requests`, `upload_part_requests`,
-  `complete_multipart_upload_requests`, `delete_objects_requests`, `list_objects_requests`;
+  `complete_multipart_upload_requests`, `abort_multipart_upload_requests`,
+  `delete_objects_requests`, `list_objects_requests`;
   and errors by kind: `throttling_errors` (503 SlowDown, 429), `server_errors` (other 5xx),
   `configured_timeout_errors`, `io_errors` (connection refused/reset, bodies cut short),
   `other_errors`.
@@ -42,6 +43,7 @@ _REQUESTS = {
     "create_multipart_upload_requests": "Multipart uploads started",
     "upload_part_requests": "Multipart upload parts sent",
     "complete_multipart_upload_requests": "Multipart uploads completed",
+    "abort_multipart_upload_requests": "Multipart uploads aborted after a failure",
     "delete_objects_requests": "Batched delete requests issued",
     "list_objects_requests": "List pages requested",
 }

@@ -436,8 +436,8 @@ class ObjectStore:
         passes the shared upload rate limit. A source that ends within one part is one PUT;
         a longer one is a multipart upload with `parts_in_flight` parts in parallel. Memory:
         about (parts_in_flight + 2) x part_size. On failure obstore aborts the multipart
-        upload and a RemoteStorageError naming the key is raised; nothing is left visible
-        under the key (an object is visible only once complete)."""
+        upload (its parts are dropped) and a RemoteStorageError naming the key is raised (or
+        the source's own typed error); nothing is left visible under the key."""
         cfg = self.config
         object_type = object_type or key.rpartition(".")[2]
         if self._closed:
@@ -456,6 +456,7 @@ class ObjectStore:
                 raise
 
         blocks = guarded(_blocks(source, cfg.part_size))
+        more = False
         try:
             head, more = _first_part(blocks, cfg.part_size)
             if not more:
@@ -482,6 +483,8 @@ class ObjectStore:
                                      max(1, -(-total // cfg.part_size)))
                 self.metrics.request("complete_multipart_upload_requests")
         except Exception as e:
+            if more:  # obstore aborts the multipart upload it started
+                self.metrics.request("abort_multipart_upload_requests")
             if source_errors:
                 cause = source_errors[0]
                 if isinstance(cause, KafkaEngineError):
@@ -504,9 +507,11 @@ class ObjectStore:
         try:
             size = path.stat().st_size
         except OSError as e:
-            raise RemoteStorageError(
+            err = RemoteStorageError(
                 f"upload to {self.url(key)} failed: cannot read its source: "
-                f"[errno {e.errno}] {e.strerror}", file=str(path)) from e
+                f"[errno {e.errno}] {e.strerror}", file=str(path))
+            err.errno, err.strerror = e.errno, e.strerror
+            raise err from e
         try:
             if size <= cfg.part_size:
                 self.metrics.request("put_object_requests")
@@ -515,6 +520,8 @@ class ObjectStore:
             obstore.put(self._store, key, path, use_multipart=size > cfg.part_size,
                         chunk_size=cfg.part_size, max_concurrency=cfg.parts_in_flight)
         except Exception as e:
+            if size > cfg.part_size:  # obstore aborts the multipart upload it started
+                self.metrics.request("abort_multipart_upload_requests")
             if isinstance(e, OSError) and not _is_obstore(e):
                 err = RemoteStorageError(
                     f"upload to {self.url(key)} failed reading its source: {e}",

@@ -165,6 +165,12 @@ def test_each_transform_combination_round_trips(s3_server, segment, keys, compre
         # a second instance (no caches) reads it too
         with make_rsm(configs) as fresh:
             check_reads(fresh, md, data)
+        if encryption:  # one without the key ring cannot, and says which key it needs
+            plain_configs = {k: v for k, v in configs.items()
+                             if not k.startswith("encryption.")}
+            with make_rsm(plain_configs) as without, pytest.raises(
+                    RemoteEncryptionKeyError, match="key pair 'k1', but encryption is not"):
+                without.read_range(md, 0, 10)
 
 
 def test_large_segment_multipart_upload_and_parallel_reads(s3_server, tmp_path, keys):

@@ -579,6 +579,8 @@ def test_cli_enable_tiering_run_fetch_list_offsets_status(tmp_path, tier):
     proc = _cli("run", "--config", path, "--until-idle")
     assert proc.returncode == 0, proc.stderr
     assert "copied" in proc.stderr and "stopped cleanly" in proc.stderr
+    if broker.s3_server is not None:  # nor does run's log
+        assert broker.s3_server.secret_key not in proc.stdout + proc.stderr
     proc = _cli("fetch", "--config", path, "--topic", "orders", "--partition", "0",
                 "--offset", "2", "--to-end", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -440,6 +440,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Idle connections are closed after this long"),
     ConfigDef("max.connections", _T.INT, 2147483647, _AT_LEAST_0, _M,
               "Connections held at once; more are closed at accept"),
+    ConfigDef("num.io.threads", _T.INT, 8, _AT_LEAST_1, _H,
+              "Threads doing the blocking part of requests (log reads, offsets)"),
     ConfigDef("group.min.session.timeout.ms", _T.INT, 6000, _AT_LEAST_0, _M,
               "Smallest session timeout a group member may ask for"),
     ConfigDef("group.max.session.timeout.ms", _T.INT, 1800000, _AT_LEAST_0, _M,

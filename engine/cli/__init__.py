@@ -10,6 +10,7 @@ Commands:
   run                the RemoteLogManager over a broker's log dirs (--config FILE)
   fetch              records of a partition from local or remote data, as dump-log --json
   list-offsets       earliest / latest / earliest-local / latest-tiered / by timestamp
+  serve              a Kafka broker for reading: consumers (and groups) over the wire
   status             per partition local and remote offsets, sizes, copy lag, last error
   configs            durable per-topic overrides (kafka-configs.sh --alter / --describe)
   codec-demo         the former main job: one segment per codec, validated and decoded
@@ -90,7 +91,8 @@ def tiered_commands() -> dict:
     import importlib
 
     modules = {"demo": "demo", "run": "run", "fetch": "fetch",
-               "list-offsets": "list_offsets", "status": "status", "configs": "configs"}
+               "list-offsets": "list_offsets", "status": "status", "configs": "configs",
+               "serve": "serve"}
     return {name: (lambda args, m=m: importlib.import_module(f"engine.cli.{m}").run(args))
             for name, m in modules.items()}
 

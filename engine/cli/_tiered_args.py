@@ -108,6 +108,10 @@ def add_tiered_commands(sub) -> None:
                          help="earliest, latest, earliest-local, latest-tiered or epoch ms")
     offsets.add_argument("--json", action="store_true")
 
+    serve = sub.add_parser("serve", help="answer Kafka consumers over the local and tiered log")
+    serve.add_argument("--config", required=True, metavar="FILE",
+                       help="broker .properties file (listeners, advertised.listeners, ...)")
+
     status = sub.add_parser("status", help="local and remote state of every partition")
     status.add_argument("--config", required=True, metavar="FILE")
     view = status.add_mutually_exclusive_group()

@@ -1,0 +1,101 @@
+"""`serve`: a Kafka broker for reading, over the broker's log dirs.
+
+    python -m engine serve --config FILE
+
+Opens the log dirs as `run` does (validated config, process lock, logs recovered, stored
+topic overrides applied), runs the RemoteLogManager's copy and expiration tasks and local
+retention, and answers Kafka's protocol on `listeners` (engine.protocol): unmodified Kafka
+consumers read every partition from its log start, local or tiered, and keep their group
+offsets here. One stderr line per bound listener (`serve: listening on NAME://host:port`,
+the real port when the config says 0). SIGTERM/SIGINT stop it: listeners and connections
+close, then the RLM, then the logs, cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+
+from engine.cli._broker import cli_errors, open_broker
+from engine.config import load_broker_config
+from engine.protocol.broker import Endpoint, ReadBroker
+from engine.protocol.server import KafkaServer, parse_listeners
+
+__all__ = ["run"]
+
+
+def _node_id(broker) -> int:
+    for key in ("node.id", "broker.id"):
+        if broker[key] >= 0:
+            return broker[key]
+    return 0
+
+
+async def _serve(session, broker, listeners, advertised) -> None:
+    rlm = session.remote_log_manager() if broker["remote.log.storage.system.enable"] \
+        else None
+    manager = session.log_manager
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    endpoint = Endpoint(_node_id(broker), advertised.host, advertised.port)
+    read_broker = ReadBroker(manager, rlm, endpoint)
+    server = KafkaServer(read_broker, broker)
+    housekeeping = _Housekeeping(manager, broker)
+    try:
+        bound = await server.start(listeners)
+        port = {lst: p for lst, p in bound}.get(listeners[0])
+        if advertised.port == 0 or not advertised.host:
+            read_broker.endpoint = endpoint = Endpoint(
+                endpoint.node_id, advertised.host or listeners[0].host or "localhost",
+                advertised.port or port)
+        for lst, p in bound:
+            print(f"serve: listening on {lst.uri(p)} (node {endpoint.node_id}, advertised "
+                  f"{endpoint.host}:{endpoint.port})", file=sys.stderr, flush=True)
+        if rlm is not None:
+            rlm.start()
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), housekeeping.every_s)
+            except TimeoutError:
+                pass
+            await server.run_blocking(housekeeping.run)
+    finally:
+        print("serve: stopping: closing listeners, the remote log manager and the logs",
+              file=sys.stderr, flush=True)
+        await server.close()
+
+
+class _Housekeeping:
+    """Local retention every `log.retention.check.interval.ms` (as `run`), and the log
+    start offsets moved by remote expiration checkpointed."""
+
+    def __init__(self, manager, broker) -> None:
+        self.manager = manager
+        self.retention_s = broker["log.retention.check.interval.ms"] / 1000
+        self.every_s = min(1.0, self.retention_s)
+        self.next_cleanup = time.monotonic() + self.retention_s
+
+    def run(self) -> None:
+        if time.monotonic() >= self.next_cleanup:
+            self.manager.cleanup_logs()
+            self.manager.checkpoint_log_start_offsets()
+            self.next_cleanup = time.monotonic() + self.retention_s
+        self.manager.maybe_checkpoint_log_start_offsets()
+
+
+@cli_errors
+def run(args) -> int:
+    logging.basicConfig(level=logging.WARNING, format="serve: %(levelname)s %(name)s: %(message)s")
+    broker = load_broker_config(args.config)
+    listeners = parse_listeners(broker["listeners"])
+    advertised = parse_listeners(broker["advertised.listeners"] or broker["listeners"],
+                                 "advertised.listeners")[0]
+    with open_broker(args.config) as session:
+        asyncio.run(_serve(session, broker, listeners, advertised))
+    print("serve: stopped cleanly", file=sys.stderr, flush=True)
+    return 0

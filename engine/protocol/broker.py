@@ -1,0 +1,341 @@
+"""The read APIs of `serve`: ApiVersions, Metadata, ListOffsets, Fetch and the refusal of
+Produce, answered from the LogManager and the RemoteLogManager as one Kafka broker that
+leads every partition in its log dirs.
+
+Each handler takes the decoded request body (engine.protocol.codec) and returns the response
+body. The blocking ones (`list_offsets`, `fetch_once`) run on the server's I/O threads, never
+on the event loop. Fetch returns the record views that `RemoteLogManager.read_many` returns
+(local segment views, remote chunk views): record bytes are never decoded or re-encoded,
+only cut at batch boundaries to honour the response byte limit.
+
+Kafka's behaviours kept here:
+- the first partition with data is returned whole even past the response's `max_bytes`
+  (a consumer must make progress); later partitions get whole batches that fit what is left;
+- incremental fetch sessions are declined as a broker without session slots declines them:
+  a full fetch asking for a session (epoch 0) is answered with session id 0, a request
+  naming a session gets FETCH_SESSION_ID_NOT_FOUND;
+- read_uncommitted answers null aborted transactions; read_committed stops at the last
+  stable offset and lists the aborted transactions of what it returns;
+- a write (Produce) is answered with UNSUPPORTED_VERSION for every partition, as Kafka
+  answers an operation its node does not serve; acks=0 gets no answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import struct
+from dataclasses import dataclass
+
+from engine.log.checkpoint import Uuid
+from engine.protocol import errors as E
+from engine.protocol.messages import API_VERSIONS
+from engine.records import MemoryRecords
+
+__all__ = ["Endpoint", "ReadBroker", "whole_batches"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_HEAD = struct.Struct(">qi")
+_LOG_OVERHEAD = 12
+ZERO_UUID = b"\x00" * 16
+#: ListOffsets specs (ListOffsetsRequest): latest, earliest, max timestamp, earliest local,
+#: latest tiered
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where clients reach this node (the advertised listener)."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+def whole_batches(view: memoryview, limit: int) -> memoryview:
+    """The longest prefix of `view` made of whole batches and at most `limit` bytes."""
+    pos, n = 0, view.nbytes
+    while pos + _LOG_OVERHEAD <= n:
+        size = _LOG_OVERHEAD + _BATCH_HEAD.unpack_from(view, pos)[1]
+        if pos + size > limit or pos + size > n:
+            break
+        pos += size
+    return view[:pos]
+
+
+def cluster_id_of(log_dirs) -> str:
+    """A stable cluster id (22 characters, as Kafka's) derived from the log dirs."""
+    digest = hashlib.sha256("\0".join(map(str, log_dirs)).encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+class ReadBroker:
+    """One broker leading every partition of `log_manager`; see the module docstring."""
+
+    def __init__(self, log_manager, rlm, endpoint: Endpoint) -> None:
+        self.log_manager = log_manager
+        self.rlm = rlm
+        self.endpoint = endpoint
+        self.cluster_id = cluster_id_of(log_manager.log_dirs)
+        self.topic_ids: dict[str, bytes] = {}
+        self.topics_by_id: dict[bytes, str] = {}
+        self.refresh_topics()
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def refresh_topics(self) -> None:
+        """Topic ids from the partitions' `partition.metadata`; a partition without one gets
+        its topic's id (or a new one for the whole topic), as Kafka gives every topic an id."""
+        by_topic: dict[str, list] = {}
+        for tp in self.log_manager.partitions():
+            unified = self.log_manager.get_log(tp.topic, tp.partition)
+            if unified is not None:
+                by_topic.setdefault(tp.topic, []).append(unified)
+        for topic, logs in by_topic.items():
+            ids = {str(u.partition_metadata.read().topic_id) for u in logs
+                   if u.partition_metadata.exists()}
+            if len(ids) > 1:
+                log.warning("Partitions of topic %s carry different topic ids %s; serving %s",
+                            topic, sorted(ids), min(ids))
+            topic_id = Uuid.from_string(min(ids)) if ids else Uuid.random()
+            for u in logs:
+                if not u.partition_metadata.exists():
+                    u.partition_metadata.write(topic_id)
+            raw = bytes(topic_id)
+            self.topic_ids[topic] = raw
+            self.topics_by_id[raw] = topic
+
+    def partitions_of(self, topic: str) -> list[int]:
+        return sorted(tp.partition for tp in self.log_manager.partitions() if tp.topic == topic)
+
+    def topics(self) -> list[str]:
+        return sorted({tp.topic for tp in self.log_manager.partitions()})
+
+    def _leader_epoch(self, unified) -> int:
+        cache = unified.leader_epoch_cache
+        epoch = cache.latest_epoch if cache is not None else None
+        return 0 if epoch is None else epoch
+
+    # -- ApiVersions, Metadata -------------------------------------------------------------
+
+    @staticmethod
+    def api_versions(keys, error_code: int = E.NONE) -> dict:
+        """The versions of the APIs in `keys` (those the server answers)."""
+        return {"error_code": error_code,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                             for k, (_, lo, hi, _) in sorted(API_VERSIONS.items())
+                             if k in keys]}
+
+    def metadata(self, body: dict, version: int) -> dict:
+        ep = self.endpoint
+        requested = body["topics"]
+        if requested is None or (version == 0 and not requested):
+            names = self.topics()
+        else:
+            names = []
+            for t in requested:
+                name = t.get("name")
+                if name is None and t.get("topic_id", ZERO_UUID) != ZERO_UUID:
+                    name = self.topics_by_id.get(bytes(t["topic_id"]))
+                    if name is None:
+                        names.append((None, bytes(t["topic_id"])))
+                        continue
+                names.append(name)
+        topics = []
+        for entry in names:
+            if isinstance(entry, tuple):
+                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None,
+                               "topic_id": entry[1], "partitions": []})
+                continue
+            partitions = self.partitions_of(entry)
+            if not partitions:
+                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": entry,
+                               "topic_id": ZERO_UUID, "partitions": []})
+                continue
+            rows = []
+            for p in partitions:
+                unified = self.log_manager.get_log(entry, p)
+                rows.append({"error_code": E.NONE, "partition_index": p,
+                             "leader_id": ep.node_id,
+                             "leader_epoch": self._leader_epoch(unified),
+                             "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
+                             "offline_replicas": []})
+            topics.append({"error_code": E.NONE, "name": entry,
+                           "topic_id": self.topic_ids.get(entry, ZERO_UUID),
+                           "is_internal": False, "partitions": rows})
+        return {"brokers": [{"node_id": ep.node_id, "host": ep.host, "port": ep.port,
+                             "rack": None}],
+                "cluster_id": self.cluster_id, "controller_id": ep.node_id, "topics": topics}
+
+    # -- ListOffsets -----------------------------------------------------------------------
+
+    def _timestamp_at(self, topic: str, partition: int, offset: int) -> int:
+        """The timestamp of the record at `offset` (read through the RLM: local or remote)."""
+        result = self.rlm.read(topic, partition, offset, 1, min_one_message=True)
+        for batch in MemoryRecords(bytes(result.records)).batches():
+            for record in batch:
+                if record.offset >= offset:
+                    return record.timestamp
+        return -1
+
+    def _max_timestamp(self, topic: str, partition: int, unified) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp in the local log
+        (Kafka's MAX_TIMESTAMP is answered from local segments)."""
+        best = None
+        for seg in unified.segments:
+            ts = seg.max_timestamp_so_far
+            if ts >= 0 and (best is None or ts > best[0]):
+                best = (ts, seg.shallow_offset_of_max_timestamp_so_far)
+        if best is None:
+            return -1, -1
+        ts, shallow = best
+        # the shallow offset is the batch's last: the record is the first one of that batch
+        # holding the timestamp (Kafka answers the record's own offset)
+        batches = MemoryRecords(bytes(unified.read(shallow, 1, True)[0])).batches()
+        for batch in batches:
+            for record in batch:
+                if record.timestamp == ts:
+                    return ts, record.offset
+        return ts, shallow
+
+    def _list_offset(self, topic: str, partition: int, spec: int,
+                     read_committed: bool) -> tuple[int, int, int]:
+        """(timestamp, offset, leader epoch) of one ListOffsets partition."""
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        if spec == LATEST:
+            end = unified.last_stable_offset if read_committed else unified.high_watermark
+            return -1, end, self._leader_epoch(unified)
+        if spec == MAX_TIMESTAMP:
+            ts, offset = self._max_timestamp(topic, partition, unified)
+            epoch = unified.leader_epoch_cache.epoch_for_offset(offset) if offset >= 0 else None
+            return ts, offset, -1 if epoch is None else epoch
+        offset, epoch = self.rlm.list_offsets(topic, partition, spec)
+        if spec >= 0 and offset >= 0:
+            return self._timestamp_at(topic, partition, offset), offset, epoch
+        return -1, offset, epoch
+
+    def list_offsets(self, body: dict, version: int) -> dict:
+        read_committed = body["isolation_level"] == 1
+        topics = []
+        for t in body["topics"]:
+            rows = []
+            for p in t["partitions"]:
+                row = {"partition_index": p["partition_index"], "error_code": E.NONE}
+                try:
+                    ts, offset, epoch = self._list_offset(t["name"], p["partition_index"],
+                                                          p["timestamp"], read_committed)
+                    row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
+                               old_style_offsets=[offset] if offset >= 0 else [])
+                except ValueError as exc:  # a spec the engine does not serve
+                    log.info("ListOffsets %s-%s: %s", t["name"], p["partition_index"], exc)
+                    row["error_code"] = E.INVALID_REQUEST
+                except Exception as exc:  # noqa: BLE001 - one partition fails alone
+                    row["error_code"] = E.error_code(exc)
+                    if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
+                        log.warning("ListOffsets %s-%s failed: %s", t["name"],
+                                    p["partition_index"], exc)
+                rows.append(row)
+            topics.append({"name": t["name"], "partitions": rows})
+        return {"topics": topics}
+
+    # -- Fetch -----------------------------------------------------------------------------
+
+    def fetch_targets(self, body: dict, version: int) -> list:
+        """[(topic response dict, topic name or None, [partition request dicts])]"""
+        out = []
+        for t in body["topics"]:
+            if version >= 13:
+                name = self.topics_by_id.get(bytes(t["topic_id"]))
+                head = {"topic_id": t["topic_id"]}
+            else:
+                name = t["topic"]
+                head = {"topic": name}
+            out.append((head, name, t["partitions"]))
+        return out
+
+    def end_offsets(self, targets, read_committed: bool) -> list:
+        """The offsets a long poll watches: each partition's visible end."""
+        ends = []
+        for _, name, parts in targets:
+            for p in parts:
+                unified = None if name is None else self.log_manager.get_log(name,
+                                                                             p["partition"])
+                ends.append(None if unified is None else (
+                    unified.last_stable_offset if read_committed else unified.high_watermark))
+        return ends
+
+    def fetch_once(self, targets, max_bytes: int, read_committed: bool,
+                   version: int) -> tuple[list, int]:
+        """One pass over the requested partitions: (responses, record bytes)."""
+        isolation = "read_committed" if read_committed else "read_uncommitted"
+        requests, slots = [], []
+        responses = []
+        for head, name, parts in targets:
+            rows = []
+            for p in parts:
+                row = {"partition_index": p["partition"], "error_code": E.NONE,
+                       "high_watermark": -1, "last_stable_offset": -1,
+                       "log_start_offset": -1, "aborted_transactions": None,
+                       "preferred_read_replica": -1, "records": b""}
+                rows.append(row)
+                if name is None:
+                    row["error_code"] = E.UNKNOWN_TOPIC_ID
+                    continue
+                requests.append((name, p["partition"], p["fetch_offset"],
+                                 max(0, p["partition_max_bytes"])))
+                slots.append((row, name))
+            responses.append({**head, "partitions": rows})
+        results = self.rlm.read_many(requests, isolation=isolation) if requests else []
+        total = 0
+        for (row, name), result in zip(slots, results):
+            if result.error is not None:
+                row["error_code"] = E.error_code(result.error)
+                if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
+                    log.warning("Fetch %s-%s at %s failed: %s", name, result.partition,
+                                result.fetch_offset, result.error)
+                continue
+            try:
+                unified = self.log_manager.get_log(name, result.partition)
+            except Exception as exc:  # noqa: BLE001 - an offline log dir fails its partitions
+                row["error_code"] = E.error_code(exc)
+                continue
+            if unified is None:
+                row["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            row["high_watermark"] = unified.high_watermark
+            row["last_stable_offset"] = unified.last_stable_offset
+            row["log_start_offset"] = unified.log_start_offset
+            view = memoryview(result.records)
+            if total and total + view.nbytes > max_bytes:
+                view = whole_batches(view, max(0, max_bytes - total))
+            total += view.nbytes
+            row["records"] = view
+            if read_committed:
+                row["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in result.aborted_transactions] if view.nbytes else []
+        return responses, total
+
+    @staticmethod
+    def fetch_session_error(body: dict) -> int:
+        """Sessions are declined: a request that names one gets FETCH_SESSION_ID_NOT_FOUND."""
+        return E.NONE if body["session_id"] == 0 and body["session_epoch"] in (0, -1) \
+            else E.FETCH_SESSION_ID_NOT_FOUND
+
+    # -- Produce ---------------------------------------------------------------------------
+
+    @staticmethod
+    def produce(body: dict) -> dict | None:
+        if body["acks"] == 0:
+            return None
+        return {"responses": [
+            {"name": t["name"], "partition_responses": [
+                {"index": p["index"], "error_code": E.UNSUPPORTED_VERSION, "base_offset": -1,
+                 "error_message": "this endpoint serves reads only"}
+                for p in t["partition_data"]]}
+            for t in body["topic_data"]]}
+

@@ -1,0 +1,230 @@
+"""The network side of `serve`: Kafka's SocketServer on asyncio.
+
+Each connection is served as Kafka serves it: one request at a time (the channel is muted
+until its response is sent), so a client that does not read its responses stops being read
+itself, and what one connection holds is bounded by one request and one response
+(per-connection backpressure through the transport's drain). The framing is Kafka's: a 4-byte
+big-endian size, then the request; a size above `socket.request.max.bytes` (or negative)
+closes the connection before anything is allocated for it. Blocking work (reads of the log,
+ListOffsets, the offsets store) runs on a bounded pool of I/O threads (`num.io.threads`),
+never on the event loop.
+
+What Kafka does with what it cannot serve is kept: a request it cannot parse, an unknown API
+key or an unsupported version closes the connection, except ApiVersions, which answers
+UNSUPPORTED_VERSION in v0 with the versions this broker speaks so the client can pick one.
+More than `max.connections` connections are closed at accept; a connection with no request
+for `connections.max.idle.ms` is closed.
+
+Fetch long polling: when a pass returns fewer than `min_bytes`, the handler waits (on the
+event loop, holding no thread) until a requested partition's visible end moves or
+`max_wait_ms` passes, then reads again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import struct
+import time
+from dataclasses import dataclass
+
+from engine.config import ConfigError
+from engine.protocol import codec
+from engine.protocol import errors as E
+from engine.protocol.broker import ReadBroker
+
+__all__ = ["KafkaServer", "Listener", "parse_listeners"]
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+#: how often a long-polling Fetch looks at the end offsets it waits on
+_POLL_INTERVAL_S = 0.05
+#: parts larger than this are flushed one by one (await drain), so a connection never holds
+#: more than one such part in its transport buffer
+_DRAIN_EVERY = 256 * 1024
+API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA = 18, 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def uri(self, port: int | None = None) -> str:
+        return f"{self.name}://{self.host}:{self.port if port is None else port}"
+
+
+def parse_listeners(values, key: str = "listeners") -> list[Listener]:
+    """`PLAINTEXT://host:port` entries (host empty: every interface). Only PLAINTEXT
+    listeners are served."""
+    out = []
+    for value in values or ():
+        name, sep, rest = value.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(key, value, "expected NAME://host:port")
+        if name.upper() != "PLAINTEXT":
+            raise ConfigError(key, value, f"security protocol {name} is not served "
+                              "(PLAINTEXT only)")
+        out.append(Listener(name.upper(), host.strip("[]"), int(port)))
+    if not out:
+        raise ConfigError(key, values, "names no listener")
+    return out
+
+
+class _Closed(Exception):
+    """The connection is to be closed (a request Kafka would not answer)."""
+
+
+class KafkaServer:
+    """Serves `broker` (a ReadBroker) and, when given, a group coordinator on the
+    listeners. `start()` binds; `close()` stops accepting, closes every connection and the
+    I/O threads. Thread-safety: everything runs on one event loop; only the handlers'
+    blocking parts go to the I/O pool."""
+
+    def __init__(self, broker: ReadBroker, config, *, coordinator=None) -> None:
+        self.broker = broker
+        self.coordinator = coordinator
+        self.max_request_bytes = config["socket.request.max.bytes"]
+        self.idle_s = config["connections.max.idle.ms"] / 1000.0
+        self.max_connections = config["max.connections"]
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=config["num.io.threads"], thread_name_prefix="serve-io")
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: set[asyncio.StreamWriter] = set()
+        self.refused_connections = 0
+        #: the API keys answered (ApiVersions lists these only)
+        self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA}
+                                  | (coordinator.api_keys if coordinator else frozenset()))
+
+    async def start(self, listeners: list[Listener]) -> list[tuple[Listener, int]]:
+        """Binds every listener; returns (listener, bound port)."""
+        bound = []
+        for lst in listeners:
+            server = await asyncio.start_server(self._serve_connection, lst.host or None,
+                                                lst.port, reuse_address=True, backlog=1024)
+            self._servers.append(server)
+            bound.append((lst, server.sockets[0].getsockname()[1]))
+        return bound
+
+    async def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        for writer in list(self._connections):
+            writer.close()
+        for server in self._servers:
+            await server.wait_closed()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def run_blocking(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    # -- connections -----------------------------------------------------------------------
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        if len(self._connections) >= self.max_connections:
+            self.refused_connections += 1
+            log.info("Refusing connection from %s: max.connections (%d) reached", peer,
+                     self.max_connections)
+            writer.transport.abort()
+            return
+        self._connections.add(writer)
+        writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
+        session = {"peer": peer, "client_id": None}
+        try:
+            while True:
+                try:
+                    head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
+                except TimeoutError:
+                    log.debug("Closing %s: idle for connections.max.idle.ms", peer)
+                    return
+                size = _SIZE.unpack(head)[0]
+                if size < 0 or size > self.max_request_bytes:
+                    log.info("Closing %s: request size %d is outside [0, "
+                             "socket.request.max.bytes=%d]", peer, size,
+                             self.max_request_bytes)
+                    return
+                frame = await reader.readexactly(size)
+                parts = await self._respond(frame, session)
+                if parts is None:
+                    continue
+                for part in parts:
+                    writer.write(part)
+                    if memoryview(part).nbytes >= _DRAIN_EVERY:
+                        await writer.drain()
+                await writer.drain()
+        except _Closed as exc:
+            log.info("Closing %s: %s", peer, exc)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            log.debug("%s went away", peer)  # possibly mid-response: nothing to clean up
+        except Exception:  # a bug answering one request costs that connection only
+            log.exception("Closing %s (client %s): the request failed", peer,
+                          session["client_id"])
+        finally:
+            self._connections.discard(writer)
+            writer.transport.abort()
+
+    async def _respond(self, frame: bytes, session: dict):
+        try:
+            req = codec.decode_request(frame)
+        except codec.UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS_KEY:
+                return codec.encode_response(
+                    API_VERSIONS_KEY, 0, exc.correlation_id,
+                    ReadBroker.api_versions(self.api_keys, E.UNSUPPORTED_VERSION))
+            raise _Closed(str(exc)) from None
+        except codec.InvalidRequestError as exc:
+            raise _Closed(f"malformed request: {exc} (first bytes {bytes(frame[:48]).hex()})"
+                          ) from None
+        session["client_id"] = req.client_id
+        body = await self._handle(req, session)
+        if body is None:
+            return None
+        return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
+
+    async def _handle(self, req: codec.Request, session: dict):
+        key, v, body = req.api_key, req.api_version, req.body
+        if key == API_VERSIONS_KEY:
+            return ReadBroker.api_versions(self.api_keys)
+        if key == METADATA:
+            return self.broker.metadata(body, v)
+        if key == LIST_OFFSETS:
+            return await self.run_blocking(self.broker.list_offsets, body, v)
+        if key == FETCH:
+            return await self._fetch(body, v)
+        if key == PRODUCE:
+            return ReadBroker.produce(body)
+        if self.coordinator is not None and key in self.coordinator.api_keys:
+            return await self.coordinator.handle(req, session, self)
+        raise _Closed(f"API key {key} is not served")
+
+    async def _fetch(self, body: dict, version: int) -> dict:
+        error = ReadBroker.fetch_session_error(body)
+        if error:
+            return {"error_code": error, "session_id": 0, "responses": []}
+        broker = self.broker
+        read_committed = body["isolation_level"] == 1
+        targets = broker.fetch_targets(body, version)
+        max_bytes = max(0, body["max_bytes"])
+        deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
+        min_bytes = body["min_bytes"]
+        while True:
+            responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
+                                                       read_committed, version)
+            errors = any(p["error_code"] for t in responses for p in t["partitions"])
+            if total >= min_bytes or errors or time.monotonic() >= deadline:
+                return {"error_code": E.NONE, "session_id": 0, "responses": responses}
+            ends = broker.end_offsets(targets, read_committed)
+            while time.monotonic() < deadline:
+                await asyncio.sleep(min(_POLL_INTERVAL_S, deadline - time.monotonic()))
+                if broker.end_offsets(targets, read_committed) != ends:
+                    break

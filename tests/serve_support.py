@@ -1,0 +1,159 @@
+"""What the `serve` tests share: a broker dir with a topic produced by the engine (every
+codec, headers, transactions some of them aborted) and tiered by `run --until-idle` with a
+small local retention, the consumer view of each partition from `python -m engine fetch
+--json`, and `serve` as a real subprocess on 127.0.0.1 with the port it bound."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "orders"
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # one partition each
+RECORDS_PER_PARTITION = 1500
+
+BROKER = """\
+log.dirs={d1},{d2}
+remote.log.storage.system.enable=true
+rsm.config.dirs={tier}
+remote.storage.enable=true
+log.segment.bytes=65536
+log.retention.ms=-1
+log.local.retention.bytes=131072
+remote.log.manager.task.interval.ms=100
+log.retention.check.interval.ms=1000
+listeners=PLAINTEXT://127.0.0.1:0
+group.initial.rebalance.delay.ms=0
+"""
+
+
+def engine(*args, timeout=300) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@dataclass
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list = field(default_factory=list)
+
+
+def _b64(text):
+    return None if text is None else base64.b64decode(text)
+
+
+@dataclass
+class TieredBroker:
+    config: str
+    dirs: dict
+    #: (isolation level, partition) -> records as `engine fetch --json` shows them
+    views: dict
+    #: partition -> {"earliest-local": n, "latest-tiered": n, "latest": n}
+    offsets: dict
+
+    def view(self, partition: int, read_committed: bool) -> list[Record]:
+        return self.views[("read_committed" if read_committed else "read_uncommitted",
+                           partition)]
+
+
+def build_tiered_broker(base: Path, extra: str = "") -> TieredBroker:
+    """Produces and tiers the topic, then reads every reference (before any `serve`
+    holds the log dirs)."""
+    from engine.cli.produce_demo import produce_partition
+    from engine.config import load_broker_config
+    from engine.log.checkpoint import Uuid
+    from engine.log.log_manager import LogManager
+    from engine.records import CompressionType
+
+    dirs = {k: base / k for k in ("d1", "d2", "tier")}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    config = base / "server.properties"
+    config.write_text(BROKER.format(**dirs) + extra)
+    broker = load_broker_config(config)
+    topic_id = Uuid.random()
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        for p, codec in enumerate(CODECS):
+            manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
+            produce_partition(manager, TOPIC, p, RECORDS_PER_PARTITION,
+                              CompressionType[codec.upper()], seed=11)
+    engine("run", "--config", str(config), "--until-idle")
+    views = {}
+    for p in range(len(CODECS)):
+        for iso in ("read_uncommitted", "read_committed"):
+            out = engine("fetch", "--config", str(config), "--topic", TOPIC, "--partition",
+                         str(p), "--offset", "0", "--to-end", "--json",
+                         "--isolation-level", iso).stdout
+            views[(iso, p)] = [
+                Record(r["offset"], r["timestamp"], _b64(r["key"]), _b64(r["value"]),
+                       [(k, _b64(v)) for k, v in r["headers"]])
+                for r in map(json.loads, out.splitlines())]
+    offsets = {}
+    for p in range(len(CODECS)):
+        offsets[p] = {}
+        for spec in ("earliest-local", "latest-tiered", "latest"):
+            out = engine("list-offsets", "--config", str(config), "--topic", TOPIC,
+                         "--partition", str(p), "--time", spec).stdout
+            offsets[p][spec] = int(out.strip().rsplit(":", 1)[1])
+        # the history really is split: the early offsets are only in the tier
+        assert offsets[p]["earliest-local"] > 0, offsets
+    return TieredBroker(str(config), dirs, views, offsets)
+
+
+class ServeProcess:
+    """`python -m engine serve` as a subprocess; `port` once it listens. stderr is drained
+    by a thread (kept in `lines`) so the child never blocks on a full pipe."""
+
+    def __init__(self, config: str, start_timeout: float = 60.0) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--config",
+                                      config], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.port: int | None = None
+        self._listening = threading.Event()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        if not self._listening.wait(start_timeout) or self.port is None:
+            self.kill()
+            raise AssertionError("serve did not listen:\n" + "".join(self.lines))
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "listening on" in line and self.port is None:
+                self.port = int(line.split("listening on ", 1)[1].split()[0].rsplit(":", 1)[1])
+                self._listening.set()
+        self._listening.set()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(60)
+        self._reader.join(60)
+
+    def output(self) -> str:
+        return "".join(self.lines)

@@ -138,3 +138,12 @@ def test_unknown_keys_and_versions_raise_with_the_header():
         codec.decode_request(struct.pack(">hhih", 18, 9, 78, -1))
     with pytest.raises(codec.InvalidRequestError, match="shorter than a header"):
         codec.decode_request(b"\x00\x01")
+
+
+def test_null_in_a_version_without_null_is_written_empty():
+    resp = _join(codec.encode_response(11, 5, 1, {"error_code": 79, "protocol_name": None,
+                                                  "members": None}))
+    _, body = codec.decode_response(11, 5, resp[4:])
+    assert (body["protocol_name"], body["members"]) == ("", [])
+    resp = _join(codec.encode_response(11, 7, 1, {"protocol_name": None}))
+    assert codec.decode_response(11, 7, resp[4:])[1]["protocol_name"] is None

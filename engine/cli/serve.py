@@ -22,6 +22,7 @@ import time
 from engine.cli._broker import cli_errors, open_broker
 from engine.config import load_broker_config
 from engine.protocol.broker import Endpoint, ReadBroker
+from engine.protocol.groups import GroupCoordinator
 from engine.protocol.server import KafkaServer, parse_listeners
 
 __all__ = ["run"]
@@ -44,15 +45,17 @@ async def _serve(session, broker, listeners, advertised) -> None:
         loop.add_signal_handler(sig, stop.set)
     endpoint = Endpoint(_node_id(broker), advertised.host, advertised.port)
     read_broker = ReadBroker(manager, rlm, endpoint)
-    server = KafkaServer(read_broker, broker)
+    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], endpoint, manager)
+    server = KafkaServer(read_broker, broker, coordinator=coordinator)
     housekeeping = _Housekeeping(manager, broker)
     try:
         bound = await server.start(listeners)
         port = {lst: p for lst, p in bound}.get(listeners[0])
         if advertised.port == 0 or not advertised.host:
-            read_broker.endpoint = endpoint = Endpoint(
+            read_broker.endpoint = coordinator.endpoint = endpoint = Endpoint(
                 endpoint.node_id, advertised.host or listeners[0].host or "localhost",
                 advertised.port or port)
+        coordinator.start()
         for lst, p in bound:
             print(f"serve: listening on {lst.uri(p)} (node {endpoint.node_id}, advertised "
                   f"{endpoint.host}:{endpoint.port})", file=sys.stderr, flush=True)
@@ -68,6 +71,7 @@ async def _serve(session, broker, listeners, advertised) -> None:
         print("serve: stopping: closing listeners, the remote log manager and the logs",
               file=sys.stderr, flush=True)
         await server.close()
+        coordinator.close()
 
 
 class _Housekeeping:

@@ -16,6 +16,8 @@ Kafka's behaviours kept here:
   naming a session gets FETCH_SESSION_ID_NOT_FOUND;
 - read_uncommitted answers null aborted transactions; read_committed stops at the last
   stable offset and lists the aborted transactions of what it returns;
+- DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
+  shows them;
 - a write (Produce) is answered with UNSUPPORTED_VERSION for every partition, as Kafka
   answers an operation its node does not serve; acks=0 gets no answer.
 """
@@ -43,6 +45,21 @@ ZERO_UUID = b"\x00" * 16
 #: ListOffsets specs (ListOffsetsRequest): latest, earliest, max timestamp, earliest local,
 #: latest tiered
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+#: DescribeConfigsResponse.ConfigSource and ConfigType codes
+_CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+_CONFIG_TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6, "list": 7}
+
+
+def _config_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -325,6 +342,46 @@ class ReadBroker:
         """Sessions are declined: a request that names one gets FETCH_SESSION_ID_NOT_FOUND."""
         return E.NONE if body["session_id"] == 0 and body["session_epoch"] in (0, -1) \
             else E.FETCH_SESSION_ID_NOT_FOUND
+
+    # -- DescribeConfigs -------------------------------------------------------------------
+
+    def describe_configs(self, body: dict, version: int) -> dict:
+        """Topic resources: every topic config with its value and Kafka's source (topic
+        override, static broker config, default); other resource types are refused."""
+        results = []
+        for res in body["resources"]:
+            row = {"error_code": E.NONE, "error_message": None,
+                   "resource_type": res["resource_type"], "resource_name": res["resource_name"],
+                   "configs": []}
+            results.append(row)
+            if res["resource_type"] != E.RESOURCE_TOPIC:
+                row.update(error_code=E.INVALID_REQUEST,
+                           error_message="only topic configs are described here")
+                continue
+            partitions = self.partitions_of(res["resource_name"])
+            if not partitions:
+                row.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
+                           error_message=f"no topic {res['resource_name']}")
+                continue
+            config = self.log_manager.get_log(res["resource_name"], partitions[0]).config
+            wanted = res["configuration_keys"]
+            for name, resolved in config.items():
+                if wanted is not None and name not in wanted:
+                    continue
+                source = _CONFIG_SOURCES[resolved.source.name]
+                value = _config_text(resolved.value)
+                synonyms = []
+                if body["include_synonyms"] and resolved.source_key and \
+                        resolved.source.name == "STATIC_BROKER_CONFIG":
+                    synonyms.append({"name": resolved.source_key, "value": value,
+                                     "source": source})
+                row["configs"].append({
+                    "name": name, "value": value, "read_only": False,
+                    "is_default": resolved.source.name == "DEFAULT_CONFIG",
+                    "config_source": source, "is_sensitive": False, "synonyms": synonyms,
+                    "config_type": _CONFIG_TYPES.get(type(resolved.value).__name__, 0),
+                    "documentation": None})
+        return {"results": results}
 
     # -- Produce ---------------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ anything is allocated (each array element takes at least one byte), varints long
 five bytes, truncation and a tagged field whose value does not fill its size are
 `InvalidRequestError`s naming the message, field and position; unknown tags are skipped as
 Kafka skips them. Encoding returns a list of buffers: record bytes (`records` fields) are
-passed through as the views they came in, never copied.
+passed through as the views they came in, never copied; a null given for a version where the
+field cannot be null is written empty (as Kafka downgrades, e.g. JoinGroup's protocol name
+before v7).
 """
 
 from __future__ import annotations
@@ -440,10 +442,10 @@ def _write_value(w: _Writer, type_: str, value, f: Field, version: int, flexible
         w.cur += value
         return
     if value is None:
-        if not f.nullable(version):
-            raise ValueError(f"{f.name} v{version} is not nullable")
-        w.length(-1, flexible, type_ != "string")
-        return
+        if f.nullable(version):
+            w.length(-1, flexible, type_ != "string")
+            return
+        value = "" if type_ == "string" else b""  # a version without null: empty, as Kafka
     if type_ == "string":
         data = value.encode("utf-8")
         w.length(len(data), flexible, False)
@@ -462,11 +464,10 @@ def _write_field(w: _Writer, f: Field, value, version: int, flexible: bool) -> N
         _write_struct(w, f.struct, value, version, flexible)
     elif f.type != "array":
         _write_value(w, f.type, value, f, version, flexible)
-    elif value is None:
-        if not f.nullable(version):
-            raise ValueError(f"{f.name} v{version} is not nullable")
+    elif value is None and f.nullable(version):
         w.length(-1, flexible, True)
     else:
+        value = value or ()
         w.length(len(value), flexible, True)
         for item in value:
             if f.elem == "struct":

@@ -44,7 +44,7 @@ _POLL_INTERVAL_S = 0.05
 #: parts larger than this are flushed one by one (await drain), so a connection never holds
 #: more than one such part in its transport buffer
 _DRAIN_EVERY = 256 * 1024
-API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA = 18, 0, 1, 2, 3
+API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA, DESCRIBE_CONFIGS = 18, 0, 1, 2, 3, 32
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,8 @@ class KafkaServer:
         self._connections: set[asyncio.StreamWriter] = set()
         self.refused_connections = 0
         #: the API keys answered (ApiVersions lists these only)
-        self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA}
+        self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA,
+                                   DESCRIBE_CONFIGS}
                                   | (coordinator.api_keys if coordinator else frozenset()))
 
     async def start(self, listeners: list[Listener]) -> list[tuple[Listener, int]]:
@@ -203,6 +204,8 @@ class KafkaServer:
             return await self._fetch(body, v)
         if key == PRODUCE:
             return ReadBroker.produce(body)
+        if key == DESCRIBE_CONFIGS:
+            return self.broker.describe_configs(body, v)
         if self.coordinator is not None and key in self.coordinator.api_keys:
             return await self.coordinator.handle(req, session, self)
         raise _Closed(f"API key {key} is not served")

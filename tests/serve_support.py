@@ -157,3 +157,42 @@ class ServeProcess:
 
     def output(self) -> str:
         return "".join(self.lines)
+
+
+def build_small_broker(base: Path, extra: str = "", records: int = 3000) -> str:
+    """One partition of `TOPIC` (zstd, 64 KiB segments), not tiered: for tests of the
+    server's connection handling. Returns the broker file."""
+    from engine.cli.produce_demo import produce_partition
+    from engine.config import load_broker_config
+    from engine.log.log_manager import LogManager
+    from engine.records import CompressionType
+
+    dirs = {k: base / k for k in ("d1", "d2", "tier")}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    config = base / "server.properties"
+    config.write_text(BROKER.format(**dirs) + extra)
+    broker = load_broker_config(config)
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        manager.get_or_create_log(TOPIC, 0)
+        produce_partition(manager, TOPIC, 0, records, CompressionType.ZSTD, seed=5)
+    return str(config)
+
+
+def process_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def process_sockets(pid: int) -> int:
+    """Open sockets of the process (its listeners and connections)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except FileNotFoundError:
+            continue  # closed while listed
+    return count

@@ -20,7 +20,7 @@ import sys
 import time
 
 from engine.cli._broker import cli_errors, open_broker
-from engine.config import load_broker_config
+from engine.config import ConfigError, load_broker_config
 from engine.protocol.broker import Endpoint, ReadBroker
 from engine.protocol.groups import GroupCoordinator
 from engine.protocol.server import KafkaServer, parse_listeners
@@ -36,8 +36,7 @@ def _node_id(broker) -> int:
 
 
 async def _serve(session, broker, listeners, advertised) -> None:
-    rlm = session.remote_log_manager() if broker["remote.log.storage.system.enable"] \
-        else None
+    rlm = session.remote_log_manager()
     manager = session.log_manager
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -50,6 +49,11 @@ async def _serve(session, broker, listeners, advertised) -> None:
     housekeeping = _Housekeeping(manager, broker)
     try:
         bound = await server.start(listeners)
+    except BaseException:
+        await server.close()
+        coordinator.close()
+        raise
+    try:
         port = {lst: p for lst, p in bound}.get(listeners[0])
         if advertised.port == 0 or not advertised.host:
             read_broker.endpoint = coordinator.endpoint = endpoint = Endpoint(
@@ -59,14 +63,12 @@ async def _serve(session, broker, listeners, advertised) -> None:
         for lst, p in bound:
             print(f"serve: listening on {lst.uri(p)} (node {endpoint.node_id}, advertised "
                   f"{endpoint.host}:{endpoint.port})", file=sys.stderr, flush=True)
-        if rlm is not None:
-            rlm.start()
+        rlm.start()
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), housekeeping.every_s)
             except TimeoutError:
-                pass
-            await server.run_blocking(housekeeping.run)
+                await server.run_blocking(housekeeping.run)
     finally:
         print("serve: stopping: closing listeners, the remote log manager and the logs",
               file=sys.stderr, flush=True)
@@ -96,9 +98,13 @@ class _Housekeeping:
 def run(args) -> int:
     logging.basicConfig(level=logging.WARNING, format="serve: %(levelname)s %(name)s: %(message)s")
     broker = load_broker_config(args.config)
-    listeners = parse_listeners(broker["listeners"])
+    if not broker["remote.log.storage.system.enable"]:
+        raise ConfigError("remote.log.storage.system.enable", False,
+                          "serve reads through the RemoteLogManager: tiered storage must be "
+                          "enabled", file=args.config)
+    listeners = parse_listeners(broker["listeners"], file=args.config)
     advertised = parse_listeners(broker["advertised.listeners"] or broker["listeners"],
-                                 "advertised.listeners")[0]
+                                 "advertised.listeners", file=args.config)[0]
     with open_broker(args.config) as session:
         asyncio.run(_serve(session, broker, listeners, advertised))
     print("serve: stopped cleanly", file=sys.stderr, flush=True)

@@ -25,16 +25,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import struct
 import time
 from dataclasses import dataclass
 
 from engine.config import ConfigError
+from engine.errors import KafkaEngineError
 from engine.protocol import codec
 from engine.protocol import errors as E
 from engine.protocol.broker import ReadBroker
 
-__all__ = ["KafkaServer", "Listener", "parse_listeners"]
+__all__ = ["KafkaServer", "Listener", "ListenerBindError", "parse_listeners"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ class Listener:
         return f"{self.name}://{self.host}:{self.port if port is None else port}"
 
 
-def parse_listeners(values, key: str = "listeners") -> list[Listener]:
+def parse_listeners(values, key: str = "listeners", file=None) -> list[Listener]:
     """`PLAINTEXT://host:port` entries (host empty: every interface). Only PLAINTEXT
     listeners are served."""
     out = []
@@ -65,14 +67,22 @@ def parse_listeners(values, key: str = "listeners") -> list[Listener]:
         name, sep, rest = value.partition("://")
         host, colon, port = rest.rpartition(":")
         if not sep or not colon or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(key, value, "expected NAME://host:port")
+            raise ConfigError(key, value, "expected NAME://host:port", file=file)
         if name.upper() != "PLAINTEXT":
             raise ConfigError(key, value, f"security protocol {name} is not served "
-                              "(PLAINTEXT only)")
+                              "(PLAINTEXT only)", file=file)
         out.append(Listener(name.upper(), host.strip("[]"), int(port)))
     if not out:
-        raise ConfigError(key, values, "names no listener")
+        raise ConfigError(key, values, "names no listener", file=file)
     return out
+
+
+class ListenerBindError(KafkaEngineError, OSError):
+    """A listener's address cannot be bound (in use, not local, no permission)."""
+
+    def __init__(self, message, *, errno_=None):
+        super().__init__(message)
+        self.errno = errno_
 
 
 class _Closed(Exception):
@@ -105,8 +115,14 @@ class KafkaServer:
         """Binds every listener; returns (listener, bound port)."""
         bound = []
         for lst in listeners:
-            server = await asyncio.start_server(self._serve_connection, lst.host or None,
-                                                lst.port, reuse_address=True, backlog=1024)
+            try:
+                server = await asyncio.start_server(self._serve_connection, lst.host or None,
+                                                    lst.port, reuse_address=True, backlog=1024)
+            except OSError as exc:
+                raise ListenerBindError(
+                    f"cannot listen on {lst.uri()}: [Errno {exc.errno}] "
+                    f"{os.strerror(exc.errno) if exc.errno else exc}",
+                    errno_=exc.errno) from None
             self._servers.append(server)
             bound.append((lst, server.sockets[0].getsockname()[1]))
         return bound

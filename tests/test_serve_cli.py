@@ -1,0 +1,69 @@
+"""`python -m engine serve` as a command: bad listeners, a port in use, a broker without
+tiering and a locked log dir are one `error:` line (nothing opened for a bad config), and
+SIGTERM stops it cleanly."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from serve_support import ROOT, ServeProcess, build_small_broker
+
+
+def _serve(config, timeout=120):
+    return subprocess.run([sys.executable, "-m", "engine", "serve", "--config", config],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def _one_error_line(proc):
+    lines = [line for line in proc.stderr.splitlines() if "WARNING" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_bad_listeners_and_no_tiering_are_config_errors(tmp_path):
+    config = build_small_broker(tmp_path, records=10)
+    text = Path(config).read_text()
+    for bad, expect in (("SSL://127.0.0.1:9093", "security protocol SSL is not served"),
+                        ("127.0.0.1:9092", "expected NAME://host:port"),
+                        ("PLAINTEXT://h:99999", "expected NAME://host:port")):
+        with open(config, "w") as f:
+            f.write(text.replace("listeners=PLAINTEXT://127.0.0.1:0", f"listeners={bad}"))
+        proc = _serve(config)
+        assert proc.returncode == 2
+        line = _one_error_line(proc)
+        assert expect in line and config in line, line
+    with open(config, "w") as f:
+        f.write(text.replace("remote.log.storage.system.enable=true",
+                             "remote.log.storage.system.enable=false")
+                .replace("remote.storage.enable=true\n", ""))
+    proc = _serve(config)
+    assert proc.returncode == 2 and "tiered storage must be enabled" in _one_error_line(proc)
+
+
+def test_a_port_in_use_and_a_locked_log_dir(tmp_path):
+    config = build_small_broker(tmp_path, records=10)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        text = Path(config).read_text()
+        with open(config, "w") as f:
+            f.write(text.replace("127.0.0.1:0", f"127.0.0.1:{port}"))
+        proc = _serve(config)
+        assert proc.returncode == 1
+        line = _one_error_line(proc)
+        assert f"cannot listen on PLAINTEXT://127.0.0.1:{port}" in line and "Errno 98" in line
+    with open(config, "w") as f:
+        f.write(text)
+    first = ServeProcess(config)
+    try:
+        proc = _serve(config)
+        assert proc.returncode == 2 and "in use by another process" in _one_error_line(proc)
+    finally:
+        assert first.stop() == 0
+    assert "serve: stopped cleanly" in first.output()

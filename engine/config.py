@@ -944,7 +944,7 @@ def load_broker_config(path, *, check_dirs: bool = True) -> BrokerConfig:
 
     Every key Kafka defines for the engine's namespaces is parsed and checked; an unknown
     `log.*` or `remote.*` key, or a topic config given at broker level, is an error (see
-    KAFKA_BROKER_KEYS_NOT_USED); other keys (listeners, num.network.threads, ...) are
+    KAFKA_BROKER_KEYS_NOT_USED); other keys (num.network.threads, ...) are
     logged and ignored as Kafka ignores keys it does not know. With tiering on and no RSM
     class named, `rsm.config.dirs` (under the configured prefix) must name the filesystem
     tier's directories, none of them equal to, inside or above a log dir (the tier and the

@@ -542,6 +542,7 @@ log.retention.ms=86400000
 remote.log.manager.task.interval.ms=100
 remote.storage.enable=true
 listeners=PLAINTEXT://127.0.0.1:9092
+num.network.threads=3
 log.cleaner.enable=false
 """
 
@@ -557,7 +558,8 @@ def test_load_broker_config_reads_dirs_tiering_and_broker_topic_defaults(tmp_pat
     assert topic.local_retention_bytes == 1000 and topic["remote.storage.enable"] is True
     assert topic.entry("local.retention.bytes").source_key == "log.local.retention.bytes"
     # Kafka keys the engine does not use are kept and reported as unused
-    assert set(broker.unused()) == {"listeners", "log.cleaner.enable"}
+    assert set(broker.unused()) == {"num.network.threads", "log.cleaner.enable"}
+    assert broker["listeners"] == ["PLAINTEXT://127.0.0.1:9092"]  # read by `serve`
     assert "log.cleaner.enable" in KAFKA_BROKER_KEYS_NOT_USED
 
 

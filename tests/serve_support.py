@@ -117,12 +117,14 @@ class ServeProcess:
     """`python -m engine serve` as a subprocess; `port` once it listens. stderr is drained
     by a thread (kept in `lines`) so the child never blocks on a full pipe."""
 
-    def __init__(self, config: str, start_timeout: float = 60.0) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--config",
-                                      config], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+    def __init__(self, config: str, start_timeout: float = 60.0, listeners: int = 1) -> None:
+        self.proc = subprocess.Popen(self.command(config), cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True)
         self.lines: list[str] = []
-        self.port: int | None = None
+        self.port: int | None = None  # of the first listener
+        self.ports: dict[str, int] = {}  # listener name -> bound port
+        self._expected = listeners
         self._listening = threading.Event()
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -130,12 +132,20 @@ class ServeProcess:
             self.kill()
             raise AssertionError("serve did not listen:\n" + "".join(self.lines))
 
+    @staticmethod
+    def command(config: str) -> list[str]:
+        return [sys.executable, "-m", "engine", "serve", "--config", config]
+
     def _drain(self) -> None:
         for line in self.proc.stderr:
             self.lines.append(line)
-            if "listening on" in line and self.port is None:
-                self.port = int(line.split("listening on ", 1)[1].split()[0].rsplit(":", 1)[1])
-                self._listening.set()
+            if "listening on" in line:
+                uri = line.split("listening on ", 1)[1].split()[0]
+                self.ports[uri.split("://", 1)[0]] = int(uri.rsplit(":", 1)[1])
+                if self.port is None:
+                    self.port = self.ports[uri.split("://", 1)[0]]
+                if len(self.ports) >= self._expected:
+                    self._listening.set()
         self._listening.set()
 
     @property

@@ -6,8 +6,10 @@ Opens the log dirs as `run` does (validated config, process lock, logs recovered
 topic overrides applied), runs the RemoteLogManager's copy and expiration tasks and local
 retention, and answers Kafka's protocol on `listeners` (engine.protocol): unmodified Kafka
 consumers read every partition from its log start, local or tiered, and keep their group
-offsets here. One stderr line per bound listener (`serve: listening on NAME://host:port`,
-the real port when the config says 0). SIGTERM/SIGINT stop it: listeners and connections
+offsets here. PLAINTEXT and SSL listeners (PEM keystore, `engine.protocol.tls`); Metadata
+and FindCoordinator give each client the advertised endpoint of the listener it came on.
+One stderr line per bound listener (`serve: listening on NAME://host:port`, the real port
+when the config says 0). SIGTERM/SIGINT stop it: listeners and connections
 close, then the RLM, then the logs, cleanly.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 import time
 
@@ -24,8 +27,11 @@ from engine.config import ConfigError, load_broker_config
 from engine.protocol.broker import Endpoint, ReadBroker
 from engine.protocol.groups import GroupCoordinator
 from engine.protocol.server import KafkaServer, parse_listeners
+from engine.protocol.tls import server_context
 
 __all__ = ["run"]
+
+log = logging.getLogger("engine.protocol.server")
 
 
 def _node_id(broker) -> int:
@@ -35,34 +41,54 @@ def _node_id(broker) -> int:
     return 0
 
 
-async def _serve(session, broker, listeners, advertised) -> None:
+def _loop_errors(loop, context) -> None:
+    """A client's failed TLS handshake or dropped connection is one log line, not a
+    traceback; anything else goes to asyncio's default handler."""
+    exc = context.get("exception")
+    if isinstance(exc, (ssl.SSLError, ConnectionError)):
+        peer = context.get("transport") and context["transport"].get_extra_info("peername")
+        log.info("connection from %s failed: %s", peer, exc)
+        return
+    loop.default_exception_handler(context)
+
+
+def _endpoints(bound, advertised, node_id: int) -> dict:
+    """Listener name -> Endpoint: its `advertised.listeners` entry, else its own address
+    (the bound port when the config says 0, the host `localhost` when it is empty)."""
+    by_name = {a.name: a for a in advertised}
+    out = {}
+    for lst, port in bound:
+        adv = by_name.get(lst.name, lst)
+        out[lst.name] = Endpoint(node_id, adv.host or lst.host or "localhost",
+                                 adv.port or port)
+    return out
+
+
+async def _serve(session, broker, listeners, advertised, ssl_context) -> None:
     rlm = session.remote_log_manager()
     manager = session.log_manager
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    endpoint = Endpoint(_node_id(broker), advertised.host, advertised.port)
-    read_broker = ReadBroker(manager, rlm, endpoint)
-    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], endpoint, manager)
+    loop.set_exception_handler(_loop_errors)
+    read_broker = ReadBroker(manager, rlm)
+    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], manager)
     server = KafkaServer(read_broker, broker, coordinator=coordinator)
     housekeeping = _Housekeeping(manager, broker)
     try:
-        bound = await server.start(listeners)
+        bound = await server.start(listeners, ssl_context)
     except BaseException:
         await server.close()
         coordinator.close()
         raise
     try:
-        port = {lst: p for lst, p in bound}.get(listeners[0])
-        if advertised.port == 0 or not advertised.host:
-            read_broker.endpoint = coordinator.endpoint = endpoint = Endpoint(
-                endpoint.node_id, advertised.host or listeners[0].host or "localhost",
-                advertised.port or port)
+        server.endpoints = _endpoints(bound, advertised, _node_id(broker))
         coordinator.start()
-        for lst, p in bound:
-            print(f"serve: listening on {lst.uri(p)} (node {endpoint.node_id}, advertised "
-                  f"{endpoint.host}:{endpoint.port})", file=sys.stderr, flush=True)
+        for lst, port in bound:
+            ep = server.endpoints[lst.name]
+            print(f"serve: listening on {lst.uri(port)} (node {ep.node_id}, advertised "
+                  f"{ep.host}:{ep.port})", file=sys.stderr, flush=True)
         rlm.start()
         while not stop.is_set():
             try:
@@ -102,10 +128,15 @@ def run(args) -> int:
         raise ConfigError("remote.log.storage.system.enable", False,
                           "serve reads through the RemoteLogManager: tiered storage must be "
                           "enabled", file=args.config)
-    listeners = parse_listeners(broker["listeners"], file=args.config)
+    protocol_map = broker["listener.security.protocol.map"]
+    listeners = parse_listeners(broker["listeners"], file=args.config,
+                                protocol_map=protocol_map)
     advertised = parse_listeners(broker["advertised.listeners"] or broker["listeners"],
-                                 "advertised.listeners", file=args.config)[0]
+                                 "advertised.listeners", file=args.config,
+                                 protocol_map=protocol_map)
+    ssl_context = (server_context(broker, args.config)
+                   if any(lst.protocol == "SSL" for lst in listeners) else None)
     with open_broker(args.config) as session:
-        asyncio.run(_serve(session, broker, listeners, advertised))
+        asyncio.run(_serve(session, broker, listeners, advertised, ssl_context))
     print("serve: stopped cleanly", file=sys.stderr, flush=True)
     return 0

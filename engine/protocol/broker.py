@@ -91,10 +91,9 @@ def cluster_id_of(log_dirs) -> str:
 class ReadBroker:
     """One broker leading every partition of `log_manager`; see the module docstring."""
 
-    def __init__(self, log_manager, rlm, endpoint: Endpoint) -> None:
+    def __init__(self, log_manager, rlm) -> None:
         self.log_manager = log_manager
         self.rlm = rlm
-        self.endpoint = endpoint
         self.cluster_id = cluster_id_of(log_manager.log_dirs)
         self.topic_ids: dict[str, bytes] = {}
         self.topics_by_id: dict[bytes, str] = {}
@@ -145,8 +144,9 @@ class ReadBroker:
                              for k, (_, lo, hi, _) in sorted(API_VERSIONS.items())
                              if k in keys]}
 
-    def metadata(self, body: dict, version: int) -> dict:
-        ep = self.endpoint
+    def metadata(self, body: dict, version: int, ep: Endpoint) -> dict:
+        """Every partition led by this node, reached at `ep` (the advertised endpoint of
+        the listener the request came on)."""
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
             names = self.topics()

@@ -91,9 +91,8 @@ class GroupCoordinator:
     api_keys = frozenset({FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
                           OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS})
 
-    def __init__(self, config, store: OffsetsStore, endpoint, log_manager) -> None:
+    def __init__(self, config, store: OffsetsStore, log_manager) -> None:
         self.store = store
-        self.endpoint = endpoint
         self.log_manager = log_manager
         self.min_session_ms = config["group.min.session.timeout.ms"]
         self.max_session_ms = config["group.max.session.timeout.ms"]
@@ -103,8 +102,8 @@ class GroupCoordinator:
         self._ticker: asyncio.Task | None = None
 
     @classmethod
-    def open(cls, config, log_dir, endpoint, log_manager) -> GroupCoordinator:
-        return cls(config, OffsetsStore(log_dir), endpoint, log_manager)
+    def open(cls, config, log_dir, log_manager) -> GroupCoordinator:
+        return cls(config, OffsetsStore(log_dir), log_manager)
 
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
@@ -129,7 +128,7 @@ class GroupCoordinator:
     # -- FindCoordinator ---------------------------------------------------------------------
 
     async def _find_coordinator(self, body, v, session, server):
-        ep = self.endpoint
+        ep = server.endpoints[session["listener"]]
         error = E.NONE if body["key_type"] == _KEY_TYPE_GROUP else E.COORDINATOR_NOT_AVAILABLE
         if v < 4:
             return {"error_code": error, "error_message": None, "node_id": ep.node_id,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
 import struct
@@ -54,26 +55,44 @@ class Listener:
     name: str
     host: str
     port: int
+    protocol: str = "PLAINTEXT"
 
     def uri(self, port: int | None = None) -> str:
         return f"{self.name}://{self.host}:{self.port if port is None else port}"
 
 
-def parse_listeners(values, key: str = "listeners", file=None) -> list[Listener]:
-    """`PLAINTEXT://host:port` entries (host empty: every interface). Only PLAINTEXT
-    listeners are served."""
+#: security protocols served
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+
+
+def parse_listeners(values, key: str = "listeners", file=None,
+                    protocol_map=("PLAINTEXT:PLAINTEXT", "SSL:SSL")) -> list[Listener]:
+    """`NAME://host:port` entries (host empty: every interface), each listener's security
+    protocol from `listener.security.protocol.map` (Kafka's rule: the name itself when the
+    map does not list it). PLAINTEXT and SSL listeners are served."""
+    protocols = {}
+    for entry in protocol_map or ():
+        name, sep, proto = entry.partition(":")
+        if not sep:
+            raise ConfigError("listener.security.protocol.map", entry, "expected NAME:PROTOCOL",
+                              file=file)
+        protocols[name.strip().upper()] = proto.strip().upper()
     out = []
     for value in values or ():
         name, sep, rest = value.partition("://")
         host, colon, port = rest.rpartition(":")
         if not sep or not colon or not port.isdigit() or int(port) > 65535:
             raise ConfigError(key, value, "expected NAME://host:port", file=file)
-        if name.upper() != "PLAINTEXT":
-            raise ConfigError(key, value, f"security protocol {name} is not served "
-                              "(PLAINTEXT only)", file=file)
-        out.append(Listener(name.upper(), host.strip("[]"), int(port)))
+        name = name.upper()
+        protocol = protocols.get(name, name)
+        if protocol not in SERVED_PROTOCOLS:
+            raise ConfigError(key, value, f"security protocol {protocol} is not served "
+                              f"({' or '.join(SERVED_PROTOCOLS)})", file=file)
+        out.append(Listener(name, host.strip("[]"), int(port), protocol))
     if not out:
         raise ConfigError(key, values, "names no listener", file=file)
+    if len({lst.name for lst in out}) != len(out):
+        raise ConfigError(key, values, "names a listener twice", file=file)
     return out
 
 
@@ -106,18 +125,24 @@ class KafkaServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.StreamWriter] = set()
         self.refused_connections = 0
+        #: listener name -> the endpoint Metadata and FindCoordinator give its clients
+        self.endpoints: dict = {}
         #: the API keys answered (ApiVersions lists these only)
         self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA,
                                    DESCRIBE_CONFIGS}
                                   | (coordinator.api_keys if coordinator else frozenset()))
 
-    async def start(self, listeners: list[Listener]) -> list[tuple[Listener, int]]:
-        """Binds every listener; returns (listener, bound port)."""
+    async def start(self, listeners: list[Listener],
+                    ssl_context=None) -> list[tuple[Listener, int]]:
+        """Binds every listener (SSL ones with `ssl_context`); returns (listener, bound
+        port)."""
         bound = []
         for lst in listeners:
             try:
-                server = await asyncio.start_server(self._serve_connection, lst.host or None,
-                                                    lst.port, reuse_address=True, backlog=1024)
+                server = await asyncio.start_server(
+                    functools.partial(self._serve_connection, lst), lst.host or None,
+                    lst.port, reuse_address=True, backlog=1024,
+                    ssl=ssl_context if lst.protocol == "SSL" else None)
             except OSError as exc:
                 raise ListenerBindError(
                     f"cannot listen on {lst.uri()}: [Errno {exc.errno}] "
@@ -145,7 +170,7 @@ class KafkaServer:
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _serve_connection(self, reader: asyncio.StreamReader,
+    async def _serve_connection(self, listener: Listener, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         if len(self._connections) >= self.max_connections:
@@ -156,7 +181,7 @@ class KafkaServer:
             return
         self._connections.add(writer)
         writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
-        session = {"peer": peer, "client_id": None}
+        session = {"peer": peer, "client_id": None, "listener": listener.name}
         try:
             while True:
                 try:
@@ -213,7 +238,7 @@ class KafkaServer:
         if key == API_VERSIONS_KEY:
             return ReadBroker.api_versions(self.api_keys)
         if key == METADATA:
-            return self.broker.metadata(body, v)
+            return self.broker.metadata(body, v, self.endpoints[session["listener"]])
         if key == LIST_OFFSETS:
             return await self.run_blocking(self.broker.list_offsets, body, v)
         if key == FETCH:

@@ -55,6 +55,13 @@ def _b64(text):
     return None if text is None else base64.b64decode(text)
 
 
+def records_of(fetch_json: str) -> list[Record]:
+    """`engine fetch --json` output -> Records."""
+    return [Record(r["offset"], r["timestamp"], _b64(r["key"]), _b64(r["value"]),
+                   [(k, _b64(v)) for k, v in r["headers"]])
+            for r in map(json.loads, fetch_json.splitlines())]
+
+
 @dataclass
 class TieredBroker:
     config: str
@@ -97,10 +104,7 @@ def build_tiered_broker(base: Path, extra: str = "") -> TieredBroker:
             out = engine("fetch", "--config", str(config), "--topic", TOPIC, "--partition",
                          str(p), "--offset", "0", "--to-end", "--json",
                          "--isolation-level", iso).stdout
-            views[(iso, p)] = [
-                Record(r["offset"], r["timestamp"], _b64(r["key"]), _b64(r["value"]),
-                       [(k, _b64(v)) for k, v in r["headers"]])
-                for r in map(json.loads, out.splitlines())]
+            views[(iso, p)] = records_of(out)
     offsets = {}
     for p in range(len(CODECS)):
         offsets[p] = {}

@@ -210,3 +210,23 @@ def process_sockets(pid: int) -> int:
         except FileNotFoundError:
             continue  # closed while listed
     return count
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_pki(d: Path) -> Path:
+    """A CA (`ca.pem`) and a server key and certificate for localhost / 127.0.0.1
+    (`keystore.pem`, `server.key`, `server.pem`), made with openssl in `d`."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+             "ca.pem", "-days", "2", "-subj", "/CN=serve-test-ca", cwd=d)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
+             "server.csr", "-subj", "/CN=localhost", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext",
+             cwd=d)
+    (d / "keystore.pem").write_text((d / "server.key").read_text()
+                                    + (d / "server.pem").read_text())
+    return d

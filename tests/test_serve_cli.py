@@ -28,7 +28,8 @@ def _one_error_line(proc):
 def test_bad_listeners_and_no_tiering_are_config_errors(tmp_path):
     config = build_small_broker(tmp_path, records=10)
     text = Path(config).read_text()
-    for bad, expect in (("SASL_SSL://127.0.0.1:9093", "security protocol SASL_SSL is not served"),
+    for bad, expect in (("X://127.0.0.1:9093", "security protocol X is not served"),
+                        ("SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms"),
                         ("SSL://127.0.0.1:0", "ssl.keystore.type"),
                         ("PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0", "listener twice"),
                         ("127.0.0.1:9092", "expected NAME://host:port"),

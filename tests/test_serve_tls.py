@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from serve_support import TOPIC, ServeProcess, build_small_broker
+from serve_support import TOPIC, ServeProcess, build_small_broker, make_pki
 
 from engine.protocol import codec
 
@@ -32,25 +32,9 @@ def _read_frame(sock) -> bytes:
     return exactly(struct.unpack(">i", exactly(4))[0])
 
 
-def _openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA and a server certificate for localhost / 127.0.0.1, made with openssl."""
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-             "ca.pem", "-days", "2", "-subj", "/CN=serve-test-ca", cwd=d)
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
-             "server.csr", "-subj", "/CN=localhost", cwd=d)
-    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext",
-             cwd=d)
-    (d / "keystore.pem").write_text((d / "server.key").read_text()
-                                    + (d / "server.pem").read_text())
-    return d
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,10 @@ import time
 
 from engine.cli._broker import cli_errors, open_broker
 from engine.config import ConfigError, load_broker_config
+from engine.protocol.acl import Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
 from engine.protocol.groups import GroupCoordinator
+from engine.protocol.sasl import MECHANISMS, Credentials
 from engine.protocol.server import KafkaServer, parse_listeners
 from engine.protocol.tls import server_context
 
@@ -64,7 +66,7 @@ def _endpoints(bound, advertised, node_id: int) -> dict:
     return out
 
 
-async def _serve(session, broker, listeners, advertised, ssl_context) -> None:
+async def _serve(session, broker, listeners, advertised, ssl_context, security) -> None:
     rlm = session.remote_log_manager()
     manager = session.log_manager
     stop = asyncio.Event()
@@ -74,7 +76,7 @@ async def _serve(session, broker, listeners, advertised, ssl_context) -> None:
     loop.set_exception_handler(_loop_errors)
     read_broker = ReadBroker(manager, rlm)
     coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], manager)
-    server = KafkaServer(read_broker, broker, coordinator=coordinator)
+    server = KafkaServer(read_broker, broker, coordinator=coordinator, **security)
     housekeeping = _Housekeeping(manager, broker)
     try:
         bound = await server.start(listeners, ssl_context)
@@ -135,8 +137,21 @@ def run(args) -> int:
                                  "advertised.listeners", file=args.config,
                                  protocol_map=protocol_map)
     ssl_context = (server_context(broker, args.config)
-                   if any(lst.protocol == "SSL" for lst in listeners) else None)
+                   if any(lst.protocol in ("SSL", "SASL_SSL") for lst in listeners) else None)
+    credentials = None
+    if any(lst.protocol.startswith("SASL_") for lst in listeners):
+        mechanisms = broker["sasl.enabled.mechanisms"]
+        if not mechanisms or any(m not in MECHANISMS for m in mechanisms):
+            raise ConfigError("sasl.enabled.mechanisms", ",".join(mechanisms),
+                              f"SASL listeners need mechanisms among {', '.join(MECHANISMS)}",
+                              file=args.config)
+        if not broker["engine.sasl.credentials.file"]:
+            raise ConfigError("engine.sasl.credentials.file", None, "SASL listeners need "
+                              "a credentials file", file=args.config)
+        credentials = Credentials(broker["engine.sasl.credentials.file"])
+    authorizer = Authorizer.from_config(broker)
     with open_broker(args.config) as session:
-        asyncio.run(_serve(session, broker, listeners, advertised, ssl_context))
+        asyncio.run(_serve(session, broker, listeners, advertised, ssl_context,
+                           {"authorizer": authorizer, "credentials": credentials}))
     print("serve: stopped cleanly", file=sys.stderr, flush=True)
     return 0

@@ -62,6 +62,10 @@ def _config_text(value) -> str | None:
     return str(value)
 
 
+def _allow_all(operation: str, resource_type: str, name: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where clients reach this node (the advertised listener)."""
@@ -144,12 +148,13 @@ class ReadBroker:
                              for k, (_, lo, hi, _) in sorted(API_VERSIONS.items())
                              if k in keys]}
 
-    def metadata(self, body: dict, version: int, ep: Endpoint) -> dict:
+    def metadata(self, body: dict, version: int, ep: Endpoint, allowed=_allow_all) -> dict:
         """Every partition led by this node, reached at `ep` (the advertised endpoint of
-        the listener the request came on)."""
+        the listener the request came on). Listing all topics shows those the principal may
+        DESCRIBE; a named one it may not gets TOPIC_AUTHORIZATION_FAILED."""
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
-            names = self.topics()
+            names = [t for t in self.topics() if allowed("describe", "topic", t)]
         else:
             names = []
             for t in requested:
@@ -165,6 +170,10 @@ class ReadBroker:
             if isinstance(entry, tuple):
                 topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None,
                                "topic_id": entry[1], "partitions": []})
+                continue
+            if not allowed("describe", "topic", entry):
+                topics.append({"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": entry,
+                               "topic_id": ZERO_UUID, "partitions": []})
                 continue
             partitions = self.partitions_of(entry)
             if not partitions:
@@ -235,13 +244,18 @@ class ReadBroker:
             return self._timestamp_at(topic, partition, offset), offset, epoch
         return -1, offset, epoch
 
-    def list_offsets(self, body: dict, version: int) -> dict:
+    def list_offsets(self, body: dict, version: int, allowed=_allow_all) -> dict:
         read_committed = body["isolation_level"] == 1
         topics = []
         for t in body["topics"]:
             rows = []
+            permitted = allowed("describe", "topic", t["name"])
             for p in t["partitions"]:
                 row = {"partition_index": p["partition_index"], "error_code": E.NONE}
+                if not permitted:
+                    row["error_code"] = E.TOPIC_AUTHORIZATION_FAILED
+                    rows.append(row)
+                    continue
                 try:
                     ts, offset, epoch = self._list_offset(t["name"], p["partition_index"],
                                                           p["timestamp"], read_committed)
@@ -261,8 +275,9 @@ class ReadBroker:
 
     # -- Fetch -----------------------------------------------------------------------------
 
-    def fetch_targets(self, body: dict, version: int) -> list:
-        """[(topic response dict, topic name or None, [partition request dicts])]"""
+    def fetch_targets(self, body: dict, version: int, allowed=_allow_all) -> list:
+        """[(topic response dict, topic name, None for an unknown id, or an error code,
+        [partition request dicts])]"""
         out = []
         for t in body["topics"]:
             if version >= 13:
@@ -271,6 +286,8 @@ class ReadBroker:
             else:
                 name = t["topic"]
                 head = {"topic": name}
+            if name is not None and not allowed("read", "topic", name):
+                name = E.TOPIC_AUTHORIZATION_FAILED
             out.append((head, name, t["partitions"]))
         return out
 
@@ -279,9 +296,9 @@ class ReadBroker:
         ends = []
         for _, name, parts in targets:
             for p in parts:
-                unified = None if name is None else self.log_manager.get_log(name,
-                                                                             p["partition"])
-                ends.append(None if unified is None else (
+                unified = (self.log_manager.get_log(name, p["partition"])
+                           if isinstance(name, str) else None)
+                ends.append(None if not isinstance(name, str) or unified is None else (
                     unified.last_stable_offset if read_committed else unified.high_watermark))
         return ends
 
@@ -299,8 +316,8 @@ class ReadBroker:
                        "log_start_offset": -1, "aborted_transactions": None,
                        "preferred_read_replica": -1, "records": b""}
                 rows.append(row)
-                if name is None:
-                    row["error_code"] = E.UNKNOWN_TOPIC_ID
+                if not isinstance(name, str):
+                    row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
                     continue
                 requests.append((name, p["partition"], p["fetch_offset"],
                                  max(0, p["partition_max_bytes"])))
@@ -345,7 +362,7 @@ class ReadBroker:
 
     # -- DescribeConfigs -------------------------------------------------------------------
 
-    def describe_configs(self, body: dict, version: int) -> dict:
+    def describe_configs(self, body: dict, version: int, allowed=_allow_all) -> dict:
         """Topic resources: every topic config with its value and Kafka's source (topic
         override, static broker config, default); other resource types are refused."""
         results = []
@@ -357,6 +374,10 @@ class ReadBroker:
             if res["resource_type"] != E.RESOURCE_TOPIC:
                 row.update(error_code=E.INVALID_REQUEST,
                            error_message="only topic configs are described here")
+                continue
+            if not allowed("describe_configs", "topic", res["resource_name"]):
+                row.update(error_code=E.TOPIC_AUTHORIZATION_FAILED,
+                           error_message="not authorized to describe its configs")
                 continue
             partitions = self.partitions_of(res["resource_name"])
             if not partitions:

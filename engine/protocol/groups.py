@@ -129,12 +129,19 @@ class GroupCoordinator:
 
     async def _find_coordinator(self, body, v, session, server):
         ep = server.endpoints[session["listener"]]
-        error = E.NONE if body["key_type"] == _KEY_TYPE_GROUP else E.COORDINATOR_NOT_AVAILABLE
+        allowed = session["allowed"]
+
+        def error(key):
+            if body["key_type"] != _KEY_TYPE_GROUP:
+                return E.COORDINATOR_NOT_AVAILABLE
+            return E.NONE if allowed("describe", "group", key) else E.GROUP_AUTHORIZATION_FAILED
+
         if v < 4:
-            return {"error_code": error, "error_message": None, "node_id": ep.node_id,
-                    "host": ep.host, "port": ep.port}
+            return {"error_code": error(body["key"]), "error_message": None,
+                    "node_id": ep.node_id, "host": ep.host, "port": ep.port}
         return {"coordinators": [{"key": key, "node_id": ep.node_id, "host": ep.host,
-                                  "port": ep.port, "error_code": error, "error_message": None}
+                                  "port": ep.port, "error_code": error(key),
+                                  "error_message": None}
                                  for key in body["coordinator_keys"]]}
 
     # -- membership --------------------------------------------------------------------------
@@ -154,6 +161,8 @@ class GroupCoordinator:
         group_id, member_id = body["group_id"], body["member_id"]
         if not group_id:
             return self._join_error(E.INVALID_GROUP_ID)
+        if not session["allowed"]("read", "group", group_id):
+            return self._join_error(E.GROUP_AUTHORIZATION_FAILED)
         if not self.min_session_ms <= body["session_timeout_ms"] <= self.max_session_ms:
             return self._join_error(E.INVALID_SESSION_TIMEOUT)
         group = self._group(group_id, create=True)
@@ -290,6 +299,8 @@ class GroupCoordinator:
         return E.NONE
 
     async def _sync(self, body, v, session, server):
+        if not session["allowed"]("read", "group", body["group_id"]):
+            return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "assignment": b""}
         group = self._group(body["group_id"])
         error = self._check_member(group, body["member_id"], body["generation_id"])
         out = {"protocol_type": group.protocol_type if group else None,
@@ -314,6 +325,8 @@ class GroupCoordinator:
         return {**out, **result}
 
     async def _heartbeat(self, body, v, session, server):
+        if not session["allowed"]("read", "group", body["group_id"]):
+            return {"error_code": E.GROUP_AUTHORIZATION_FAILED}
         group = self._group(body["group_id"])
         error = self._check_member(group, body["member_id"], body["generation_id"])
         if error:
@@ -323,6 +336,8 @@ class GroupCoordinator:
                 else E.NONE}
 
     async def _leave(self, body, v, session, server):
+        if not session["allowed"]("read", "group", body["group_id"]):
+            return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "members": []}
         group = self._group(body["group_id"])
         leaving = ([{"member_id": body["member_id"], "group_instance_id": None}] if v < 3
                    else body["members"])
@@ -380,8 +395,11 @@ class GroupCoordinator:
         group_id = body["group_id"]
         generation = body["generation_id_or_member_epoch"]
         group = self._group(group_id)
+        allowed = session["allowed"]
         if not group_id:
             error = E.INVALID_GROUP_ID
+        elif not allowed("read", "group", group_id):
+            error = E.GROUP_AUTHORIZATION_FAILED
         elif generation < 0 and not body["member_id"] and (group is None
                                                            or group.state == EMPTY):
             error = E.NONE  # a commit from outside any group (assign() consumers, admins)
@@ -396,6 +414,8 @@ class GroupCoordinator:
             parts = []
             for p in t["partitions"]:
                 code = error
+                if not code and not allowed("read", "topic", t["name"]):
+                    code = E.TOPIC_AUTHORIZATION_FAILED
                 if not code and self.log_manager.get_log(t["name"],
                                                          p["partition_index"]) is None:
                     code = E.UNKNOWN_TOPIC_OR_PARTITION
@@ -412,33 +432,49 @@ class GroupCoordinator:
                 group.empty_since_ms = now
         return {"topics": rows}
 
-    def _offsets_of(self, group_id: str, topics) -> list:
+    def _offsets_of(self, group_id: str, topics, allowed) -> list:
         stored = self.store.get(group_id)
         if topics is None:
             names: dict[str, list[int]] = {}
             for (t, p) in sorted(stored):
-                names.setdefault(t, []).append(p)
+                if allowed("describe", "topic", t):
+                    names.setdefault(t, []).append(p)
             topics = [{"name": t, "partition_indexes": ps} for t, ps in names.items()]
         out = []
         for t in topics:
             parts = []
+            permitted = allowed("describe", "topic", t["name"])
             for p in t["partition_indexes"]:
-                c = stored.get((t["name"], p))
+                c = stored.get((t["name"], p)) if permitted else None
                 parts.append({"partition_index": p,
                               "committed_offset": c.offset if c else -1,
                               "committed_leader_epoch": c.leader_epoch if c else -1,
                               "metadata": (c.metadata if c else "") or "",
-                              "error_code": E.NONE})
+                              "error_code": E.NONE if permitted
+                              else E.TOPIC_AUTHORIZATION_FAILED})
             out.append({"name": t["name"], "partitions": parts})
         return out
 
     async def _fetch_offsets(self, body, v, session, server):
+        allowed = session["allowed"]
+
+        def one(group_id, topics):
+            if not allowed("describe", "group", group_id):
+                return [], E.GROUP_AUTHORIZATION_FAILED
+            return self._offsets_of(group_id, topics, allowed), E.NONE
+
         if v < 8:
-            return {"topics": self._offsets_of(body["group_id"], body["topics"]),
-                    "error_code": E.NONE}
-        return {"groups": [{"group_id": g["group_id"],
-                            "topics": self._offsets_of(g["group_id"], g["topics"]),
-                            "error_code": E.NONE} for g in body["groups"]]}
+            topics, error = one(body["group_id"], body["topics"])
+            if error and v < 2:  # no top-level error before v2: on every partition asked
+                topics = [{"name": t["name"], "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "error_code": error}
+                    for p in t["partition_indexes"]]} for t in body["topics"] or ()]
+            return {"topics": topics, "error_code": error}
+        out = []
+        for g in body["groups"]:
+            topics, error = one(g["group_id"], g["topics"])
+            out.append({"group_id": g["group_id"], "topics": topics, "error_code": error})
+        return {"groups": out}
 
     # -- ListGroups, DescribeGroups ------------------------------------------------------------
 
@@ -455,6 +491,8 @@ class GroupCoordinator:
         for group_id, g in sorted(self._known_groups().items()):
             if (states and g.state not in states) or (types and "classic" not in types):
                 continue
+            if not session["allowed"]("describe", "group", group_id):
+                continue
             rows.append({"group_id": group_id, "protocol_type": g.protocol_type or "",
                          "group_state": g.state, "group_type": "classic"})
         return {"error_code": E.NONE, "groups": rows}
@@ -464,6 +502,11 @@ class GroupCoordinator:
         rows = []
         for group_id in body["groups"]:
             g = known.get(group_id)
+            if not session["allowed"]("describe", "group", group_id):
+                rows.append({"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": group_id,
+                             "group_state": "", "protocol_type": "", "protocol_data": "",
+                             "members": []})
+                continue
             if g is None:
                 rows.append({"error_code": E.NONE, "group_id": group_id, "group_state": DEAD,
                              "protocol_type": "", "protocol_data": "", "members": []})

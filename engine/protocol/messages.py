@@ -19,7 +19,10 @@ first flexible version)); the schemas hold every field of those versions.
 
 from __future__ import annotations
 
-__all__ = ["API_VERSIONS", "REQUEST_HEADER", "RESPONSE_HEADER", "SCHEMAS"]
+__all__ = ["API_VERSIONS", "NEVER_FLEXIBLE", "REQUEST_HEADER", "RESPONSE_HEADER", "SCHEMAS"]
+
+#: the "first flexible version" of an API that has none
+NEVER_FLEXIBLE = 0x7FFF
 
 #: api key -> (name, min version, max version, first flexible version)
 API_VERSIONS: dict[int, tuple[str, int, int, int]] = {
@@ -36,8 +39,10 @@ API_VERSIONS: dict[int, tuple[str, int, int, int]] = {
     14: ("SyncGroup", 0, 5, 4),
     15: ("DescribeGroups", 0, 5, 5),
     16: ("ListGroups", 0, 5, 3),
+    17: ("SaslHandshake", 1, 1, NEVER_FLEXIBLE),
     18: ("ApiVersions", 0, 4, 3),
     32: ("DescribeConfigs", 0, 4, 4),
+    36: ("SaslAuthenticate", 0, 2, 2),
 }
 
 #: request header v0-v2: v1 adds the client id (a nullable string, never compact), v2 the
@@ -375,6 +380,20 @@ Groups [] 0+
   ProtocolType string 0+
   GroupState string 4+
   GroupType string 5+
+"""),
+    17: ("""
+Mechanism string 0+
+""", """
+ErrorCode int16 0+
+Mechanisms []string 0+
+"""),
+    36: ("""
+AuthBytes bytes 0+
+""", """
+ErrorCode int16 0+
+ErrorMessage string 0+ null=0+
+AuthBytes bytes 0+
+SessionLifetimeMs int64 1+
 """),
     18: ("""
 ClientSoftwareName string 3+

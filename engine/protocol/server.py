@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from engine.config import ConfigError
 from engine.errors import KafkaEngineError
-from engine.protocol import codec
+from engine.protocol import codec, sasl
 from engine.protocol import errors as E
 from engine.protocol.broker import ReadBroker
 
@@ -48,6 +48,7 @@ _POLL_INTERVAL_S = 0.05
 #: more than one such part in its transport buffer
 _DRAIN_EVERY = 256 * 1024
 API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA, DESCRIBE_CONFIGS = 18, 0, 1, 2, 3, 32
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Listener:
 
 
 #: security protocols served
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def parse_listeners(values, key: str = "listeners", file=None,
@@ -110,11 +111,13 @@ class _Closed(Exception):
 
 class KafkaServer:
     """Serves `broker` (a ReadBroker) and, when given, a group coordinator on the
-    listeners. `start()` binds; `close()` stops accepting, closes every connection and the
+    listeners; SASL listeners authenticate against `credentials` (sasl.Credentials), and
+    with an `authorizer` (acl.Authorizer) every topic and group access is checked. `start()` binds; `close()` stops accepting, closes every connection and the
     I/O threads. Thread-safety: everything runs on one event loop; only the handlers'
     blocking parts go to the I/O pool."""
 
-    def __init__(self, broker: ReadBroker, config, *, coordinator=None) -> None:
+    def __init__(self, broker: ReadBroker, config, *, coordinator=None, authorizer=None,
+                 credentials=None) -> None:
         self.broker = broker
         self.coordinator = coordinator
         self.max_request_bytes = config["socket.request.max.bytes"]
@@ -127,9 +130,13 @@ class KafkaServer:
         self.refused_connections = 0
         #: listener name -> the endpoint Metadata and FindCoordinator give its clients
         self.endpoints: dict = {}
+        self.authorizer = authorizer
+        self.credentials = credentials
+        self.mechanisms = [m for m in config["sasl.enabled.mechanisms"]
+                           if m in sasl.MECHANISMS]
         #: the API keys answered (ApiVersions lists these only)
         self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA,
-                                   DESCRIBE_CONFIGS}
+                                   DESCRIBE_CONFIGS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
                                   | (coordinator.api_keys if coordinator else frozenset()))
 
     async def start(self, listeners: list[Listener],
@@ -142,7 +149,7 @@ class KafkaServer:
                 server = await asyncio.start_server(
                     functools.partial(self._serve_connection, lst), lst.host or None,
                     lst.port, reuse_address=True, backlog=1024,
-                    ssl=ssl_context if lst.protocol == "SSL" else None)
+                    ssl=ssl_context if lst.protocol in ("SSL", "SASL_SSL") else None)
             except OSError as exc:
                 raise ListenerBindError(
                     f"cannot listen on {lst.uri()}: [Errno {exc.errno}] "
@@ -181,7 +188,11 @@ class KafkaServer:
             return
         self._connections.add(writer)
         writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
-        session = {"peer": peer, "client_id": None, "listener": listener.name}
+        sasl = listener.protocol.startswith("SASL_")
+        session = {"peer": peer, "client_id": None, "listener": listener.name,
+                   "authenticated": not sasl, "sasl_listener": sasl, "sasl": None,
+                   "principal": "User:ANONYMOUS", "close": False}
+        session["allowed"] = functools.partial(self.allowed, session)
         try:
             while True:
                 try:
@@ -204,6 +215,9 @@ class KafkaServer:
                     if memoryview(part).nbytes >= _DRAIN_EVERY:
                         await writer.drain()
                 await writer.drain()
+                if session["close"]:
+                    log.info("Closing %s: %s", peer, session["close"])
+                    return
         except _Closed as exc:
             log.info("Closing %s: %s", peer, exc)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -233,31 +247,70 @@ class KafkaServer:
             return None
         return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
 
+    def allowed(self, session: dict, operation: str, resource_type: str, name: str) -> bool:
+        """Whether the connection's principal may do `operation` on the resource."""
+        return self.authorizer is None or self.authorizer.allowed(
+            session["principal"], operation, resource_type, name)
+
+    def _sasl(self, key: int, v: int, body: dict, session: dict) -> dict:
+        """SaslHandshake v1 and SaslAuthenticate: a failed step answers
+        SASL_AUTHENTICATION_FAILED and closes the connection after the answer."""
+        if key == SASL_HANDSHAKE:
+            if not session["sasl_listener"] or session["authenticated"]:
+                return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
+            if body["mechanism"] not in self.mechanisms:
+                return {"error_code": E.UNSUPPORTED_SASL_MECHANISM,
+                        "mechanisms": self.mechanisms}
+            session["sasl"] = sasl.new_server(body["mechanism"], self.credentials)
+            return {"error_code": E.NONE, "mechanisms": self.mechanisms}
+        server = session["sasl"]
+        if server is None or session["authenticated"]:
+            session["close"] = "SaslAuthenticate out of order"
+            return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": None,
+                    "auth_bytes": b""}
+        try:
+            reply = server.step(bytes(body["auth_bytes"]))
+        except sasl.SaslAuthenticationError as exc:
+            session["close"] = f"SASL authentication failed ({server.mechanism})"
+            return {"error_code": E.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
+                    "auth_bytes": b""}
+        if server.principal is not None:
+            session["authenticated"] = True
+            session["principal"] = f"User:{server.principal}"
+        return {"error_code": E.NONE, "error_message": None, "auth_bytes": reply or b"",
+                "session_lifetime_ms": 0}
+
     async def _handle(self, req: codec.Request, session: dict):
         key, v, body = req.api_key, req.api_version, req.body
         if key == API_VERSIONS_KEY:
             return ReadBroker.api_versions(self.api_keys)
+        if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            return self._sasl(key, v, body, session)
+        if not session["authenticated"]:
+            raise _Closed(f"API key {key} before SASL authentication")
         if key == METADATA:
-            return self.broker.metadata(body, v, self.endpoints[session["listener"]])
+            return self.broker.metadata(body, v, self.endpoints[session["listener"]],
+                                        session["allowed"])
         if key == LIST_OFFSETS:
-            return await self.run_blocking(self.broker.list_offsets, body, v)
+            return await self.run_blocking(self.broker.list_offsets, body, v,
+                                           session["allowed"])
         if key == FETCH:
-            return await self._fetch(body, v)
+            return await self._fetch(body, v, session["allowed"])
         if key == PRODUCE:
             return ReadBroker.produce(body)
         if key == DESCRIBE_CONFIGS:
-            return self.broker.describe_configs(body, v)
+            return self.broker.describe_configs(body, v, session["allowed"])
         if self.coordinator is not None and key in self.coordinator.api_keys:
             return await self.coordinator.handle(req, session, self)
         raise _Closed(f"API key {key} is not served")
 
-    async def _fetch(self, body: dict, version: int) -> dict:
+    async def _fetch(self, body: dict, version: int, allowed) -> dict:
         error = ReadBroker.fetch_session_error(body)
         if error:
             return {"error_code": error, "session_id": 0, "responses": []}
         broker = self.broker
         read_committed = body["isolation_level"] == 1
-        targets = broker.fetch_targets(body, version)
+        targets = broker.fetch_targets(body, version, allowed)
         max_bytes = max(0, body["max_bytes"])
         deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
         min_bytes = body["min_bytes"]

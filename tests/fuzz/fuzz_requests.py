@@ -56,6 +56,8 @@ _FILLED = {
     14: {"group_id": "g", "assignments": [{"member_id": "m", "assignment": b"\x00"}]},
     15: {"groups": ["g", "h"]},
     16: {"states_filter": ["Stable"], "types_filter": ["classic"]},
+    17: {"mechanism": "SCRAM-SHA-256"},
+    36: {"auth_bytes": b"n,,n=user,r=nonce"},
     18: {"client_software_name": "n", "client_software_version": "1"},
     32: {"resources": [{"resource_type": 2, "resource_name": "t",
                         "configuration_keys": ["a"]}]},

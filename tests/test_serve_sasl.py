@@ -1,0 +1,211 @@
+"""SASL and ACLs on `serve`: librdkafka over SASL_SSL with SCRAM-SHA-512 and kafka-python
+over SASL_PLAINTEXT with PLAIN consume as an allowed principal; a principal without ACLs
+gets Kafka's authorization errors and no data; a wrong password fails authentication and
+closes the connection; nothing but the handshake is answered before authentication; the
+credentials file holds no password."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from serve_support import TOPIC, ServeProcess, build_small_broker, make_pki
+
+from engine.protocol import codec
+from engine.protocol.sasl import credential, write_credentials
+
+DEADLINE_S = 60
+RECORDS = 1500
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2", "admin": "admin-secret-3"}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sasl")
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    creds = base / "credentials.json"
+    write_credentials(creds, {user: {m: credential(m, pw) for m in
+                                     ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")}
+                              for user, pw in PASSWORDS.items()})
+    acls = base / "acls.json"
+    acls.write_text(json.dumps([
+        {"principal": "User:alice", "resource_type": "topic", "resource_name": TOPIC,
+         "operation": "read", "permission_type": "allow"},
+        {"principal": "User:alice", "resource_type": "group", "resource_name": "alice-",
+         "pattern_type": "prefixed", "operation": "read", "permission_type": "allow"},
+        {"principal": "User:bob", "resource_type": "group", "resource_name": "bob",
+         "operation": "read", "permission_type": "allow"}]))
+    config = build_small_broker(base, (
+        "ssl.keystore.type=PEM\nssl.truststore.type=PEM\n"
+        f"ssl.keystore.location={pki / 'keystore.pem'}\n"
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n"
+        f"engine.sasl.credentials.file={creds}\n"
+        "authorizer.class.name=engine.protocol.acl.Authorizer\n"
+        f"engine.acls.file={acls}\nsuper.users=User:admin\n"), records=RECORDS)
+    Path(config).write_text(Path(config).read_text().replace(
+        "listeners=PLAINTEXT://127.0.0.1:0",
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"))
+    proc = ServeProcess(config, listeners=2)
+    yield proc, pki, creds
+    assert proc.stop() == 0, proc.output()
+    assert "Traceback" not in proc.output(), proc.output()
+    for pw in PASSWORDS.values():
+        assert pw not in proc.output()
+
+
+def _librdkafka(proc, pki, user, mechanism="SCRAM-SHA-512", **extra):
+    from confluent_kafka import Consumer
+
+    errors = []
+    consumer = Consumer({
+        "bootstrap.servers": f"127.0.0.1:{proc.ports['SASL_SSL']}",
+        "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki / "ca.pem"),
+        "sasl.mechanism": mechanism, "sasl.username": user,
+        "sasl.password": extra.pop("password", PASSWORDS[user]),
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "isolation.level": "read_uncommitted", "error_cb": errors.append, **extra})
+    return consumer, errors
+
+
+def test_allowed_principal_consumes_over_sasl_ssl_with_scram(secured):
+    proc, pki, creds = secured
+    consumer, errors = _librdkafka(proc, pki, "alice", **{"group.id": "alice-1"})
+    got = []
+    try:
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < RECORDS and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m.offset())
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert len(got) == RECORDS and not errors
+    # the file holds salted keys only
+    text = creds.read_text()
+    assert not any(pw in text for pw in PASSWORDS.values())
+
+
+def test_a_principal_without_acls_gets_authorization_errors(secured):
+    from confluent_kafka import KafkaError
+
+    proc, pki, _ = secured
+    consumer, _ = _librdkafka(proc, pki, "bob", "SCRAM-SHA-256", **{"group.id": "bob"})
+    try:
+        assert TOPIC not in consumer.list_topics(timeout=30).topics  # not even described
+        named = consumer.list_topics(topic=TOPIC, timeout=30).topics[TOPIC]
+        assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+    # what bob's requests get on the wire
+    with _authenticated(proc, "bob") as s:
+        fetch = _call(s, 1, 11, 10, {
+            "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "session_epoch": -1,
+            "topics": [{"topic": TOPIC, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        row = fetch["responses"][0]["partitions"][0]
+        assert row["error_code"] == 29 and not bytes(row["records"] or b"")
+        offsets = _call(s, 2, 7, 11, {"replica_id": -1, "topics": [
+            {"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": -2}]}]})
+        assert offsets["topics"][0]["partitions"][0]["error_code"] == 29
+        commit = _call(s, 8, 8, 12, {"group_id": "bob", "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": 5}]}]})
+        assert commit["topics"][0]["partitions"][0]["error_code"] == 29
+        commit = _call(s, 8, 8, 13, {"group_id": "alice-1", "topics": [
+            {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 5}]}]})
+        assert commit["topics"][0]["partitions"][0]["error_code"] == 30
+    # alice may not use bob's group
+    consumer, _ = _librdkafka(proc, pki, "alice", **{"group.id": "bob"})
+    try:
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + DEADLINE_S
+        error = None
+        while error is None and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None:
+                error = m.error()
+        assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_plain_and_a_super_user(secured):
+    from kafka import KafkaConsumer, TopicPartition
+
+    proc, _, _ = secured
+    for user in ("alice", "admin"):
+        consumer = KafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{proc.ports['SASL_PLAINTEXT']}",
+            security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+            sasl_plain_username=user, sasl_plain_password=PASSWORDS[user],
+            enable_auto_commit=False)
+        try:
+            tp = TopicPartition(TOPIC, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            records = []
+            deadline = time.monotonic() + DEADLINE_S
+            while not records and time.monotonic() < deadline:
+                records = consumer.poll(timeout_ms=500).get(tp, [])
+            assert records, user
+        finally:
+            consumer.close()
+
+
+def _call(sock, api_key, version, correlation, body):
+    sock.sendall(codec.encode_request(api_key, version, correlation, "t", body))
+
+    def exactly(n):
+        out = b""
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            out += chunk
+        return out
+
+    frame = exactly(struct.unpack(">i", exactly(4))[0])
+    return codec.decode_response(api_key, version, frame)[1]
+
+
+@contextlib.contextmanager
+def _authenticated(proc, user):
+    with socket.create_connection(("127.0.0.1", proc.ports["SASL_PLAINTEXT"]),
+                                  timeout=30) as s:
+        assert _call(s, 17, 1, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+        token = b"\x00" + user.encode() + b"\x00" + PASSWORDS[user].encode()
+        assert _call(s, 36, 2, 2, {"auth_bytes": token})["error_code"] == 0
+        yield s
+
+
+def _closed(sock) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_wrong_password_and_requests_before_authentication(secured):
+    proc, _, _ = secured
+    port = proc.ports["SASL_PLAINTEXT"]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        assert _call(s, 18, 3, 1, {})["error_code"] == 0  # ApiVersions is answered
+        s.sendall(codec.encode_request(3, 12, 2, "t", {"topics": None}))  # Metadata: not
+        assert _closed(s)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        resp = _call(s, 17, 1, 1, {"mechanism": "GSSAPI"})
+        assert resp["error_code"] == 33 and "PLAIN" in resp["mechanisms"]
+        assert _call(s, 17, 1, 2, {"mechanism": "PLAIN"})["error_code"] == 0
+        resp = _call(s, 36, 2, 3, {"auth_bytes": b"\x00alice\x00wrong"})
+        assert resp["error_code"] == 58 and "invalid credentials" in resp["error_message"]
+        assert _closed(s)
+    with _authenticated(proc, "alice") as s:
+        meta = _call(s, 3, 12, 3, {"topics": None})
+        assert [t["name"] for t in meta["topics"]] == [TOPIC]

@@ -5,8 +5,10 @@ SIGTERM stops it cleanly."""
 from __future__ import annotations
 
 import socket
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from serve_support import ROOT, ServeProcess, build_small_broker
@@ -70,3 +72,33 @@ def test_a_port_in_use_and_a_locked_log_dir(tmp_path):
     finally:
         assert first.stop() == 0
     assert "serve: stopped cleanly" in first.output()
+
+
+def test_sigterm_during_a_long_poll_stops_cleanly(tmp_path):
+    """A Fetch waiting on max_wait_ms when SIGTERM comes: serve ends the wait, closes the
+    connection and stops cleanly, with no error logged."""
+    from engine.protocol import codec
+
+    config = build_small_broker(tmp_path, records=10)
+    proc = ServeProcess(config)
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=30) as s:
+        s.sendall(codec.encode_request(2, 7, 1, "t", {"replica_id": -1, "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 0, "timestamp": -1}]}]}))
+        head = b""
+        while len(head) < 4:
+            head += s.recv(4 - len(head))
+        frame = b""
+        while len(frame) < struct.unpack(">i", head)[0]:
+            frame += s.recv(65536)
+        end = codec.decode_response(2, 7, frame)[1]["topics"][0]["partitions"][0]["offset"]
+        assert end > 0
+        s.sendall(codec.encode_request(1, 12, 2, "t", {
+            "max_wait_ms": 60_000, "min_bytes": 1, "max_bytes": 1 << 20, "session_epoch": -1,
+            "topics": [{"topic": "orders", "partitions": [
+                {"partition": 0, "fetch_offset": end, "partition_max_bytes": 1 << 20}]}]}))
+        started = time.monotonic()
+        assert proc.stop(timeout=30) == 0
+        assert time.monotonic() - started < 20  # the 60 s wait was cut short
+    out = proc.output()
+    assert "Traceback" not in out and "ERROR" not in out, out
+    assert "serve: stopped cleanly" in out

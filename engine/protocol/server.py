@@ -127,6 +127,7 @@ class KafkaServer:
             max_workers=config["num.io.threads"], thread_name_prefix="serve-io")
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task] = set()
         self.refused_connections = 0
         #: listener name -> the endpoint Metadata and FindCoordinator give its clients
         self.endpoints: dict = {}
@@ -160,10 +161,14 @@ class KafkaServer:
         return bound
 
     async def close(self) -> None:
+        """Stops accepting, ends every connection's task (a long poll in progress
+        included) and waits for them, then stops the I/O threads."""
         for server in self._servers:
             server.close()
-        for writer in list(self._connections):
-            writer.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for server in self._servers:
             await server.wait_closed()
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -187,6 +192,7 @@ class KafkaServer:
             writer.transport.abort()
             return
         self._connections.add(writer)
+        self._tasks.add(asyncio.current_task())
         writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
         sasl = listener.protocol.startswith("SASL_")
         session = {"peer": peer, "client_id": None, "listener": listener.name,
@@ -225,8 +231,11 @@ class KafkaServer:
         except Exception:  # a bug answering one request costs that connection only
             log.exception("Closing %s (client %s): the request failed", peer,
                           session["client_id"])
+        except asyncio.CancelledError:
+            log.debug("Closing %s: the server is stopping", peer)  # close() awaits us
         finally:
             self._connections.discard(writer)
+            self._tasks.discard(asyncio.current_task())
             writer.transport.abort()
 
     async def _respond(self, frame: bytes, session: dict):

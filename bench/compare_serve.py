@@ -1,0 +1,281 @@
+"""`serve` against the client's own ceiling, with a real librdkafka consumer on loopback.
+
+    .venv/bin/python bench/compare_serve.py [--records 200000] [--rounds 2] [--dir DIR]
+
+1. Builds a tiered topic (4 partitions, zstd, produce-demo's records, 256 KiB segments and
+   512 KiB local retention, tiered by `run --until-idle`).
+2. Throughput of one confluent-kafka consumer reading the whole topic from earliest with
+   assign(), against `serve` and against a minimal server in this file that answers the same
+   Fetch requests from record chunks pre-built in memory (read once through the RLM, keyed
+   by partition and fetch offset) on plain blocking sockets: the client's ceiling. Rounds
+   alternate; medians. Target: serve >= 0.8x the ceiling.
+3. Eight consumers at once against `serve`: aggregate throughput vs one. Target >= 1.5x.
+4. Fetch latency p50/p99 with raw requests (one partition, 1 MiB): local offsets, remote
+   offsets read before (warm), and remote segments not read since serve started (cold).
+
+Consumers run as separate processes (`--consume`), so the client never shares a GIL with
+a server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import socket
+import socketserver
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+TOPIC = "bench"
+PARTITIONS = 4
+PARTITION_MAX = 1 << 20
+
+
+def build(base: Path, records: int) -> str:
+    from engine.cli.produce_demo import produce_partition
+    from engine.config import load_broker_config
+    from engine.log.checkpoint import Uuid
+    from engine.log.log_manager import LogManager
+    from engine.records import CompressionType
+
+    for d in ("d1", "d2", "tier"):
+        (base / d).mkdir(parents=True, exist_ok=True)
+    config = base / "server.properties"
+    config.write_text(
+        f"log.dirs={base / 'd1'},{base / 'd2'}\nremote.log.storage.system.enable=true\n"
+        f"rsm.config.dirs={base / 'tier'}\nremote.storage.enable=true\n"
+        "log.segment.bytes=262144\nlog.local.retention.bytes=524288\nlog.retention.ms=-1\n"
+        "remote.log.manager.task.interval.ms=100\nlisteners=PLAINTEXT://127.0.0.1:0\n")
+    broker = load_broker_config(config)
+    topic_id = Uuid.random()
+    with LogManager(broker.log_dirs, broker_config=broker) as manager:
+        for p in range(PARTITIONS):
+            manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
+            produce_partition(manager, TOPIC, p, records // PARTITIONS,
+                              CompressionType.ZSTD, seed=3)
+    subprocess.run([sys.executable, "-m", "engine", "run", "--config", str(config),
+                    "--until-idle"], cwd=ROOT, check=True, capture_output=True)
+    return str(config)
+
+
+# ------------------------------------------------------------------ the ceiling server
+
+class _Ceiling(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def ceiling_server(config: str) -> None:
+    """Reads every partition once through the RLM into memory, then answers ApiVersions,
+    Metadata, ListOffsets and Fetch from memory (the chunk holding the fetch offset: whole
+    batches, as a broker returns them); prints its port."""
+    from engine.cli._broker import open_broker
+    from engine.protocol import codec
+    from engine.protocol.broker import Endpoint, ReadBroker
+
+    session = open_broker(config)
+    rlm = session.remote_log_manager()
+    broker = ReadBroker(session.log_manager, rlm)
+    chunks: dict[tuple[int, int], bytes] = {}
+    starts: dict[int, list[int]] = {}
+    ends = {}
+    for p in range(PARTITIONS):
+        unified = session.log_manager.get_log(TOPIC, p)
+        offset, end = unified.log_start_offset, unified.high_watermark
+        ends[p] = end
+        while offset < end:
+            result = rlm.read(TOPIC, p, offset, PARTITION_MAX)
+            chunks[(p, offset)] = bytes(result.records)
+            starts.setdefault(p, []).append(offset)
+            offset = result.next_offset
+    keys = frozenset({0, 1, 2, 3, 18})
+    state = {}
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self):
+            sock = self.request
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            f = sock.makefile("rb")
+            while True:
+                head = f.read(4)
+                if len(head) < 4:
+                    return
+                req = codec.decode_request(f.read(struct.unpack(">i", head)[0]))
+                b = req.body
+                if req.api_key == 18:
+                    body = ReadBroker.api_versions(keys)
+                elif req.api_key == 3:
+                    body = broker.metadata(b, req.api_version, state["endpoint"])
+                elif req.api_key == 2:
+                    body = broker.list_offsets(b, req.api_version)
+                elif req.api_key == 1:
+                    body = {"responses": [self._topic(t, req.api_version) for t in b["topics"]]}
+                else:
+                    return
+                parts = [memoryview(x) for x in codec.encode_response(
+                    req.api_key, req.api_version, req.correlation_id, body)]
+                while parts:  # scatter-gather: record chunks are never copied
+                    sent = sock.sendmsg(parts)
+                    while parts and sent >= parts[0].nbytes:
+                        sent -= parts[0].nbytes
+                        parts.pop(0)
+                    if parts and sent:
+                        parts[0] = parts[0][sent:]
+
+        @staticmethod
+        def _topic(t, version):
+            head = {"topic_id": t["topic_id"]} if version >= 13 else {"topic": t["topic"]}
+            rows = []
+            for p in t["partitions"]:
+                part, offset = p["partition"], p["fetch_offset"]
+                i = bisect.bisect_right(starts.get(part, []), offset) - 1
+                data = chunks[(part, starts[part][i])] if i >= 0 and offset < ends[part] else b""
+                rows.append({"partition_index": p["partition"], "high_watermark":
+                             ends[p["partition"]], "last_stable_offset": ends[p["partition"]],
+                             "log_start_offset": 0, "records": data})
+            return {**head, "partitions": rows}
+
+    server = _Ceiling(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    state["endpoint"] = Endpoint(0, "127.0.0.1", port)
+    print(port, flush=True)
+    server.serve_forever()
+
+
+# ------------------------------------------------------------------------ consumers
+
+def consume(bootstrap: str, expected: int) -> None:
+    """Reads the topic from earliest with assign(); prints records, bytes, seconds."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                  "enable.auto.commit": False, "isolation.level": "read_uncommitted",
+                  "max.partition.fetch.bytes": PARTITION_MAX, "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    count = nbytes = 0
+    started = None
+    deadline = time.monotonic() + 300
+    while count < expected and time.monotonic() < deadline:
+        for m in c.consume(10000, 0.5):
+            if started is None:
+                started = time.perf_counter()
+            if m.error() is None:
+                count += 1
+                nbytes += len(m.value() or b"") + len(m.key() or b"")
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    c.close()
+    print(json.dumps({"records": count, "bytes": nbytes, "seconds": elapsed}), flush=True)
+
+
+def _consumers(bootstrap: str, expected: int, n: int) -> list[dict]:
+    procs = [subprocess.Popen([sys.executable, __file__, "--consume", bootstrap,
+                               str(expected)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+             for _ in range(n)]
+    return [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+
+
+# ------------------------------------------------------------------------- latency
+
+def _fetch_latency(port: int, requests: list[tuple[int, int]]) -> list[float]:
+    from engine.protocol import codec
+
+    out = []
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        f = s.makefile("rb")
+        for i, (p, offset) in enumerate(requests):
+            frame = codec.encode_request(1, 12, i, "bench", {
+                "max_wait_ms": 0, "min_bytes": 0, "max_bytes": PARTITION_MAX,
+                "session_epoch": -1, "topics": [{"topic": TOPIC, "partitions": [
+                    {"partition": p, "fetch_offset": offset,
+                     "partition_max_bytes": PARTITION_MAX}]}]})
+            started = time.perf_counter()
+            s.sendall(frame)
+            f.read(struct.unpack(">i", f.read(4))[0])
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def _pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--consume", nargs=2, metavar=("BOOTSTRAP", "EXPECTED"))
+    ap.add_argument("--ceiling", metavar="CONFIG")
+    args = ap.parse_args()
+    if args.consume:
+        consume(args.consume[0], int(args.consume[1]))
+        return 0
+    if args.ceiling:
+        ceiling_server(args.ceiling)
+        return 0
+    from serve_support import ServeProcess
+
+    base = Path(args.dir or tempfile.mkdtemp(prefix="bench-serve-"))
+    config = build(base, args.records)
+    status = json.loads(subprocess.run(
+        [sys.executable, "-m", "engine", "status", "--config", config, "--json"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+    expected = sum(r["log_end_offset"] for r in status) - 2 * len(status)  # markers aside
+    local_start = {r["partition"]: r["local_log_start_offset"] for r in status}
+    print(f"topic: {args.records} records in {PARTITIONS} partitions, local from "
+          f"{local_start}", file=sys.stderr)
+    serve_rates, ceiling_rates = [], []
+    for _ in range(args.rounds):
+        ceiling = subprocess.Popen([sys.executable, __file__, "--ceiling", config],
+                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        port = int(ceiling.stdout.readline())
+        [r] = _consumers(f"127.0.0.1:{port}", expected * 9 // 10, 1)
+        ceiling.terminate()
+        ceiling.wait()
+        ceiling_rates.append(r["bytes"] / r["seconds"] / 2**20)
+        proc = ServeProcess(config)
+        [r] = _consumers(proc.bootstrap, expected * 9 // 10, 1)
+        serve_rates.append(r["bytes"] / r["seconds"] / 2**20)
+        proc.stop()
+    proc = ServeProcess(config)
+    try:
+        many = _consumers(proc.bootstrap, expected * 9 // 10, 8)
+        aggregate = sum(r["bytes"] for r in many) / max(r["seconds"] for r in many) / 2**20
+        lat_local = _fetch_latency(proc.port, [(p, local_start[p]) for p in range(PARTITIONS)]
+                                   * 25)
+        proc.stop()
+        proc = ServeProcess(config)  # nothing remote read since start: cold
+        remote = [(p, o) for p in range(PARTITIONS)
+                  for o in range(0, local_start[p], max(1, local_start[p] // 25))]
+        lat_cold = _fetch_latency(proc.port, remote)
+        lat_warm = _fetch_latency(proc.port, remote)
+    finally:
+        proc.stop()
+    one = statistics.median(serve_rates)
+    print(f"one consumer, MiB/s of record payload (median of {args.rounds}):")
+    print(f"  ceiling (in-memory server) {statistics.median(ceiling_rates):8.1f}")
+    print(f"  serve                      {one:8.1f}   "
+          f"ratio {one / statistics.median(ceiling_rates):.2f}x (target >= 0.8x)")
+    print(f"eight consumers, aggregate   {aggregate:8.1f}   ratio {aggregate / one:.2f}x "
+          "(target >= 1.5x)")
+    for name, lat in (("local", lat_local), ("remote warm", lat_warm),
+                      ("remote cold", lat_cold)):
+        print(f"fetch latency {name:12s} p50 {_pct(lat, 0.5):7.2f} ms  "
+              f"p99 {_pct(lat, 0.99):7.2f} ms  ({len(lat)} requests)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -120,6 +120,9 @@ def ceiling_server(config: str) -> None:
                     body = broker.list_offsets(b, req.api_version)
                 elif req.api_key == 1:
                     body = {"responses": [self._topic(t, req.api_version) for t in b["topics"]]}
+                    if not any(p["records"] for t in body["responses"]
+                               for p in t["partitions"]):
+                        time.sleep(b["max_wait_ms"] / 1000)  # nothing new will come
                 else:
                     return
                 parts = [memoryview(x) for x in codec.encode_response(

@@ -106,10 +106,7 @@ def ceiling_server(config: str) -> None:
             sock = self.request
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             f = sock.makefile("rb")
-            while True:
-                head = f.read(4)
-                if len(head) < 4:
-                    return
+            while len(head := f.read(4)) == 4:
                 req = codec.decode_request(f.read(struct.unpack(">i", head)[0]))
                 b = req.body
                 if req.api_key == 18:
@@ -124,7 +121,7 @@ def ceiling_server(config: str) -> None:
                                for p in t["partitions"]):
                         time.sleep(b["max_wait_ms"] / 1000)  # nothing new will come
                 else:
-                    return
+                    return  # not an API of this server: the client sees a closed socket
                 parts = [memoryview(x) for x in codec.encode_response(
                     req.api_key, req.api_version, req.correlation_id, body)]
                 while parts:  # scatter-gather: record chunks are never copied

@@ -100,6 +100,7 @@ class GroupCoordinator:
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
         self.groups: dict[str, Group] = {}
         self._ticker: asyncio.Task | None = None
+        self._closed = False
 
     @classmethod
     def open(cls, config, log_dir, log_manager) -> GroupCoordinator:
@@ -109,6 +110,7 @@ class GroupCoordinator:
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
     def close(self) -> None:
+        self._closed = True
         if self._ticker is not None:
             self._ticker.cancel()
         for group in self.groups.values():
@@ -354,10 +356,9 @@ class GroupCoordinator:
         return {"error_code": E.NONE, "members": rows}
 
     async def _tick(self) -> None:
-        """Session expiry and offset retention, every _TICK_S (bounded by the server's
-        life: the task is cancelled at close)."""
+        """Session expiry and offset retention, every _TICK_S until close()."""
         last_retention = 0.0
-        while True:
+        while not self._closed:
             await asyncio.sleep(_TICK_S)
             now = time.monotonic()
             for group in list(self.groups.values()):

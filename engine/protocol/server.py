@@ -200,7 +200,7 @@ class KafkaServer:
                    "principal": "User:ANONYMOUS", "close": False}
         session["allowed"] = functools.partial(self.allowed, session)
         try:
-            while True:
+            while not writer.is_closing():  # one request, then its answer, at a time
                 try:
                     head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
                 except TimeoutError:
@@ -323,14 +323,17 @@ class KafkaServer:
         max_bytes = max(0, body["max_bytes"])
         deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
         min_bytes = body["min_bytes"]
-        while True:
-            responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
-                                                       read_committed, version)
-            errors = any(p["error_code"] for t in responses for p in t["partitions"])
-            if total >= min_bytes or errors or time.monotonic() >= deadline:
-                return {"error_code": E.NONE, "session_id": 0, "responses": responses}
+        responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
+                                                   read_committed, version)
+        # long poll: read again each time a partition's visible end moves, until min_bytes
+        # or the deadline (every pass waits, so the loop is bounded by max_wait_ms)
+        while (total < min_bytes and time.monotonic() < deadline
+               and not any(p["error_code"] for t in responses for p in t["partitions"])):
             ends = broker.end_offsets(targets, read_committed)
             while time.monotonic() < deadline:
                 await asyncio.sleep(min(_POLL_INTERVAL_S, deadline - time.monotonic()))
                 if broker.end_offsets(targets, read_committed) != ends:
                     break
+            responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
+                                                       read_committed, version)
+        return {"error_code": E.NONE, "session_id": 0, "responses": responses}

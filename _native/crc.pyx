@@ -18,7 +18,7 @@ from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 from checksums cimport *
 
-from engine._native.errors import KafkaEngineError
+from engine._native.errors import ImplementationUnavailableError
 
 __all__ = [
     "crc32c", "crc32c_combine", "crc32c_implementation", "crc32c_implementations",
@@ -68,10 +68,6 @@ cdef uint32_t _hash(_hash_fn fn, object data, uint32_t value) except? 0xFFFFFFFF
         if release:
             PyBuffer_Release(&view)
     return r
-
-
-class ImplementationUnavailableError(KafkaEngineError, RuntimeError):
-    """A named CRC-32C implementation exists but this CPU or build cannot run it."""
 
 
 def crc32c(data, uint32_t value=0):

@@ -10,7 +10,7 @@ __all__ = [
     "KafkaEngineError", "CorruptRecordError", "InvalidRecordError",
     "RecordSizeLimitError", "UnsupportedCompressionTypeError",
     "CorruptIndexError", "InvalidOffsetError", "IndexFullError", "CorruptSnapshotError",
-    "CorruptCheckpointError",
+    "CorruptCheckpointError", "ImplementationUnavailableError",
 ]
 
 
@@ -33,6 +33,26 @@ class KafkaEngineError(Exception):
         if self.file is None:
             self.file = str(file)
         return self
+
+    def with_context(self, prefix, *, position_base=None):
+        """A copy of this error whose message starts with `prefix` (what was being read:
+        a partition, a segment), for re-raising where that is known.
+
+        The copy keeps the subclass and every field (a subclass's own ones, and errno,
+        strerror and filename of an OSError) without calling the subclass's constructor,
+        whose arguments differ from class to class. `position_base` is where the buffer
+        the position was counted in starts in the file: it is added to `position`."""
+        cls = type(self)
+        error = cls.__new__(cls)
+        error.__dict__.update(self.__dict__)
+        error.reason = f"{prefix}: {self.reason}"
+        error.args = (error.reason,)
+        if position_base is not None and self.position is not None:
+            error.position = position_base + self.position
+        if isinstance(self, OSError):
+            error.errno, error.strerror = self.errno, self.strerror
+            error.filename, error.filename2 = self.filename, self.filename2
+        return error
 
     def __str__(self):
         where = []
@@ -84,3 +104,7 @@ class CorruptSnapshotError(KafkaEngineError, ValueError):
 class CorruptCheckpointError(KafkaEngineError, OSError):
     """A checkpoint text file whose version, count or lines are malformed (Kafka raises
     IOException here, hence OSError)."""
+
+
+class ImplementationUnavailableError(KafkaEngineError, RuntimeError):
+    """A named CRC-32C implementation exists but this CPU or build cannot run it."""

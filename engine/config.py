@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import KafkaEngineError
+from engine.errors import ConfigError, _shown
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -77,40 +77,6 @@ MS_PER_HOUR = 3_600_000
 LOCAL_RETENTION_USE_TOTAL = -2
 # LegacyRecord.RECORD_OVERHEAD_V0: the smallest segment.bytes Kafka accepts.
 MIN_SEGMENT_BYTES = 14
-
-
-class ConfigError(KafkaEngineError, ValueError):
-    """A config key has a value that cannot be parsed or breaks its rule.
-
-    Attributes `key`, `value` (as given) and `rule` (what was expected) carry the details;
-    `file` names the properties file or store the value came from, when there is one.
-    """
-
-    def __init__(self, key: str | None, value: Any, rule: str, *,
-                 file: str | None = None) -> None:
-        self.key = key
-        self.value = value
-        self.rule = rule
-        where = f"config {_shown(key)}" if key is not None else "config"
-        super().__init__(f"invalid value {_shown(value)} for {where}: {rule}",
-                         file=None if file is None else str(file))
-
-    def in_file(self, file) -> ConfigError:
-        """The same error, naming `file`."""
-        return ConfigError(self.key, self.value, self.rule, file=file)
-
-
-#: a value longer than this is shown abbreviated in errors (a whole file of digits is not
-#: an error message)
-_SHOWN_MAX = 80
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    if len(text) <= _SHOWN_MAX:
-        return text
-    size = len(value) if isinstance(value, (str, bytes)) else len(text)
-    return f"{text[:_SHOWN_MAX - 20]}... ({size} characters)"
 
 
 class ConfigType(enum.Enum):

@@ -1,14 +1,22 @@
 """Typed errors, following Kafka's exception names; each is also a fitting builtin.
 
-Most are defined natively (engine._native.errors) and re-exported here; the few that only
-Python code raises are defined below.
+Every error the engine raises on purpose is a `KafkaEngineError` defined or re-exported here.
+Those the native kernels raise are defined natively (engine._native.errors) so the compiled
+modules need nothing above them; the ones only Python code raises are defined below. A caller
+that re-raises with more context uses `KafkaEngineError.with_context`, which keeps the
+subclass and its fields.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from engine._native.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
     CorruptRecordError,
     CorruptSnapshotError,
+    ImplementationUnavailableError,
     IndexFullError,
     InvalidOffsetError,
     InvalidRecordError,
@@ -28,6 +36,74 @@ class OffsetOutOfRangeError(KafkaEngineError, ValueError):
         super().__init__(message, file=file, position=position, offset=offset)
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class LogSegmentOffsetOverflowError(InvalidOffsetError):
+    """An offset does not fit an int32 relative to the segment's base offset (Kafka's
+    LogSegmentOffsetOverflowException): the log must roll first."""
+
+
+class ConfigError(KafkaEngineError, ValueError):
+    """A config key has a value that cannot be parsed or breaks its rule (Kafka's
+    ConfigException).
+
+    Attributes `key`, `value` (as given) and `rule` (what was expected) carry the details;
+    `file` names the properties file or store the value came from, when there is one.
+    """
+
+    def __init__(self, key: str | None, value: Any, rule: str, *,
+                 file: str | None = None) -> None:
+        self.key = key
+        self.value = value
+        self.rule = rule
+        where = f"config {_shown(key)}" if key is not None else "config"
+        super().__init__(f"invalid value {_shown(value)} for {where}: {rule}",
+                         file=None if file is None else str(file))
+
+    def in_file(self, file) -> ConfigError:
+        """The same error, naming `file`."""
+        return ConfigError(self.key, self.value, self.rule, file=file)
+
+
+#: a value longer than this is shown abbreviated in errors (a whole file of digits is not
+#: an error message)
+_SHOWN_MAX = 80
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= _SHOWN_MAX:
+        return text
+    size = len(value) if isinstance(value, (str, bytes)) else len(text)
+    return f"{text[:_SHOWN_MAX - 20]}... ({size} characters)"
+
+
+class UnknownTopicOrPartitionError(KafkaEngineError, LookupError):
+    """A topic or partition this engine holds nothing of: no local log, nothing in the
+    remote tier (Kafka's UnknownTopicOrPartitionException). A LookupError, never a
+    KeyError: a missing partition is bad input, not a missing mapping key, so a caller
+    catching KeyError for its own dictionaries never takes it for one."""
+
+    def __init__(self, message, *, topic=None, partition=None, file=None):
+        super().__init__(message, file=file)
+        self.topic = topic
+        self.partition = partition
+
+    @classmethod
+    def no_log(cls, topic: str, partition: int, where: str = "") -> UnknownTopicOrPartitionError:
+        """The error for a partition with no log here; `where` says where it was looked
+        for (e.g. " in log dirs a, b")."""
+        return cls(f"no log for partition {topic}-{partition}{where}", topic=topic,
+                   partition=partition)
+
+
+class LogDirLockedError(KafkaEngineError, OSError):
+    """Another process holds the log dir (e.g. a running `python -m engine run`)."""
+
+
+class IllegalStateTransitionError(KafkaEngineError, ValueError):
+    """A remote-log metadata event asks for a state change Kafka does not allow (the
+    IllegalStateException of RemoteLogSegmentState.isValidTransition's callers)."""
 
 
 class KafkaStorageError(KafkaEngineError, OSError):
@@ -152,6 +228,12 @@ __all__ = [
     "IndexFullError",
     "CorruptSnapshotError",
     "CorruptCheckpointError",
+    "ImplementationUnavailableError",
+    "LogSegmentOffsetOverflowError",
+    "ConfigError",
+    "UnknownTopicOrPartitionError",
+    "LogDirLockedError",
+    "IllegalStateTransitionError",
     "OffsetOutOfRangeError",
     "KafkaStorageError",
     "InvalidTopicError",

@@ -87,6 +87,10 @@ def broker(tmp_path):
     (["list-offsets", *PARTITION, "--time", str(2**64)], ["--time", "9223372036854775807"]),
     (["list-offsets", *PARTITION, "--time", str(2**63)], ["--time"]),
     (["list-offsets", *PARTITION, "--time", "yesterday"], ["--time", "earliest"]),
+    (["fetch", "--topic", "orders", "--partition", "7", "--offset", "0"],
+     ["no log for partition orders-7"]),
+    (["list-offsets", "--topic", "nope", "--partition", "0", "--time", "-1"],
+     ["no log for partition nope-0"]),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(broker, argv, needles):
     proc = cli(argv[0], "--config", broker, *argv[1:])

@@ -31,6 +31,7 @@ from engine.errors import (
     CorruptSnapshotError,
     OffsetOutOfRangeError,
     RemoteLogAuxStateError,
+    UnknownTopicOrPartitionError,
 )
 from engine.log import LogManager
 from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, OffsetCheckpointFile
@@ -576,7 +577,7 @@ def test_bad_arguments_and_roles(leader, replica, tmp_path):
     leader.produce(12)
     leader.rlm.run_once()
     offsets = leader_offsets(leader.log())
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownTopicOrPartitionError):
         replica.build(**offsets)
     unified = replica.create()
     with pytest.raises(ValueError, match="log start <= local log start"):

@@ -584,3 +584,22 @@ def test_read_committed_over_many_remote_segments_with_a_one_byte_index_cache(tm
         assert env.rlm.index_cache.size_bytes <= 1  # nothing kept: every lookup re-fetched
     finally:
         env.close()
+
+
+def test_local_retention_failure_reaches_status_and_a_metric(tmp_path):
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
+    try:
+        env.produce(10)
+        unified = env.log()
+        oldest = unified.segments[0].log_file
+        # a non-empty directory where the segment's `.deleted` name goes: the rename fails
+        blocker = oldest.with_name(oldest.name + ".deleted")
+        blocker.mkdir()
+        (blocker / "x").write_bytes(b"x")
+        env.rlm.run_once()
+        row = next(r for r in env.rlm.status() if r["partition"] == 0)
+        assert row["last_local_retention_error"] is not None
+        assert oldest.name in row["last_local_retention_error"]
+        assert env.rlm.metrics.value("LocalRetentionErrorsPerSec", topic=TOPIC) == 1
+    finally:
+        env.close()

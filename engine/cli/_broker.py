@@ -22,7 +22,13 @@ from engine.config import (
     create_missing_dirs,
     load_broker_config,
 )
-from engine.errors import InvalidTopicError, KafkaEngineError, OffsetOutOfRangeError
+from engine.errors import (
+    InvalidTopicError,
+    KafkaEngineError,
+    LogDirLockedError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from engine.log.log_manager import LogManager, parse_partition_dir_name, validate_topic_name
 
 __all__ = [
@@ -39,10 +45,6 @@ __all__ = [
 #: `run` or a `fetch` beside a live `run` fails at once instead of recovering logs that
 #: another process is appending to.
 LOG_DIR_LOCK_FILE = ".engine.lock"
-
-
-class LogDirLockedError(KafkaEngineError, OSError):
-    """Another process holds the log dir (e.g. a running `python -m engine run`)."""
 
 
 def existing_topics(broker: BrokerConfig) -> dict[str, list[int]]:
@@ -163,8 +165,8 @@ class BrokerSession:
         check_topic(topic)
         unified = self.log_manager.get_log(topic, partition)
         if unified is None:
-            raise KeyError(f"no partition {topic}-{partition} in log dirs "
-                           f"{', '.join(map(str, self.broker.log_dirs))}")
+            raise UnknownTopicOrPartitionError.no_log(
+                topic, partition, f" in log dirs {', '.join(map(str, self.broker.log_dirs))}")
         return unified
 
     def close(self) -> None:
@@ -196,7 +198,7 @@ class LocalReads:
     def _log(self, topic: str, partition: int):
         unified = self.log_manager.get_log(topic, partition)
         if unified is None:
-            raise KeyError(f"no log for partition {topic}-{partition}")
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
         return unified
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
@@ -241,14 +243,12 @@ def cli_errors(fn):
     def run(args) -> int:
         try:
             return fn(args)
-        except (ConfigError, InvalidTopicError, LogDirLockedError) as exc:
+        except (ConfigError, InvalidTopicError, LogDirLockedError,
+                UnknownTopicOrPartitionError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         except OffsetOutOfRangeError as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        except KeyError as exc:
-            print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
             return 2
         except KafkaEngineError as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

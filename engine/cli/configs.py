@@ -19,6 +19,7 @@ import json
 
 from engine.cli._broker import check_topic, cli_errors, existing_topics
 from engine.config import ConfigError, TopicConfigStore, load_broker_config
+from engine.errors import UnknownTopicOrPartitionError
 
 __all__ = ["parse_add_config", "run"]
 
@@ -91,8 +92,9 @@ def run(args) -> int:
     if args.entity_name is not None:
         check_topic(args.entity_name)
         if args.entity_name not in topics:
-            raise KeyError(f"topic {args.entity_name!r} does not exist in log dirs "
-                           f"{', '.join(broker.log_dirs)}")
+            raise UnknownTopicOrPartitionError(
+                f"topic {args.entity_name!r} does not exist in log dirs "
+                f"{', '.join(broker.log_dirs)}", topic=args.entity_name)
     if args.alter == args.describe:
         raise ConfigError(None, None, "give exactly one of --alter and --describe")
     if args.describe:

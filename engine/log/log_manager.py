@@ -67,7 +67,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import BrokerConfig, TopicConfig
-from engine.errors import CorruptCheckpointError, InvalidTopicError, KafkaStorageError
+from engine.errors import (
+    CorruptCheckpointError,
+    InvalidTopicError,
+    KafkaStorageError,
+    UnknownTopicOrPartitionError,
+)
 from engine.log.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
@@ -415,12 +420,15 @@ class LogManager:
         return min(counts, key=lambda d: (counts[d], order[d]))
 
     def topic_config(self, topic: str, partition: int | None = None) -> TopicConfig:
-        """The config of the partition's log (KeyError when there is none), or with no
-        partition the config new logs of the topic get."""
+        """The config of the partition's log (UnknownTopicOrPartitionError when there is
+        none), or with no partition the config new logs of the topic get."""
         with self._lock:
             if partition is None:
                 return self._topic_level.get(topic, self.default_topic_config)
-            return self._topic_configs[TopicPartition(topic, int(partition))]
+            config = self._topic_configs.get(TopicPartition(topic, int(partition)))
+        if config is None:
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
+        return config
 
     def update_topic_config(self, topic: str, overrides: Mapping[str, Any]) -> TopicConfig:
         """Replaces the topic's overrides (Kafka names; the manager's topic defaults and
@@ -511,7 +519,7 @@ class LogManager:
                 raise self._storage_error(tp, self._offline_partitions[tp], what)
             unified = self._logs.get(tp)
             if unified is None:
-                raise KeyError(f"no log for partition {topic}-{partition}")
+                raise UnknownTopicOrPartitionError.no_log(topic, partition)
             return unified, self._log_dir_of[tp]
 
     def append_as_leader(self, topic: str, partition: int, records,

@@ -40,7 +40,12 @@ import numpy as np
 
 from engine._native import records as _records
 from engine._native.index import append_entry_pair as _append_entry_pair
-from engine.errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError
+from engine.errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    InvalidRecordError,
+    LogSegmentOffsetOverflowError,
+)
 from engine.log._abstract_index import DEFAULT_MAX_INDEX_SIZE, INT32_MAX
 from engine.log.index_rebuild import DEFAULT_INDEX_INTERVAL_BYTES, rebuild_indexes
 from engine.log.offset_index import OffsetIndex
@@ -68,11 +73,6 @@ _SCAN_WINDOW = 64 * 1024
 #: Bytes of a batch's offset (int64) and length (int32) fields: the log overhead.
 _LOG_OVERHEAD = 12
 _O_BINARY = getattr(os, "O_BINARY", 0)
-
-
-class LogSegmentOffsetOverflowError(InvalidOffsetError):
-    """An offset does not fit an int32 relative to the segment's base offset (Kafka's
-    LogSegmentOffsetOverflowException): the log must roll first."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from engine.errors import IllegalStateTransitionError
 from engine.log.checkpoint import Uuid
 
 __all__ = [
@@ -22,10 +23,6 @@ __all__ = [
     "RemotePartitionDeleteMetadata",
     "IllegalStateTransitionError",
 ]
-
-
-class IllegalStateTransitionError(ValueError):
-    """A metadata event asks for a state change Kafka does not allow."""
 
 
 @dataclass(frozen=True, slots=True)

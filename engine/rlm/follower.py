@@ -56,6 +56,7 @@ from engine.errors import (
     CorruptSnapshotError,
     RemoteLogAuxStateError,
     RemoteStorageError,
+    UnknownTopicOrPartitionError,
 )
 from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, epoch_for_offset
 from engine.log.producer_state import decode_snapshot
@@ -89,7 +90,7 @@ def build_remote_log_aux_state(rlm, st: PartitionState | None, topic: str, parti
                          f"{target_epoch} of offset {local_start - 1} is negative")
     unified = rlm.log_manager.get_log(topic, partition)
     if unified is None:
-        raise KeyError(f"no log for partition {name}")
+        raise UnknownTopicOrPartitionError.no_log(topic, partition)
     end = unified.log_end_offset
     if end >= local_start:
         log.debug("%s: log end offset %d is at or past the leader's local log start offset "

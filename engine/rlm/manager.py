@@ -56,6 +56,7 @@ from engine.errors import (
     OffsetOutOfRangeError,
     RemoteFetchTimeoutError,
     RemoteLogMetadataGapError,
+    UnknownTopicOrPartitionError,
 )
 from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
@@ -428,7 +429,7 @@ class RemoteLogManager:
                     tp = TopicPartition(topic, int(partition))
                     unified = self.log_manager.get_log(topic, partition)
                     if unified is None:
-                        raise KeyError(f"no log for partition {topic}-{partition}")
+                        raise UnknownTopicOrPartitionError.no_log(topic, partition)
                     if not unified.remote_log_enabled or self._is_deleting(tp, unified):
                         continue
                     old = self._partitions.get(tp)
@@ -473,7 +474,7 @@ class RemoteLogManager:
                 (retriable; the log is unchanged).
             CorruptCheckpointError, CorruptSnapshotError: a fetched file does not verify.
             ValueError: contradicting offsets, or the partition is not a follower here.
-            KeyError: no such partition.
+            UnknownTopicOrPartitionError: no such partition.
         """
         with self._lock:
             st = self._partitions.get(TopicPartition(topic, int(partition)))
@@ -675,10 +676,14 @@ class RemoteLogManager:
 
     def _delete_local(self, st: PartitionState) -> int:
         try:
-            return st.log.delete_old_segments()
-        except Exception as exc:
+            deleted = st.log.delete_old_segments()
+        except Exception as exc:  # the next run retries; status and the meter show it meanwhile
+            st.last_local_retention_error = f"{type(exc).__name__}: {exc}"
+            self.metrics.mark("LocalRetentionErrorsPerSec", st.topic)
             log.warning("Local retention of %s failed: %s", st.name, exc)
             return 0
+        st.last_local_retention_error = None
+        return deleted
 
     def _expire_once(self, st: PartitionState,
                      honour_backoff: bool = False) -> tuple[int, list[Exception]]:
@@ -894,7 +899,7 @@ class RemoteLogManager:
     def _log_and_state(self, topic: str, partition: int):
         unified = self.log_manager.get_log(topic, partition)
         if unified is None:
-            raise KeyError(f"no log for partition {topic}-{partition}")
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
         st = self._partitions.get(TopicPartition(topic, int(partition)))
         if st is None and unified.remote_log_enabled:
             st = next((s for s in self._sync_partitions()
@@ -991,7 +996,8 @@ class RemoteLogManager:
             RemoteFetchTimeoutError: the remote read took longer than
                 `remote.fetch.max.wait.ms`.
             RemoteStorageError: the RSM failed.
-            KeyError: no such partition. ValueError: bad max_bytes or isolation.
+            UnknownTopicOrPartitionError: no such partition. ValueError: bad max_bytes or
+                isolation.
         """
         planned = self._plan_read(topic, partition, offset, max_bytes, min_one_message,
                                   isolation)
@@ -1119,8 +1125,8 @@ class RemoteLogManager:
         for tip in getattr(self.rlmm, "list_partitions", list)():
             if (tip.topic, tip.partition) == (topic, partition):
                 return tip
-        raise KeyError(f"partition {topic}-{partition} has neither a local log with a topic id "
-                       "nor remote metadata")
+        raise UnknownTopicOrPartitionError.no_log(
+            topic, partition, " with a topic id, and no remote metadata")
 
     def close(self) -> None:
         """Stops the scheduler and pools (a thread stuck in a plugin call is abandoned: the

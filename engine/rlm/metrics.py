@@ -10,7 +10,9 @@ gauges carry `topic` and `partition` labels. Pool and quota metrics are unlabell
 underscores, as Prometheus requires). `RemoteLogReaderFetchRateAndTimeMs` is a histogram of
 remote read times in ms. One partition gauge is the engine's own:
 `RemoteCopyCorruptSegments`, 1 while the partition's copying is stopped at a local segment
-found damaged before tiering (engine.rlm.copier), 0 once it is copied.
+found damaged before tiering (engine.rlm.copier), 0 once it is copied. So is one meter:
+`LocalRetentionErrorsPerSec`, failed local retention runs (the partition's status gives the
+last error as `last_local_retention_error`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ _METERS = {
     "BuildRemoteLogAuxStateRequestsPerSec": "Follower states built from remote storage",
     "BuildRemoteLogAuxStateErrorsPerSec": "Failed builds of a follower state from remote "
                                           "storage",
+    # engine extension: local retention runs after each copy run, and can fail on its own
+    "LocalRetentionErrorsPerSec": "Failed local retention runs of tiered partitions",
 }
 _PARTITION_GAUGES = {
     "RemoteCopyLagBytes": "Bytes of local inactive segments not yet copied",

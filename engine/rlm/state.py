@@ -56,6 +56,9 @@ class PartitionState:
     next_expiration_attempt_ms: int = 0
     last_expiration_error: str | None = None
     last_fetch_error: str | None = None
+    #: why the last local retention run (UnifiedLog.delete_old_segments) failed; None once
+    #: one succeeds
+    last_local_retention_error: str | None = None
     #: why the partition's remote log metadata cannot be served (RLMM.partition_error):
     #: it is offline, its tasks do not run and its calls raise this
     offline_error: Exception | None = None

@@ -138,9 +138,7 @@ def scan_range(data, r: SegmentRange, schema, *, chunk_bytes: int = ARROW_BATCH_
             if batch.num_rows:
                 yield batch
     except KafkaEngineError as exc:
-        position = None if exc.position is None else r.start_position + exc.position
-        raise type(exc)(f"{_describe(r)}: {exc.reason}", file=exc.file, position=position,
-                        offset=exc.offset) from None
+        raise exc.with_context(_describe(r), position_base=r.start_position) from None
 
 
 _free_buffers: list[bytearray] = []
@@ -170,7 +168,7 @@ def read_bytes(rsm, r: SegmentRange, buffer: bytearray | None = None):
             return view[:rsm.read_range_into(r.segment, r.start_position, view)]
         data = rsm.read_range(r.segment, r.start_position, r.end_position)
     except RemoteStorageError as exc:
-        raise type(exc)(f"{_describe(r)}: {exc}") from exc
+        raise exc.with_context(_describe(r)) from exc
     if len(data) != r.size:
         raise RemoteStorageError(
             f"{_describe(r)}: the remote segment returned {len(data)} bytes, expected "

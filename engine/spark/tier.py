@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import KafkaEngineError, OffsetOutOfRangeError
+from engine.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
@@ -26,10 +26,8 @@ from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_
 __all__ = ["Tier", "UnknownTopicError", "broker_config", "create_rsm"]
 
 
-
-class UnknownTopicError(KafkaEngineError, ValueError):
-    """A topic or partition the remote tier knows nothing about (Kafka's
-    UnknownTopicOrPartitionException)."""
+#: The name this module always had for a topic or partition the remote tier knows nothing of.
+UnknownTopicError = UnknownTopicOrPartitionError
 
 
 def broker_config(props: Mapping[str, str]) -> BrokerConfig:

@@ -45,7 +45,7 @@ __all__ = [
     "OffsetPosition", "TimestampOffset", "OffsetIndexCore", "TimeIndexCore", "IndexFullError",
     "OFFSET_ENTRY_SIZE", "TIME_ENTRY_SIZE", "WARM_BYTES", "NO_TIMESTAMP",
     "offset_index_slots", "time_index_slots", "rebuild_entries", "append_status_message",
-    "append_entry_pair",
+    "append_entry_pair", "status_error",
 ]
 
 OFFSET_ENTRY_SIZE = IX_OFFSET_ENTRY_SIZE
@@ -179,6 +179,19 @@ def append_status_message(int status):
     return _rebuild_message(status)
 
 
+def status_error(int status, str message, *, file=None, position=None, offset=None):
+    """The exception for an IX status other than IX_OK: the one place index statuses
+    become exceptions (the rebuild here, OffsetIndex.append and TimeIndex.maybe_append
+    above), whatever message each caller gives. A full index is IndexFullError; a byte
+    position or batch size no index field can hold is ValueError; every other refusal
+    (ordering, an offset outside the int32 relative range) is InvalidOffsetError."""
+    if status in (IX_OFFSET_INDEX_FULL, IX_TIME_INDEX_FULL):
+        return IndexFullError(message, file=file, position=position, offset=offset)
+    if status in (IX_POSITION_OVERFLOW, IX_SIZE_INVALID):
+        return ValueError(message)
+    return InvalidOffsetError(message, file=file, position=position, offset=offset)
+
+
 STATUS_OFFSET_NOT_INCREASING = IX_OFFSET_NOT_INCREASING
 STATUS_OFFSET_OVERFLOW = IX_OFFSET_OVERFLOW
 STATUS_POSITION_OVERFLOW = IX_POSITION_OVERFLOW
@@ -236,11 +249,9 @@ cdef _raise_rebuild(int status, ptrdiff_t failed, const int64_t[::1] sizes,
     offset = last_offsets[batch] if n else None
     message = f"cannot rebuild index at batch {failed}: {_rebuild_message(status)}" + \
               f" (base offset {base_offset})"
-    if status in (IX_OFFSET_INDEX_FULL, IX_TIME_INDEX_FULL):
-        raise IndexFullError(message, position=position, offset=offset)
     if status == IX_SIZE_INVALID:
-        raise ValueError(f"{message}: size {sizes[batch]} at position {position}")
-    raise InvalidOffsetError(message, position=position, offset=offset)
+        message = f"{message}: size {sizes[batch]} at position {position}"
+    raise status_error(status, message, position=position, offset=offset)
 
 
 # ---------------------------------------------------------------------------------------------

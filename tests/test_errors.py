@@ -83,3 +83,20 @@ def test_with_context_keeps_the_subclass_and_its_fields():
         errno.ENOENT, "No such file or directory", "/tier/x.log")
     with pytest.raises(RemoteResourceNotFoundError, match="^copy of segment s: no such"):
         raise copied
+
+
+def test_index_statuses_become_exceptions_in_one_place():
+    from engine._native import index
+
+    statuses = {name: getattr(index, name) for name in dir(index) if name.startswith("STATUS_")}
+    assert len(statuses) == 7
+    for name, status in statuses.items():
+        error = index.status_error(status, f"refused: {name}", file="f.index", position=8,
+                                   offset=3)
+        if name.endswith("_FULL"):
+            assert type(error) is errors.IndexFullError
+        elif name == "STATUS_POSITION_OVERFLOW":
+            assert type(error) is ValueError
+        else:
+            assert type(error) is errors.InvalidOffsetError
+            assert (error.file, error.position, error.offset) == ("f.index", 8, 3)

@@ -25,10 +25,10 @@ from engine._native.index import (
     STATUS_OFFSET_NOT_INCREASING,
     STATUS_OFFSET_OVERFLOW,
     STATUS_POSITION_OVERFLOW,
-    IndexFullError,
     OffsetIndexCore,
     OffsetPosition,
     append_status_message,
+    status_error,
 )
 from engine.errors import CorruptIndexError, InvalidOffsetError
 from engine.log._abstract_index import INT32_MAX, AbstractIndex
@@ -95,25 +95,23 @@ class OffsetIndex(AbstractIndex, OffsetIndexCore):
 
     def _raise_append(self, status: int, offset: int, position: int, slot: int,
                       last: int | None = None) -> None:
-        where = slot * self.ENTRY_SIZE
-        if status == STATUS_OFFSET_INDEX_FULL:
-            raise IndexFullError(f"cannot append to full {self.KIND} {self._file}: "
-                                 f"{slot} entries of {self.max_entries}", file=self._file,
-                                 position=where, offset=offset)
-        if status == STATUS_OFFSET_NOT_INCREASING:
-            last = self.last_offset if last is None else last
-            raise InvalidOffsetError(
-                f"cannot append offset {offset} at slot {slot} of {self.KIND} {self._file}: "
-                f"not above the last offset {last}", file=self._file, position=where,
-                offset=offset)
         if status == STATUS_OFFSET_OVERFLOW:
             self._relative_offset(offset, InvalidOffsetError)  # raises with the details
-        if status == STATUS_POSITION_OVERFLOW:
-            raise ValueError(f"position {position} outside [0, {INT32_MAX}] for offset "
-                             f"{offset} in {self.KIND} {self._file}")
-        raise InvalidOffsetError(f"cannot append offset {offset} at slot {slot} of {self.KIND} "
-                                 f"{self._file}: {append_status_message(status)}",
-                                 file=self._file, position=where, offset=offset)
+        if status == STATUS_OFFSET_INDEX_FULL:
+            message = (f"cannot append to full {self.KIND} {self._file}: {slot} entries of "
+                       f"{self.max_entries}")
+        elif status == STATUS_OFFSET_NOT_INCREASING:
+            last = self.last_offset if last is None else last
+            message = (f"cannot append offset {offset} at slot {slot} of {self.KIND} "
+                       f"{self._file}: not above the last offset {last}")
+        elif status == STATUS_POSITION_OVERFLOW:
+            message = (f"position {position} outside [0, {INT32_MAX}] for offset {offset} in "
+                       f"{self.KIND} {self._file}")
+        else:
+            message = (f"cannot append offset {offset} at slot {slot} of {self.KIND} "
+                       f"{self._file}: {append_status_message(status)}")
+        raise status_error(status, message, file=self._file, position=slot * self.ENTRY_SIZE,
+                           offset=offset)
 
     def sanity_check(self) -> None:
         """Kafka's checks on a loaded offset index.

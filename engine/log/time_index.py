@@ -27,10 +27,10 @@ from engine._native.index import (
     STATUS_TIME_DECREASING,
     STATUS_TIME_INDEX_FULL,
     STATUS_TIME_OFFSET_DECREASING,
-    IndexFullError,
     TimeIndexCore,
     TimestampOffset,
     append_status_message,
+    status_error,
 )
 from engine.errors import CorruptIndexError, InvalidOffsetError
 from engine.log._abstract_index import AbstractIndex
@@ -114,30 +114,24 @@ class TimeIndex(AbstractIndex, TimeIndexCore):
 
     def _raise_append(self, status: int, timestamp: int, offset: int, slot: int,
                       last: TimestampOffset, skip_full_check: bool) -> None:
-        where = slot * self.ENTRY_SIZE
-        if status == STATUS_TIME_INDEX_FULL:
-            if not skip_full_check:
-                raise IndexFullError(
-                    f"cannot append to full {self.KIND} {self._file}: {slot} entries of "
-                    f"{self.max_entries} (the last slot is reserved)", file=self._file,
-                    position=where, offset=offset)
-            raise IndexFullError(f"no slot left in {self.KIND} {self._file}: {slot} entries",
-                                 file=self._file, position=where, offset=offset)
-        if status == STATUS_TIME_OFFSET_DECREASING:
-            raise InvalidOffsetError(
-                f"cannot append offset {offset} at slot {slot} of {self.KIND} {self._file}: "
-                f"below the last offset {last.offset}", file=self._file, position=where,
-                offset=offset)
-        if status == STATUS_TIME_DECREASING:
-            raise InvalidOffsetError(
-                f"cannot append timestamp {timestamp} at slot {slot} of {self.KIND} "
-                f"{self._file}: below the last timestamp {last.timestamp}",
-                file=self._file, position=where, offset=offset)
         if status == STATUS_OFFSET_OVERFLOW:
             self._relative_offset(offset, InvalidOffsetError)  # raises with the details
-        raise InvalidOffsetError(f"cannot append offset {offset} at slot {slot} of {self.KIND} "
-                                 f"{self._file}: {append_status_message(status)}",
-                                 file=self._file, position=where, offset=offset)
+        if status == STATUS_TIME_INDEX_FULL and not skip_full_check:
+            message = (f"cannot append to full {self.KIND} {self._file}: {slot} entries of "
+                       f"{self.max_entries} (the last slot is reserved)")
+        elif status == STATUS_TIME_INDEX_FULL:
+            message = f"no slot left in {self.KIND} {self._file}: {slot} entries"
+        elif status == STATUS_TIME_OFFSET_DECREASING:
+            message = (f"cannot append offset {offset} at slot {slot} of {self.KIND} "
+                       f"{self._file}: below the last offset {last.offset}")
+        elif status == STATUS_TIME_DECREASING:
+            message = (f"cannot append timestamp {timestamp} at slot {slot} of {self.KIND} "
+                       f"{self._file}: below the last timestamp {last.timestamp}")
+        else:
+            message = (f"cannot append offset {offset} at slot {slot} of {self.KIND} "
+                       f"{self._file}: {append_status_message(status)}")
+        raise status_error(status, message, file=self._file, position=slot * self.ENTRY_SIZE,
+                           offset=offset)
 
     def sanity_check(self) -> None:
         """Kafka's checks on a loaded time index.

@@ -28,20 +28,28 @@ cdef class RecordBatch:
 
     @property
     def position(self): return self.h.position
+
     @property
     def size_in_bytes(self): return self.h.size
+
     @property
     def magic(self): return self.h.magic
+
     @property
     def last_offset(self): return self.h.last_offset
+
     @property
     def next_offset(self): return _wrap_add(self.h.last_offset, 1)
+
     @property
     def partition_leader_epoch(self): return self.h.partition_leader_epoch
+
     @property
     def crc(self): return self.h.crc
+
     @property
     def attributes(self): return self.h.attributes
+
     @property
     def compression_type(self):
         if 0 <= self.h.compression <= 4:
@@ -49,27 +57,38 @@ cdef class RecordBatch:
         raise UnsupportedCompressionTypeError(
             f"Unknown compression type id {self.h.compression}",
             position=self.h.position, offset=self.h.base_offset)
+
     @property
     def timestamp_type(self): return _TIMESTAMP_TYPES[self.h.timestamp_type + 1]
+
     @property
     def is_transactional(self): return bool(self.h.is_transactional)
+
     @property
     def is_control(self): return bool(self.h.is_control)
+
     @property
     def has_delete_horizon(self): return bool(self.h.has_delete_horizon)
+
     @property
     def delete_horizon_ms(self):
         return self.h.base_timestamp if self.h.has_delete_horizon else None
+
     @property
     def base_timestamp(self): return self.h.base_timestamp
+
     @property
     def max_timestamp(self): return self.h.max_timestamp
+
     @property
     def producer_id(self): return self.h.producer_id
+
     @property
     def producer_epoch(self): return self.h.producer_epoch
+
     @property
     def base_sequence(self): return self.h.base_sequence
+
     @property
     def last_sequence(self):
         if self.h.base_sequence < 0:
@@ -77,6 +96,7 @@ cdef class RecordBatch:
         return eng_increment_sequence(self.h.base_sequence,
                                       <int32_t>_wrap_sub(self.h.last_offset,
                                                          self.h.base_offset))
+
     @property
     def record_count(self):
         """Records in the batch; for a compressed legacy wrapper, known only by decoding."""
@@ -128,8 +148,8 @@ cdef class RecordBatch:
 
     def raw(self):
         """The entry's bytes, as a memoryview of the underlying buffer (no copy)."""
-        return memoryview(self.buffer.obj).cast("B")[self.h.position:
-                                                       self.h.position + self.h.size]
+        start = self.h.position
+        return memoryview(self.buffer.obj).cast("B")[start:start + self.h.size]
 
     def records_section(self):
         """The records section after decompression: a v2 batch's records (one stream), or a
@@ -163,7 +183,7 @@ cdef class RecordBatch:
     def __repr__(self):
         return (f"RecordBatch(magic={self.h.magic}, offsets={self.h.base_offset}.."
                 f"{self.h.last_offset}, position={self.h.position}, size={self.h.size}, "
-                f"compression={codec_name(self.h.compression) if 0 <= self.h.compression <= 4 else self.h.compression}, "
+                f"compression={_codec_shown(self.h.compression)}, "
                 f"records={self.h.record_count})")
 
 
@@ -244,8 +264,8 @@ cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
         raise UnsupportedCompressionTypeError(
             f"Unknown compression type id {h.compression}", position=h.position,
             offset=h.base_offset)
-    raw = memoryview(b.buffer.obj).cast("B")[h.position + ENG_RECORD_BATCH_OVERHEAD:
-                                                h.position + h.size]
+    raw = memoryview(b.buffer.obj).cast("B")[
+        h.position + ENG_RECORD_BATCH_OVERHEAD:h.position + h.size]
     hv = BufferView(decompress(h.compression, raw, b.max_decompressed_bytes, 2,
                                h.position, h.base_offset))
     sec[0] = hv.ptr

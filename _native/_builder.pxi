@@ -50,14 +50,17 @@ def build_v2_batch(list records, int64_t base_offset=0, int compression=0, int l
             keys[i] = key
             values[i] = value
             size = 1 + kb_varlong_size(_wrap_sub(ts, base_ts)) + kb_varint_size(delta)
-            size += kb_varint_size(-1 if key is None else len(key)) + (0 if key is None else len(key))
-            size += kb_varint_size(-1 if value is None else len(value)) + (0 if value is None else len(value))
+            size += kb_varint_size(-1 if key is None else len(key))
+            size += 0 if key is None else len(key)
+            size += kb_varint_size(-1 if value is None else len(value))
+            size += 0 if value is None else len(value)
             hl = [(_as_bytes(hk), _as_bytes(hv)) for hk, hv in headers] if headers else []
             hdrs[i] = hl
             size += kb_varint_size(len(hl))
             for hk, hv in hl:
                 size += kb_varint_size(len(hk)) + len(hk)
-                size += kb_varint_size(-1 if hv is None else len(hv)) + (0 if hv is None else len(hv))
+                size += kb_varint_size(-1 if hv is None else len(hv))
+                size += 0 if hv is None else len(hv)
             sizes[i] = size
             total += kb_varint_size(size) + size
         section = bytearray(total)

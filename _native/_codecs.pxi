@@ -83,6 +83,11 @@ def codec_name(int codec):
     raise UnsupportedCompressionTypeError(f"Unknown compression type id {codec}")
 
 
+cdef object _codec_shown(int codec):
+    """The codec's name, or its id when it has none (for a repr, which must not raise)."""
+    return codec_name(codec) if 0 <= codec <= 4 else codec
+
+
 cpdef object decompress(int codec, object data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED_BYTES,
                         int magic=2, int64_t position=-1, int64_t offset=-1):
     """Decompresses one Kafka records stream; returns a bytes-like object of at most `limit`

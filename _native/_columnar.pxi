@@ -98,11 +98,22 @@ cdef inline void _gb_free(GrowBuf *g) noexcept nogil:
 
 
 cdef void _columns_free(ColumnSet *c) noexcept nogil:
-    _gb_free(&c.offset); _gb_free(&c.timestamp); _gb_free(&c.ts_type)
-    _gb_free(&c.batch_index); _gb_free(&c.key_off); _gb_free(&c.key_data)
-    _gb_free(&c.key_valid); _gb_free(&c.val_off); _gb_free(&c.val_data)
-    _gb_free(&c.val_valid); _gb_free(&c.hdr_off); _gb_free(&c.hk_off)
-    _gb_free(&c.hk_data); _gb_free(&c.hv_off); _gb_free(&c.hv_data); _gb_free(&c.hv_valid)
+    _gb_free(&c.offset)
+    _gb_free(&c.timestamp)
+    _gb_free(&c.ts_type)
+    _gb_free(&c.batch_index)
+    _gb_free(&c.key_off)
+    _gb_free(&c.key_data)
+    _gb_free(&c.key_valid)
+    _gb_free(&c.val_off)
+    _gb_free(&c.val_data)
+    _gb_free(&c.val_valid)
+    _gb_free(&c.hdr_off)
+    _gb_free(&c.hk_off)
+    _gb_free(&c.hk_data)
+    _gb_free(&c.hv_off)
+    _gb_free(&c.hv_data)
+    _gb_free(&c.hv_valid)
 
 
 cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,

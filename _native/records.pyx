@@ -1,5 +1,7 @@
-# distutils: sources = [_native/src/batch.c, _native/src/bigbuf.c, _native/src/crc32c.c, _native/src/append.c]
+# distutils:sources=[_native/src/batch.c,_native/src/bigbuf.c,_native/src/crc32c.c,_native/src/append.c]
 # cython: language_level=3
+# (the source list is one unspaced word: a directive cannot wrap, and linters let such a
+# comment run past the line length)
 """Kafka record batches: scan, decode (records and columns), legacy messages, codecs, builder.
 
 Byte layouts are documented in `_native/include/batch.h` and Kafka's DefaultRecordBatch /
@@ -16,7 +18,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 

@@ -522,8 +522,9 @@ def _section_iv(rep, segs, codecs, nrec, R, args):
             group = {n: (lambda n=n, m=m: engine_columns_threaded(m, n, pool))
                      for n in thread_counts}
             if HAS_CHUNKS:
-                group.update({("chunks", n): (lambda n=n, b=segs[c]: engine_decode_column_chunks(b, n))
-                              for n in thread_counts})
+                group.update({
+                    ("chunks", n): (lambda n=n, b=segs[c]: engine_decode_column_chunks(b, n))
+                    for n in thread_counts})
             t = measure_group(group, R, clock=time.perf_counter)  # wall time, always
             base = thread_counts[0]
             for n in thread_counts:

@@ -22,7 +22,8 @@ Sections:
       reads of local-0 at the same offsets (zero-copy views). Each returned chunk is touched
       (one byte per 4 KiB page), and again with every byte read. Target: remote >= 0.8x local.
       Also shown: the remote path without the reader pool (engine.rlm.reader.read_remote on
-      the calling thread; and with RemoteLogManager's plan/quota/metrics work), and the copying path the reader takes for an RSM without
+      the calling thread; and with RemoteLogManager's plan/quota/metrics work), and the copying path
+      the reader takes for an RSM without
       map_range (read_range_into: a pread into a recycled buffer), with and without the pool.
   (c) remote read throughput: 1, 2, 4 threads each reading a whole tiered partition through
       RemoteLogManager.read (remote.log.reader.threads = 4); aggregate MB/s and speed-up.

@@ -35,8 +35,10 @@ PARTITIONS = (TopicIdPartition(Uuid(0x0123456789ABCDEF, 1), "crash-topic", 0),
               TopicIdPartition(Uuid(0x0123456789ABCDEF, 2), "crash.topic-2", 7))
 _NEXT = {RemoteLogSegmentState.COPY_SEGMENT_STARTED: (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                                                       RemoteLogSegmentState.DELETE_SEGMENT_STARTED),
-         RemoteLogSegmentState.COPY_SEGMENT_FINISHED: (RemoteLogSegmentState.DELETE_SEGMENT_STARTED,),
-         RemoteLogSegmentState.DELETE_SEGMENT_STARTED: (RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,)}
+         RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+             (RemoteLogSegmentState.DELETE_SEGMENT_STARTED,),
+         RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+             (RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,)}
 
 
 def _say(line: str) -> None:

@@ -8,7 +8,8 @@ As a script (tests/test_remote_storage.py kills it with SIGKILL at random points
 
     rsm_crash_writer.py <remote dir> <source dir> <topic id> <last offset> <size> <uuid>...
 
-copies the segment at offset 0 in <source dir> (written by `make_segment`) once per uuid with the filesystem tier, printing
+copies the segment at offset 0 in <source dir> (written by `make_segment`) once per uuid with the
+filesystem tier, printing
 "copied <uuid>" after each, forever (the parent kills it).
 """
 

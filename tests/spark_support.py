@@ -167,7 +167,8 @@ class TieredCluster:
 
 def fetch_row(topic: str, partition: int, r: dict, headers: bool = True) -> tuple:
     """A fetch --json record as the Kafka source's row (timestamp in ms)."""
-    b64 = lambda s: None if s is None else base64.b64decode(s)
+    def b64(s):
+        return None if s is None else base64.b64decode(s)
     row = (b64(r["key"]), b64(r["value"]), topic, partition, r["offset"], r["timestamp"],
            {"CreateTime": 0, "LogAppendTime": 1, "NoTimestampType": -1}[r["timestamp_type"]])
     if headers:

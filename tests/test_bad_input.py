@@ -27,8 +27,14 @@ import time
 import tracemalloc
 import zlib
 
+import cramjam
+import lz4.block as lz4_block
 import numpy as np
 import pytest
+import xxhash
+import zstandard
+from crc32c import crc32c
+from kafka.record import legacy_records
 
 from engine._native import records as native
 from engine.errors import (
@@ -39,13 +45,6 @@ from engine.errors import (
     UnsupportedCompressionTypeError,
 )
 from engine.records import MemoryRecords, RecordBatchBuilder, compress, decompress, scan_batches
-
-from crc32c import crc32c  # noqa: E402  (test extras: a missing one must fail, not skip)
-import cramjam  # noqa: E402
-import lz4.block as lz4_block  # noqa: E402
-import xxhash  # noqa: E402
-import zstandard  # noqa: E402
-from kafka.record import legacy_records  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -1182,7 +1181,8 @@ def _wrap64(v):
 
 
 def _java_increment_sequence(seq, inc):
-    w = lambda v: (v + 2**31) % 2**32 - 2**31
+    def w(v):
+        return (v + 2**31) % 2**32 - 2**31
     if seq > w(INT32_MAX - inc):
         return w(inc - w(INT32_MAX - seq) - 1)
     return w(seq + inc)

@@ -3,7 +3,6 @@
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -113,7 +112,8 @@ def test_verify_real_kafka_partition(commit, tmp_path):
     src = os.path.join(KRAFT, commit)
     logdir = os.path.join(src, "kraft-combined-logs")
     for part in ("foo-0", "__cluster_metadata-0"):
-        files = sorted(os.path.join(logdir, part, f) for f in os.listdir(os.path.join(logdir, part)))
+        part_dir = os.path.join(logdir, part)
+        files = sorted(os.path.join(part_dir, f) for f in os.listdir(part_dir))
         files = [f for f in files if not f.endswith("quorum-state")]
         proc = dump("--verify", *files)
         assert proc.returncode == 0, proc.stderr

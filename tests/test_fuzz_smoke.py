@@ -15,10 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import atheris  # noqa: F401  (test extras: a missing fuzzer fails the suite)
+import crc32c  # noqa: F401
 import pytest
-
-import atheris  # noqa: E402,F401  (test extras: a missing fuzzer fails the suite)
-import crc32c  # noqa: E402,F401
 
 FUZZ_SECONDS = int(os.environ.get("ENGINE_FUZZ_SMOKE_SECONDS", "45"))
 SCRIPT = Path(__file__).resolve().parent / "fuzz" / "fuzz_records.py"

@@ -97,7 +97,7 @@ def test_log_manager_opens_real_kafka_log_dir(VECTORS, tmp_path, commit):
     assert log.producer_state.snapshot_entries() == facts["snapshot"]
     assert log.producer_snapshot_file(facts["snapshot_offset"]) is not None
     assert log.collect_aborted_transactions(0, end) == []
-    offset, ts, value = facts["records"][-1]
+    offset, ts, _value = facts["records"][-1]
     assert log.fetch_offset_by_timestamp(ts) == (offset, ts, 0)
     assert log.fetch_offset_by_timestamp(ts + 1) is None
     # Kafka's LogLoader drops epoch entries starting at the log end (an epoch begun by an

@@ -8,11 +8,11 @@ import struct
 
 import numpy as np
 import pytest
+from engine._native.index import IndexFullError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine._native import records as _records
-from engine._native.index import IndexFullError
 from engine.errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError
 from engine.log import LogSegment, OffsetIndex, TimeIndex, UnifiedLog
 from engine.records import MemoryRecords, RecordBatchBuilder, scan_batches
@@ -212,7 +212,7 @@ def test_native_append_entry_points_survive_garbage(tmp_path, blob, cut):
     finally:
         os.close(fd)
     try:
-        headers, valid, bad = _records.scan_for_append(blob)
+        headers, _valid, bad = _records.scan_for_append(blob)
     except (CorruptRecordError, InvalidRecordError):
         return
     if len(headers) and bad < 0:

@@ -301,7 +301,8 @@ def _fixed_records(rng: random.Random, sizes: list[int]) -> list[dict]:
             offset_delta=i, timestamp=ts + rng.randrange(-5, 50),
             key=[None, b"", b"key-%d" % i][i % 3],
             value=None if size < 0 else semi_compressible(rng, size),
-            headers=[(), (("trace", b"t-%d" % i),), (("a", None), ("", b""), ("é-ü", b"\x00\xff"))][i % 3]))
+            headers=[(), (("trace", b"t-%d" % i),),
+                     (("a", None), ("", b""), ("é-ü", b"\x00\xff"))][i % 3]))
     return recs
 
 
@@ -694,7 +695,7 @@ def test_engine_segment_with_markers_in_peers():
     COMMIT marker; both peers walk the whole buffer and every CRC checks."""
     rng = random.Random(21)
     parts, want, offset = [], [], 0
-    for i, codec in enumerate(CODECS):
+    for _i, codec in enumerate(CODECS):
         records = _fixed_records(rng, [rng.randrange(0, 800) for _ in range(5)])
         parts.append(engine_build(records, codec, base_offset=offset, producer_id=77,
                                   producer_epoch=1, base_sequence=offset,

@@ -175,7 +175,7 @@ def _scenario(log):
     assert log.last_stable_offset == first3 == 5
     log.roll()
     log.append_as_leader(_data(2, 6, 2, txn=True), 1)                # 10-11 (new txn)
-    commit3, _ = log.append_as_leader(_marker(3, True, epoch=1), 1)  # 12
+    _commit3, _ = log.append_as_leader(_marker(3, True, epoch=1), 1)  # 12
     abort2b, _ = log.append_as_leader(_marker(2, False, epoch=6), 1)  # 13
     assert log.last_stable_offset == log.high_watermark == 14
     return first2, first3, abort2, abort2b

@@ -1,6 +1,5 @@
 """engine.records: scan rows, batch fields, record decode, columns, buffers and threads."""
 
-import mmap
 import threading
 
 import numpy as np
@@ -187,7 +186,7 @@ def test_scan_and_columns_run_in_threads():
             mr = MemoryRecords(data)
             mr.validate()
             results.append(mr.decode_columns().offset.tolist())
-        except Exception as exc:  # surfaced by the assertion below
+        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(exc)
 
     threads = [threading.Thread(target=work) for _ in range(4)]

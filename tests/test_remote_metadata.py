@@ -261,7 +261,8 @@ def test_readd_while_copying_replaces_the_epochs():
     cache.add_copy_in_progress_segment(md)
     retried = RemoteLogSegmentMetadata(md.remote_log_segment_id, 0, 9, -1, 0, 3, 1024, {1: 0})
     cache.add_copy_in_progress_segment(retried)
-    assert cache.list_remote_log_segments(0) == [] and cache.list_remote_log_segments(1) == [retried]
+    assert cache.list_remote_log_segments(0) == []
+    assert cache.list_remote_log_segments(1) == [retried]
 
 
 # ---- state transitions: every pair ----------------------------------------------------

@@ -1,5 +1,6 @@
 """engine.spark planning and options as pure functions (no Spark session here)."""
 
+import itertools
 import pickle
 
 import numpy as np
@@ -83,7 +84,7 @@ def test_plan_cuts_large_segments_at_index_entries_and_packs_small_ones():
     assert [r.segment for r in ranges].count(big) == 4 and calls == [big]
     big_ranges = [r for r in ranges if r.segment is big]
     assert big_ranges[0].start_position == 0 and big_ranges[-1].end_position == 10_000
-    assert all(a.end_position == b.start_position for a, b in zip(big_ranges, big_ranges[1:]))
+    assert all(a.end_position == b.start_position for a, b in itertools.pairwise(big_ranges))
     assert all(r.size <= 2500 for r in big_ranges)
     tasks = pack_ranges(ranges, 2500)
     assert [len(t) for t in tasks] == [1, 1, 1, 1, 2]  # the two small segments share a task

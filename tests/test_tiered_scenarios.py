@@ -13,6 +13,7 @@ metadata / consume (with how many reads came from the tier) / restart.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import subprocess
@@ -33,7 +34,6 @@ from engine.log.log_manager import (
 )
 from engine.records import RecordBatchBuilder, build_end_txn_marker
 from engine.remote.metadata import RemoteLogSegmentState, TopicIdPartition
-import itertools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD_TS = 1_600_000_000_000  # 2020: beyond any time retention of a few days

@@ -103,7 +103,7 @@ def test_leader_append_roll_read_across_segments(tmp_path, codec):
         assert seg.size_in_bytes <= 6000
     # Offsets rewritten and epochs stamped in the files; CRCs still valid.
     on_disk = _file_batches(log)
-    assert [(b, l) for b, l, _ in on_disk] == [(10 * i, 10 * i + 9) for i in range(40)]
+    assert [(b, last) for b, last, _ in on_disk] == [(10 * i, 10 * i + 9) for i in range(40)]
     assert [e for _, _, e in on_disk] == [5 + i // 15 for i in range(40)]
     # Each segment's base offset is its first batch's base offset.
     for seg in log.segments:

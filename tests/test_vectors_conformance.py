@@ -21,13 +21,12 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
-
 import vectors as V
 
 if not V.VECTORS.is_dir():
     pytest.fail(f"conformance vectors not found at {V.VECTORS}", pytrace=False)
-import engine.records as records_api  # noqa: E402  (a missing engine must fail, not skip)
-from engine.errors import CorruptRecordError, InvalidRecordError  # noqa: E402
+import engine.records as records_api
+from engine.errors import CorruptRecordError, InvalidRecordError
 
 MemoryRecords = records_api.MemoryRecords
 CT = records_api.CompressionType

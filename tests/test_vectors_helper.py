@@ -8,14 +8,13 @@ No engine code is involved.
 import struct
 
 import pytest
-
 import vectors as V
 
 if not V.VECTORS.is_dir():
     pytest.fail(f"conformance vectors not found at {V.VECTORS}", pytrace=False)
 
 def test_vectors_fixture_points_at_shared_vectors(VECTORS):
-    assert VECTORS == (V.REPO_ROOT / ".." / "shared" / "vectors").resolve()
+    assert (V.REPO_ROOT / ".." / "shared" / "vectors").resolve() == VECTORS
     for folder in V.FOLDERS:
         assert (VECTORS / folder / "MANIFEST.md").is_file(), folder
 

@@ -126,7 +126,7 @@ def kind_of(relpath: str) -> tuple[str, dict]:
       "expected-text"      the produced input text of kafka-rust vectors (fetch1.txt, fetch2.txt)
       "other"              a file of the data dir that is not records (.index, checkpoints, ...)
     """
-    folder, _, rest = relpath.partition("/")
+    folder, _, _rest = relpath.partition("/")
     name = Path(relpath).name
     if folder == "kafka-python-literals":
         return "records", {}

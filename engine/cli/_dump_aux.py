@@ -22,12 +22,6 @@ import numpy as np
 
 from engine.cli.dump_log import DumpContext, base_offset_of
 from engine.errors import KafkaEngineError
-from engine.log.producer_state import (
-    ProducerStateManager,
-    apply_batches,
-    list_snapshot_files,
-    offset_from_snapshot_file,
-)
 from engine.log import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
@@ -36,6 +30,12 @@ from engine.log import (
     TimeIndex,
     TransactionIndex,
     read_snapshot,
+)
+from engine.log.producer_state import (
+    ProducerStateManager,
+    apply_batches,
+    list_snapshot_files,
+    offset_from_snapshot_file,
 )
 from engine.records import MemoryRecords, parse_control_record
 
@@ -103,7 +103,8 @@ def dump_time_index(path: str, ctx: DumpContext) -> None:
     headers, _ = _segment_scan(path, ".timeindex", ctx)
     if headers is None:
         return
-    running_max = np.maximum.accumulate(headers["max_timestamp"]) if len(headers) else headers["max_timestamp"]
+    running_max = (np.maximum.accumulate(headers["max_timestamp"]) if len(headers)
+                   else headers["max_timestamp"])
     last_ts = None
     for i, e in enumerate(entries):
         ts, offset = int(e["timestamp"]), int(e["offset"])

@@ -78,7 +78,7 @@ def run(args) -> int:
             mr = MemoryRecords(data, file=path)
             t = time.perf_counter()
             n = 0
-            for r in mr.records():
+            for _r in mr.records():
                 n += 1
             t_rec = time.perf_counter() - t
             t_col = float("inf")
@@ -97,11 +97,11 @@ def run(args) -> int:
                   f"{_rate(n, t_col):>14,.0f}")
         from engine.cli.dump_log import DumpContext, dump_file
 
-        ctx = DumpContext(out=open(os.devnull, "w"), verify=True)
         files = sorted(os.path.join(directory, f) for f in os.listdir(directory))
-        for path in files:
-            dump_file(path, ctx)
-        ctx.out.close()
+        with open(os.devnull, "w") as devnull:
+            ctx = DumpContext(out=devnull, verify=True)
+            for path in files:
+                dump_file(path, ctx)
         if ctx.problems:
             print("verify: " + ctx.problems[0])
             return 1

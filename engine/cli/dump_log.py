@@ -11,8 +11,9 @@ import base64
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import TextIO
 
 from engine.errors import KafkaEngineError
 from engine.records import MemoryRecords, codec_name
@@ -76,7 +77,8 @@ def dump_segment(path: str, ctx: DumpContext) -> None:
                               f"at {batch.last_offset} after {last_offset}")
         last_offset = max(last_offset, batch.last_offset)
     if records.partial_bytes:
-        ctx.line(f"Found {records.partial_bytes} invalid bytes at the end of {os.path.basename(path)}")
+        ctx.line(f"Found {records.partial_bytes} invalid bytes at the end of "
+                 f"{os.path.basename(path)}")
         ctx.problem(path, f"{records.partial_bytes} bytes of a partial batch at position "
                           f"{records.valid_bytes}")
     ctx.line(f"Batches: {len(headers)}, records valid up to position {records.valid_bytes}")

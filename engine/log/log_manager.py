@@ -334,7 +334,7 @@ class LogManager:
         unified._require_open = require_online
         try:
             unified._close_segments()
-        except Exception as close_exc:  # the disk is failing: best effort
+        except Exception as close_exc:  # noqa: BLE001 - the disk is failing: best effort
             log.debug("Closing offline log %s: %s", unified.dir, close_exc)
         unified._closed = True
 
@@ -446,7 +446,7 @@ class LogManager:
             logs = [(tp, unified) for tp, unified in self._logs.items() if tp.topic == topic]
             for tp, _ in logs:
                 self._topic_configs[tp] = config
-        for tp, unified in logs:
+        for _, unified in logs:
             unified.update_config(config)
             unified.remote_log_enabled = enabled
         log.info("Updated the config of topic %s (%d open log(s)): %s", topic, len(logs),
@@ -710,7 +710,7 @@ class LogManager:
         for unified in logs:
             try:
                 unified.close()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the start's own error is the one raised
                 log.debug("Closing %s after a failed start: %s", unified.dir, exc)
 
     def __enter__(self):

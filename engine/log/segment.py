@@ -42,7 +42,6 @@ from engine._native import records as _records
 from engine._native.index import append_entry_pair as _append_entry_pair
 from engine.errors import (
     CorruptRecordError,
-    InvalidOffsetError,
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
 )

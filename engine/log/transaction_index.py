@@ -171,7 +171,8 @@ class TransactionIndex:
         """Every entry, in file order. CorruptIndexError on a version above 0."""
         return [self._txn(row) for row in self.entries_array()]
 
-    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+    def collect_aborted_txns(self, fetch_offset: int,
+                             upper_bound_offset: int) -> TxnIndexSearchResult:
         """Entries with last_offset >= fetch_offset and first_offset < upper_bound_offset,
         scanning in order and stopping (complete) after the first entry whose
         last_stable_offset >= upper_bound_offset. CorruptIndexError on a bad version among

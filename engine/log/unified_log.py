@@ -1217,7 +1217,7 @@ class UnifiedLog:
             return False
         if not self._remote_log_enabled_and_copy_enabled():
             return True
-        tiered = 0 < upper_bound and upper_bound - 1 <= self._highest_offset_in_remote_storage
+        tiered = upper_bound > 0 and upper_bound - 1 <= self._highest_offset_in_remote_storage
         passed = next_segment is not None and self._log_start_offset >= next_segment.base_offset
         return tiered or passed
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 _GROUP_BYTES = 512 * 1024
 _pool: ThreadPoolExecutor | None = None
@@ -47,7 +47,7 @@ def _decompress_group(group: list, verify_crc: bool) -> list:
             if verify_crc:
                 batch.ensure_valid()
             out.append(batch.records_section() if batch.compression_type != 0 else None)
-        except Exception as exc:  # re-raised in order by MemoryRecords.records
+        except Exception as exc:  # noqa: BLE001 - re-raised in order by MemoryRecords.records
             out.append(exc)
             break
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from engine._native import records as _records
 from engine.records.control import ControlRecordType, control_record_key, end_txn_marker_value

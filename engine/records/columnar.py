@@ -11,7 +11,8 @@ def _pyarrow():
     try:
         import pyarrow
     except ImportError as exc:  # optional extra
-        raise ImportError("to_arrow() needs pyarrow: pip install 'kafka-tier-engine[arrow]'") from exc
+        raise ImportError("to_arrow() needs pyarrow: "
+                          "pip install 'kafka-tier-engine[arrow]'") from exc
     return pyarrow
 
 

@@ -31,7 +31,7 @@ class ControlRecordType(enum.IntEnum):
     KRAFT_VOTERS = 6
 
     @classmethod
-    def from_id(cls, type_id: int) -> "ControlRecordType":
+    def from_id(cls, type_id: int) -> ControlRecordType:
         try:
             return cls(type_id)
         except ValueError:

@@ -8,9 +8,10 @@ out and reported by `partial_bytes`, as Kafka's readers do.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -172,7 +173,7 @@ def _chunk_bounds(headers: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]
     ends = np.cumsum(headers["size"], dtype=np.int64)
     cuts = np.searchsorted(ends, np.arange(chunk_bytes, int(ends[-1]), chunk_bytes), side="left")
     edges = sorted(set([0, *(int(c) + 1 for c in cuts), len(headers)]))
-    return [(a, b) for a, b in zip(edges, edges[1:]) if a < b]
+    return [(a, b) for a, b in itertools.pairwise(edges) if a < b]
 
 
 class FileRecords(MemoryRecords):

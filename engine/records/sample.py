@@ -8,7 +8,7 @@ Deterministic for a given seed.
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
 from engine.records.builder import RecordBatchBuilder
 from engine.records.types import CompressionType

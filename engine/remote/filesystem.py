@@ -42,7 +42,8 @@ verdict is cached per segment id and (inode, size, mtime). `read_range` keeps th
 files of the 128 most recently read segments open (reference-counted, so eviction never
 closes a file under a read; deleting a segment drops its file), so a ranged read is one
 pread; `map_range` hands out read-only views of a mapping of the open file instead (no
-copy; stored files are immutable, so the views stay valid, even after the file is deleted). A mismatch raises RemoteStorageError naming the file. Metadata without custom
+copy; stored files are immutable, so the views stay valid, even after the file is deleted). A
+mismatch raises RemoteStorageError naming the file. Metadata without custom
 metadata (another RSM's, or a segment still being copied) is read unchecked.
 
 Errors: a missing file raises RemoteResourceNotFoundError, any other OSError
@@ -329,7 +330,8 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
     def configure(self, configs: Mapping[str, str]) -> None:
         """Creates each dir's `kafka-tiered-storage` root (and a missing dir: the broker's
         config file loader, engine.config.load_broker_config, requires its parent to exist,
-        and the commands create it first, logged). Raises ConfigError naming the key for a missing or invalid value or a root
+        and the commands create it first, logged). Raises ConfigError naming the key for a missing
+        or invalid value or a root
         that cannot be created."""
         mode = str(configs.get("log.read.verification", "full")).strip()
         if mode not in _VERIFICATION_MODES:

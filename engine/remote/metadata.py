@@ -7,8 +7,8 @@ types, so a record can be compared field by field with what a broker would write
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from engine.errors import IllegalStateTransitionError
 from engine.log.checkpoint import Uuid

@@ -21,7 +21,8 @@ remote partition deletion.
 `log_start_offset_listener`, the LogManager's checkpoint, runs before any delete: no reader,
 in this process or after a restart, is sent to a segment being deleted; a checkpoint that
 fails stops the pass before it deletes anything), then deletes each segment:
-DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED, dropping its RemoteIndexCache entry. A failed delete is counted in
+DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED, dropping its RemoteIndexCache
+entry. A failed delete is counted in
 RemoteDeleteErrorsPerSec and stays DELETE_SEGMENT_STARTED for the next run to retry.
 """
 

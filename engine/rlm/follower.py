@@ -40,7 +40,8 @@ locally), a call builds the follower again at the new start.
 
 Errors name the partition and the offsets: RemoteLogAuxStateError (a RemoteStorageError,
 retriable) when the partition's remote log metadata is not ready (KAFKA-19523), no copied
-segment holds `prev` in that epoch, the RSM fails or the log is not tiered; CorruptCheckpointError / CorruptSnapshotError when a fetched file does not verify;
+segment holds `prev` in that epoch, the RSM fails or the log is not tiered; CorruptCheckpointError /
+CorruptSnapshotError when a fetched file does not verify;
 ValueError for arguments that contradict each other or a partition that is not a follower
 here. Kafka's fetcher retries on its next round; here the caller retries (the log is
 untouched, and BuildRemoteLogAuxStateErrorsPerSec counts the failure).

@@ -19,7 +19,8 @@ A failed copy run is retried after Kafka's exponential backoff
 `...retry.jitter`); so are a failed expiration run and a failed deletion of a partition
 whose tiering was turned off, each logged once per attempt (a full or read-only tier fails
 every retry alike: without the backoff it would log, and record, at every interval). A
-segment already DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that hangs holds one copier (or reader) thread and that
+segment already DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that
+hangs holds one copier (or reader) thread and that
 partition's task only: appends, local reads and other partitions go on; remote reads give
 up after `remote.fetch.max.wait.ms` with RemoteFetchTimeoutError (the reader thread stays
 blocked in the plugin until it returns: Python cannot interrupt it). `status()` shows a copy

@@ -4,7 +4,8 @@ Specs: -2 earliest (the log start offset, possibly in the remote tier), -1 lates
 end offset), -3 max-timestamp (the first record carrying the largest timestamp of the local
 log, which is where Kafka answers it from), -4 earliest-local (the local log start offset),
 -5 latest-tiered (the highest offset in remote storage; (-1, -1) when nothing is tiered or
-tiering is off), or a timestamp in ms: the first record at or after it, searched in the remote tier first (the
+tiering is off), or a timestamp in ms: the first record at or after it, searched in the remote tier
+first (the
 first copied segment of the lineage from the log start whose max timestamp reaches it, using
 its cached time index) and then in the local segments. Every answer is
 (offset, leader epoch); a timestamp beyond every record answers (-1, -1).

@@ -5,7 +5,8 @@ COPY_SEGMENT_FINISHED segment holding it -> the start position from the segment'
 offset index (RemoteIndexCache) -> batch headers walked from there with the native scan
 (engine.remote.segment_access: every batch ending before the offset is skipped by its header
 alone) -> the first batch with last offset >= the fetch offset -> whole batches up to
-`max_bytes`, read with one bounded range read. Kafka's rules for the first batch: when it is larger than `max_bytes` it is
+`max_bytes`, read with one bounded range read. Kafka's rules for the first batch: when it is larger
+than `max_bytes` it is
 returned whole with `min_one_message`, and nothing is returned without. Unlike Kafka (which
 may end on a partial batch the client drops), only whole batches are returned, as a local
 read does.

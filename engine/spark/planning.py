@@ -9,6 +9,7 @@ into Spark input partitions of about `max_bytes`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -187,7 +188,7 @@ def plan_partition(topic: str, partition: int, chain: Sequence[ChainLink], start
             t for t in txns if t[2] >= lo and t[1] < hi)
         edges = [first, *_cuts(entries, first, last, max_bytes), last] \
             if entries is not None else [first, last]
-        for a, b in zip(edges, edges[1:]):
+        for a, b in itertools.pairwise(edges):
             out.append(SegmentRange(topic, partition, seg, a, b, lo, hi, min_timestamp,
                                     seg_txns))
     return out

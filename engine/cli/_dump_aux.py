@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from engine.cli.dump_log import DumpContext, base_offset_of
+from engine.cli._dump_common import DumpContext, base_offset_of, partition_dir_files_of_kind
 from engine.errors import KafkaEngineError
 from engine.log import (
     LeaderEpochCheckpointFile,
@@ -215,8 +215,6 @@ class _Replay:
 
 def _replay(directory: str, ctx: DumpContext) -> _Replay | None:
     """The replay of `directory` (cached per directory), None when it cannot be complete."""
-    from engine.cli.dump_log import partition_dir_files_of_kind
-
     cache = ctx.__dict__.setdefault("_producer_replays", {})
     key = os.path.abspath(directory)
     if key in cache:

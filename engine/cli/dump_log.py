@@ -12,9 +12,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TextIO
 
+from engine.cli._dump_aux import AUX_DUMPERS
+from engine.cli._dump_common import DumpContext, base_offset_of, partition_dir_files_of_kind
 from engine.errors import KafkaEngineError
 from engine.records import MemoryRecords, codec_name
 
@@ -29,35 +29,12 @@ RECORD_JSON_KEYS = (
 _TS_TYPE_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 
 
-@dataclass
-class DumpContext:
-    out: TextIO
-    print_data_log: bool = False
-    verify: bool = False
-    as_json: bool = False
-    max_decompressed_bytes: int = 256 * 1024 * 1024
-    problems: list[str] = field(default_factory=list)
-
-    def problem(self, path: str, message: str) -> None:
-        self.problems.append(f"{path}: {message}")
-
-    def line(self, text: str) -> None:
-        if not self.as_json:
-            self.out.write(text + "\n")
-
-
 def _b64(value: bytes | None) -> str | None:
     return None if value is None else base64.b64encode(value).decode("ascii")
 
 
 def _bool(v) -> str:
     return "true" if v else "false"
-
-
-def base_offset_of(path: str) -> int:
-    """The base offset in a segment file's 20-digit name (0 when the name has none)."""
-    stem = os.path.basename(path).split(".")[0]
-    return int(stem) if stem.isdigit() else 0
 
 
 def dump_segment(path: str, ctx: DumpContext) -> None:
@@ -183,8 +160,6 @@ def _record_json(batch, r, batch_base_offset: int) -> dict:
 
 
 def _dumper_for(path: str) -> Callable[[str, DumpContext], None] | None:
-    from engine.cli._dump_aux import AUX_DUMPERS  # index/snapshot/checkpoint files
-
     name = os.path.basename(path)
     if name.endswith(".log") or name.endswith(".checkpoint"):
         return dump_segment  # KRaft snapshots (<offset>-<epoch>.checkpoint) hold batches too
@@ -246,11 +221,6 @@ def verify_segment_chain(directory: str, ctx: DumpContext) -> None:
                                   f"base offset {base}")
             previous_last = int(headers["last_offset"].max())
             previous_name = os.path.basename(path)
-
-
-def partition_dir_files_of_kind(directory: str, suffix: str) -> list[str]:
-    return sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                  if n.endswith(suffix) and n[:-len(suffix)].isdigit())
 
 
 def run(args) -> int:

@@ -5,6 +5,7 @@ engine produced and the RemoteLogManager tiered. Rows are compared with what
 import json
 import shutil
 import time
+from pathlib import Path
 
 import pyarrow.dataset as pads
 import pytest
@@ -182,6 +183,20 @@ def test_filter_pushdown_on_and_off_give_the_same_rows(spark, cluster, fetched, 
     assert results["true"] == results["false"] and results["true"]
     if where == QUERIES[0]:
         assert results["true"] == expected(fetched, TOPIC, [1], 300, 1234)
+
+
+def test_the_pushdown_planner_is_where_the_source_looks_for_it():
+    """The source tells the pushdown planner from the plain one by the planner's file
+    (engine.spark.source._called_for_pushdown): it must exist in the installed pyspark and
+    be the worker that asks the data source for a reader and pushes filters to it."""
+    import pyspark.sql.worker as workers
+
+    from engine.spark.source import PUSHDOWN_PLANNER_FILE
+
+    planner = Path(workers.__file__).with_name(PUSHDOWN_PLANNER_FILE).read_text()
+    assert "data_source.reader(" in planner and ".pushFilters(" in planner
+    plain = Path(workers.__file__).with_name("plan_data_source_read.py").read_text()
+    assert "DATA_SOURCE_PUSHDOWN_DISABLED" in plain
 
 
 def test_pushed_filters_prune_segments_and_tasks(cluster):

@@ -207,14 +207,27 @@ def _check_in_tier(topic, partition, chain, start, end) -> None:
             log_end_offset=None if bounds is None else bounds[1])
 
 
+#: The pyspark worker module that plans a read with filter pushdown (pyspark 4.1 to 4.3).
+PUSHDOWN_PLANNER_FILE = "data_source_pushdown_filters.py"
+
+
 def _called_for_pushdown() -> bool:
-    """Whether Spark's pushdown planner asked for this reader. Spark refuses a reader that
-    defines pushFilters when spark.sql.python.filterPushdown.enabled is off, and the reader
-    cannot see that flag; the pushdown planner is the only caller that pushes filters, so
-    it gets the reader that accepts them and every other caller the plain one."""
+    """Whether Spark's pushdown planner asked for this reader.
+
+    No supported way exists (pyspark 4.3.0, as in 4.1): `DataSource.reader(schema)` gets no
+    session or conf, and the worker that plans a read without pushdown
+    (pyspark/sql/worker/plan_data_source_read.py) refuses, with
+    DATA_SOURCE_PUSHDOWN_DISABLED, any reader whose class overrides
+    `DataSourceReader.pushFilters` while spark.sql.python.filterPushdown.enabled is off,
+    its default. Always returning the pushdown reader would fail every read under the
+    default conf; never returning it would lose segment pruning. The flag decides which
+    worker calls `reader()` (data_source_pushdown_filters.py only when it is on), so the
+    calling frames say it. Should a pyspark release rename that worker, reads get the
+    plain reader: the same rows, without pruning (tests/test_spark_source.py checks the
+    name against the installed pyspark)."""
     frame = sys._getframe(2)
     while frame is not None:
-        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+        if frame.f_code.co_filename.endswith(PUSHDOWN_PLANNER_FILE):
             return True
         frame = frame.f_back
     return False

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -217,6 +220,42 @@ def _fill(path, topic="orders", batches=60):
                 manager.append_as_leader(tp.topic, tp.partition, builder.build(), 0)
 
 
+class _StderrLines:
+    """The stderr lines of a running `python -m engine run`, read as they come, so a test
+    waits for the state a line reports instead of sleeping."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        """The first line matching `pattern`, waiting for it at most `timeout` seconds."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                match = next(filter(None, map(regex.search, self.lines)), None)
+                left = deadline - time.monotonic()
+                if match is not None or left <= 0:
+                    break
+                self._changed.wait(left)
+        assert match is not None, f"no line matching {pattern!r} in {timeout} s: {self.lines}"
+        return match
+
+    def text(self) -> str:
+        """Everything read, once the process has ended."""
+        self._reader.join(timeout=120)
+        return "".join(self.lines)
+
+
 def _tier_logs(dirs) -> int:
     return sum(name.endswith(".log") for _, _, files in os.walk(dirs["tier"])
                for name in files)
@@ -228,29 +267,29 @@ def test_run_stops_cleanly_on_sigterm(broker, when):
     logs closed cleanly (.kafka_cleanshutdown in both dirs), and a later run finds
     nothing broken: every segment not yet copied gets copied, nothing is copied twice."""
     import signal
-    import time
 
     path, dirs = broker
     assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
                  "--add-config", "remote.storage.enable=true"]) == 0
     _fill(path)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--config", path],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    stderr = _StderrLines(proc)
     try:
-        deadline = time.monotonic() + 120
-        target = 1 if when == "copying" else 10
-        while _tier_logs(dirs) < target and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if when == "idle":  # wait for the copies to settle
-            last = -1
-            while _tier_logs(dirs) != last and time.monotonic() < deadline:
-                last = _tier_logs(dirs)
-                time.sleep(0.5)
+        if when == "copying":
+            deadline = time.monotonic() + 120
+            while _tier_logs(dirs) < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:  # settled: run's status line says both partitions have nothing left to copy
+            stderr.wait_for(r"run: 2 tiered partition\(s\), [1-9]\d* remote segment\(s\) "
+                            r"\([\d.]+ MiB\), copy lag 0 segment\(s\)$")
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = stderr.text()
     assert proc.returncode == 0, err
     assert "stopped cleanly" in err and "remote segment(s)" in err
     for d in ("d1", "d2"):
@@ -359,15 +398,17 @@ def test_run_applies_configs_changed_while_it_runs(broker):
     override up within a second or so, here enabling tiering, and the segments go to the
     tier without a restart."""
     import signal
-    import time
 
     path, dirs = broker
     _fill(path)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--config", path],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    stderr = _StderrLines(proc)
     try:
         deadline = time.monotonic() + 120
-        time.sleep(1.5)
+        # running, its remote log manager asked (status), and tiering is off for the topic
+        stderr.wait_for(r"run: 0 tiered partition\(s\), 0 remote segment\(s\)")
         assert _tier_logs(dirs) == 0  # not tiered yet
         alter = subprocess.run([sys.executable, "-m", "engine", "configs", "--config", path,
                                 "--entity-name", "orders", "--alter", "--add-config",
@@ -378,9 +419,10 @@ def test_run_applies_configs_changed_while_it_runs(broker):
             time.sleep(0.05)
         assert _tier_logs(dirs) >= 4
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = stderr.text()
     assert proc.returncode == 0, err
     assert "applied topic config of orders" in err

@@ -8,6 +8,8 @@ HYPOTHESIS_PROFILE=deep for a longer search.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import struct
 import zlib
@@ -19,6 +21,7 @@ import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from kafka_format import encode_record, v2_batch, wrap64
 
 from engine._native import records as native
 from engine.errors import KafkaEngineError
@@ -32,52 +35,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
-
-
-def wrap64(v: int) -> int:
-    """Two's-complement int64 arithmetic, as Kafka's Java longs (and the C code) do it."""
-    return (v + 2**63) % 2**64 - 2**63
-
-
-# ---------------------------------------------------------------------------------------------
-# Independent encoder
-# ---------------------------------------------------------------------------------------------
-
-
-def uvarint(u: int) -> bytes:
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def varint(v: int) -> bytes:
-    return uvarint(((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
-
-
-def varlong(v: int) -> bytes:
-    return uvarint(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-
-
-def bytes_field(b) -> bytes:
-    return varint(-1) if b is None else varint(len(b)) + b
-
-
-def encode_record(offset_delta, ts_delta, key, value, headers) -> bytes:
-    body = (b"\0" + varlong(ts_delta) + varint(offset_delta) + bytes_field(key)
-            + bytes_field(value) + varint(len(headers)))
-    for hk, hv in headers:
-        body += bytes_field(hk) + bytes_field(hv)
-    return varint(len(body)) + body
-
-
-def encode_batch(section: bytes, count: int, *, base_offset=0, codec=0, last_offset_delta=0,
-                 base_ts=0, max_ts=0) -> bytes:
-    body = struct.pack(">hiqqqhii", codec, last_offset_delta, base_ts, max_ts, -1, -1, -1,
-                       count) + section
-    return struct.pack(">qiibI", base_offset, 9 + len(body), -1, 2, crc32c(body)) + body
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,8 +116,8 @@ def test_native_builder_writes_the_spec_encoding(records, base_offset):
                                      [(hk.encode("utf-8", "surrogateescape"), hv) for hk, hv in h])
                        for d, ts, k, v, h in records)
     max_ts = max(ts for _, ts, *_ in records)
-    ref = encode_batch(section, len(records), base_offset=base_offset,
-                       last_offset_delta=records[-1][0], base_ts=base_ts, max_ts=max_ts)
+    ref = v2_batch(section, len(records), base_offset=base_offset,
+                   last_offset_delta=records[-1][0], base_ts=base_ts, max_ts=max_ts)
     assert out == ref
 
 
@@ -171,7 +128,8 @@ def test_decoder_reads_the_spec_encoding(recs, base_offset, base_ts):
     decode to base + delta with Java's wrapping arithmetic, on both decode paths."""
     section = b"".join(encode_record(d, ts, k, v, [(hk.encode(), hv) for hk, hv in h])
                        for d, ts, k, v, h in recs)
-    buf = encode_batch(section, len(recs), base_offset=base_offset, base_ts=base_ts)
+    buf = v2_batch(section, len(recs), base_offset=base_offset, base_ts=base_ts,
+                   last_offset_delta=0)
     want = [(base_offset + d, wrap64(base_ts + ts), k, v, tuple(h)) for d, ts, k, v, h in recs]
     assert decoded(buf) == want
     assert columns(buf)[0] == want
@@ -181,7 +139,7 @@ def test_decoder_reads_the_spec_encoding(recs, base_offset, base_ts):
 def test_varint_every_width(v):
     """One int32 through every varint field the parser has (offset delta, and as header count
     or lengths where the value is a legal one)."""
-    buf = encode_batch(encode_record(v, -v, None, None, []), 1, base_offset=2**40)
+    buf = v2_batch(encode_record(v, -v, None, None, []), 1, base_offset=2**40)
     ((offset, ts, key, value, hs),) = decoded(buf)
     assert offset == 2**40 + v and ts == -v and key is None and value is None and hs == ()
 
@@ -383,12 +341,54 @@ def test_mutated_entries_with_fixed_crc_raise_only_typed_errors(entry, data):
     _decode_everything(bytes(buf))
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def guarded(data: bytes, tight_after: bool) -> memoryview:
+    """`data` in an anonymous mapping between two inaccessible pages, touching the one after
+    it (`tight_after`) or the one before: a read just outside `data` on that side faults
+    (SIGSEGV ends the run) instead of reading whatever memory is there. The view keeps the
+    mapping alive."""
+    page = mmap.PAGESIZE
+    body = -(-max(len(data), 1) // page) * page
+    mapping = mmap.mmap(-1, body + 2 * page)
+    start = page + (body - len(data) if tight_after else 0)
+    mapping[start:start + len(data)] = data
+    anchor = ctypes.c_char.from_buffer(mapping)
+    base = ctypes.addressof(anchor)
+    del anchor  # a live export would keep the mapping from ever being unmapped
+    for guard in (base, base + page + body):
+        if _libc.mprotect(guard, page, 0) != 0:  # PROT_NONE
+            err = ctypes.get_errno()
+            raise OSError(err, f"mprotect of a guard page: {os.strerror(err)}")
+    return memoryview(mapping)[start:start + len(data)]
+
+
+@pytest.mark.parametrize("tight_after, outside", [(True, 3), (False, -1)])
+def test_guarded_buffers_fault_on_a_read_just_outside(tight_after, outside):
+    import subprocess
+    import sys
+
+    code = ("import ctypes, sys; sys.path.insert(0, 'tests');"
+            "from test_properties import guarded;"
+            f"view = guarded(b'abc', {tight_after});"
+            "assert bytes(view) == b'abc';"
+            "base = ctypes.addressof(ctypes.c_char.from_buffer(view));"
+            f"ctypes.string_at(base + {outside}, 1)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == -11, proc.stderr  # SIGSEGV
+
+
 @given(st.lists(entries(), min_size=1, max_size=3), st.data())
 @settings(max_examples=200)
 def test_forged_scan_rows_never_read_outside(parts, data):
     """Scan rows come back from callers (batches_from_headers, decode_columns(headers=...)):
-    forged rows are refused (ValueError) or decode what is really there; no read outside."""
-    buf = b"".join(parts)
+    forged rows are refused (ValueError) or decoded within the buffer. The buffer sits
+    against an inaccessible page on one side, so a read outside it faults the run."""
+    buf = guarded(b"".join(parts), tight_after=data.draw(st.booleans()))
     rows, _ = native.scan(buf, False)
     forged = rows.copy()
     i = data.draw(st.integers(0, len(forged) - 1))

@@ -54,34 +54,22 @@ from __future__ import annotations
 import os
 import struct
 import sys
-import zlib
 
 import atheris
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(_TESTS)
+for _path in (_ROOT, _TESTS):  # the engine, and the tests' shared encoders (kafka_format)
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from kafka_format import fix_crc  # noqa: E402 - needs the path above
 
 with atheris.instrument_imports(include=["engine"]):
     from engine._native import records as native
     from engine.errors import KafkaEngineError
     from engine.records import MemoryRecords, RecordBatchBuilder, compress, decompress
 
-try:
-    from crc32c import crc32c as _crc32c
-except ImportError:  # a slow table CRC-32C (Castagnoli), enough to repair small inputs
-    _TABLE = []
-    for _i in range(256):
-        _c = _i
-        for _ in range(8):
-            _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-        _TABLE.append(_c)
-
-    def _crc32c(data: bytes) -> int:
-        c = 0xFFFFFFFF
-        for b in data:
-            c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-        return c ^ 0xFFFFFFFF
 
 LIMIT = 1 << 20  # max_decompressed_bytes for every decode here
 
@@ -177,11 +165,8 @@ def repair(buf: bytearray, fit_last: bool) -> bytearray:
                 break
             pos += size + 12
     for pos, size, magic in list(_entries(buf)):
-        end = pos + size
-        if magic == 2 and size >= 61:
-            struct.pack_into(">I", buf, pos + 17, _crc32c(bytes(buf[pos + 21:end])))
-        elif magic in (0, 1):
-            struct.pack_into(">I", buf, pos + 12, zlib.crc32(bytes(buf[pos + 16:end])))
+        if (magic == 2 and size >= 61) or magic in (0, 1):
+            fix_crc(buf, pos)
     return buf
 
 

@@ -1,7 +1,7 @@
 """Kafka-named configuration: `.properties` parsing, broker configs and per-topic resolution.
 
-Every setting the engine reads has Kafka's name, type and default (see
-../shared/docs/kafka-reference.md §2 and §4). Three pieces:
+Every setting the engine reads has Kafka's name, type and default (Kafka's ServerLogConfigs,
+TopicConfig and RemoteLogManagerConfig). Three pieces:
 
 - `parse_properties` / `load_properties`: Java `.properties` syntax (`=`, `:` or whitespace
   separators, `#`/`!` comments, `\\` line continuations, `\\t \\n \\r \\f \\uXXXX` escapes,
@@ -17,7 +17,7 @@ value seen and the rule it broke. Config values never change after construction;
 mutable state is `BrokerConfig`'s record of prefixes handed out (for `unused()`), a set
 updated atomically, so instances may be shared between threads.
 
-Defaults not stated in the reference doc follow Kafka 4.0 (`message.max.bytes` 1048588,
+Defaults follow Kafka 4.0 (`message.max.bytes` 1048588,
 `log.flush.interval.*` Long.MAX_VALUE, `log.retention.hours`/`log.roll.hours` 168, ...).
 Engine extension: a broker-level `remote.storage.enable` is the default for every topic.
 """
@@ -289,7 +289,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("node.id", _T.INT, -1, Range(-1), _H, "Node id (KRaft name of broker.id)"),
     ConfigDef("log.dirs", _T.LIST, None, None, _H, "Log directories; log.dir if unset"),
     ConfigDef("log.dir", _T.STRING, "/tmp/kafka-logs", None, _H, "Single log directory"),
-    # broker synonyms of topic configs (kafka-reference.md §2, §4)
+    # broker synonyms of topic configs (Kafka's ServerLogConfigs)
     ConfigDef("log.segment.bytes", _T.INT, 1073741824, Range(MIN_SEGMENT_BYTES), _H,
               "Maximum size of a single log file"),
     ConfigDef("log.roll.ms", _T.LONG, None, _AT_LEAST_1, _H,
@@ -338,7 +338,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Cleanup policy for segments beyond retention: delete and/or compact"),
     ConfigDef("remote.storage.enable", _T.BOOLEAN, False, None, _M,
               "Engine extension: broker-wide default of the topic config remote.storage.enable"),
-    # RemoteLogManagerConfig (kafka-reference.md §4)
+    # Kafka's RemoteLogManagerConfig
     ConfigDef("remote.log.storage.system.enable", _T.BOOLEAN, False, None, _M,
               "Enable tiered storage (starts the RLM services)"),
     ConfigDef("remote.log.storage.manager.class.name", _T.CLASS, None, None, _M,
@@ -837,7 +837,8 @@ class TopicConfig:
         return config
 
     def _check_tiering(self, broker: BrokerConfig) -> None:
-        """Kafka's rules for tiered topics (kafka-reference.md §3.5, §4)."""
+        """Kafka's rules for tiered topics (LogConfig.validateRemoteStorageOnlyIfSystemEnabled
+        and its neighbours in LogConfig.validate)."""
         if not self["remote.storage.enable"]:
             return
         key = self.entry("remote.storage.enable").source_key or "remote.storage.enable"

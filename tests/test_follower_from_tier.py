@@ -1,5 +1,5 @@
 """A follower's partition built from the remote tier (Kafka's TierStateMachine,
-kafka-reference.md §3.9) and the KIP-405 follower scenarios that apply to one engine.
+ReplicaFetcherTierStateMachine) and the KIP-405 follower scenarios that apply to one engine.
 
 A leader and a follower run in one process: each has its own LogManager over two log dirs
 and its own RemoteLogManager; they share one filesystem tier and one RLMM directory (the

@@ -1,4 +1,4 @@
-"""Kafka's tiered-storage integration scenarios (kafka-reference.md §6) that apply to one
+"""Kafka's tiered-storage integration scenarios (TieredStorageTestHarness's tests) that apply to one
 engine, driven through the RemoteLogManager API over a real broker file, real log dirs and
 each tier (`tier`): the filesystem tier, and the object-store tier on a real S3 server
 (SeaweedFS, tests/s3_server.py) configured as a broker file for the Aiven plugin would be; a

@@ -633,7 +633,8 @@ class FramingScan:
 
 
 def scan_entry_framing(blob: bytes) -> FramingScan:
-    """Walk the common 17-byte entry framing (§1.1): whole entries, then the trailing rest.
+    """Walk the common 17-byte entry framing (Kafka's ByteBufferLogInputStream): whole
+    entries, then the trailing rest.
 
     Only sizes are read; nothing is checked or decoded. A trailing entry shorter than its size
     field says (or shorter than 17 bytes) ends the walk and is counted in partial_bytes.

@@ -1,5 +1,6 @@
 """`list-offsets`: Kafka's ListOffsets for one partition, tiered storage included
-(kafka-reference.md §3.10), in the manner of kafka-get-offsets.sh.
+(Kafka's Partition.fetchOffsetForTimestamp and UnifiedLog.fetchOffsetByTimestamp), in the
+manner of kafka-get-offsets.sh.
 
     python -m engine list-offsets --config FILE --topic T --partition P
         --time earliest|latest|earliest-local|latest-tiered|<epoch ms> [--json]

@@ -1,7 +1,7 @@
 """The partition logs of a broker's `log.dirs` (the local part of Kafka's `LogManager`).
 
 Each log dir holds partition directories `<topic>-<partition>` and its own checkpoint files
-(kafka-reference.md §2.7): `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`
+(Kafka's CheckpointFile): `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`
 and, after a clean shutdown, `.kafka_cleanshutdown`. `meta.properties` is not required.
 
 Kafka's rules kept here:

@@ -7,7 +7,7 @@ A segment is four files named by its base offset zero-padded to 20 digits:
     <base>.timeindex  time index: (timestamp int64, relative offset int32), 12 bytes an entry
     <base>.txnindex   aborted transactions, created on the first append only
 
-Kafka's rules kept here (see kafka-reference.md §2):
+Kafka's rules kept here (its LogSegment, OffsetIndex and TimeIndex):
 
 - `append` adds an offset-index entry (largest offset of the chunk, position where the chunk
   starts) and a time-index `maybe_append` of the running max timestamp when more than

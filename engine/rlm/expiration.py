@@ -1,4 +1,4 @@
-"""The leader's expiration task (Kafka's RLMExpirationTask, kafka-reference.md §3.6) and
+"""The leader's expiration task (Kafka's RemoteLogManager.RLMExpirationTask) and
 remote partition deletion.
 
 `plan_expiration` decides, without changing anything, which remote segments go:

@@ -1,5 +1,5 @@
 """A follower's partition built from the remote tier (Kafka's TierStateMachine,
-ReplicaFetcherTierStateMachine.buildRemoteLogAuxState; KIP-405; kafka-reference.md §3.9).
+ReplicaFetcherTierStateMachine.buildRemoteLogAuxState; KIP-405).
 
 A follower whose fetch offset is below the leader's local log start offset cannot fetch
 those offsets from the leader (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE): only the tier holds

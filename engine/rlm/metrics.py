@@ -1,4 +1,5 @@
-"""The RemoteLogManager's metrics under Kafka's names (kafka-reference.md §5), through
+"""The RemoteLogManager's metrics under Kafka's names (BrokerTopicMetrics and
+RemoteStorageMetrics, kafka.server:type=BrokerTopicMetrics), through
 prometheus-client, in a registry of their own per RemoteLogManager.
 
 Kafka's meters (`...PerSec`: a count and rates) are Prometheus counters here (exposed as

@@ -1,4 +1,5 @@
-"""ListOffsets with tiered storage (kafka-reference.md §3.10).
+"""ListOffsets with tiered storage (Kafka's UnifiedLog.fetchOffsetByTimestamp and
+RemoteLogManager.findOffsetByTimestamp).
 
 Specs: -2 earliest (the log start offset, possibly in the remote tier), -1 latest (the log
 end offset), -3 max-timestamp (the first record carrying the largest timestamp of the local

@@ -1,5 +1,5 @@
-"""Bounded thread pools and the task scheduler of the RemoteLogManager (kafka-reference.md
-§3.5).
+"""Bounded thread pools and the task scheduler of the RemoteLogManager (Kafka's
+RLMCopyThreadPool, RLMExpirationThreadPool and RemoteLogReader pool).
 
 - `RemoteLogReaderPool`: `remote.log.reader.threads` threads behind a queue bounded by
   `remote.log.reader.max.pending.tasks`; a read submitted while the queue is full is refused

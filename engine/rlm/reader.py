@@ -1,4 +1,4 @@
-"""Remote reads (Kafka's RemoteLogManager.read and RemoteLogReader, kafka-reference.md §3.7).
+"""Remote reads (Kafka's RemoteLogManager.read and RemoteLogReader).
 
 For a fetch offset below the local log start: the epoch of the offset -> the RLMM's
 COPY_SEGMENT_FINISHED segment holding it -> the start position from the segment's remote

@@ -171,6 +171,11 @@ class RemoteEncryptionKeyError(RemoteStorageError):
         self.object_key = object_key
 
 
+class LocalS3ServerError(KafkaEngineError, RuntimeError):
+    """The demo's local S3 server (SeaweedFS) is not installed or did not come up (the
+    message says which)."""
+
+
 class RemoteLogReaderRejectedError(KafkaEngineError, RuntimeError):
     """A remote read was refused because the remote-log-reader queue is full
     (`remote.log.reader.max.pending.tasks`; Kafka's RejectedExecutionException). Returned as
@@ -242,6 +247,7 @@ __all__ = [
     "RemoteLogAuxStateError",
     "CorruptRemoteObjectError",
     "RemoteEncryptionKeyError",
+    "LocalS3ServerError",
     "RemoteLogReaderRejectedError",
     "RemoteFetchTimeoutError",
     "CustomMetadataSizeLimitExceededError",

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Self
 
+from engine.errors import LocalS3ServerError
+
 __all__ = ["INSTALL_HINT", "LocalS3Server", "LocalS3ServerError", "weed_binary"]
 
 INSTALL_HINT = ("the demo's S3 tier runs SeaweedFS locally: install it with "
@@ -32,10 +34,6 @@ _START_ATTEMPTS = 3
 _START_TIMEOUT_S = 60.0
 _ACCESS_KEY = "engine-demo-access"
 _SECRET_KEY = "engine-demo-secret-local-only"
-
-
-class LocalS3ServerError(RuntimeError):
-    """The local server is not installed or did not come up (the message says which)."""
 
 
 def weed_binary() -> str | None:

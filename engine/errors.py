@@ -122,6 +122,41 @@ class InvalidTopicError(KafkaEngineError, ValueError):
     249 characters, or with a character outside [a-zA-Z0-9._-]."""
 
 
+class InvalidRequestError(KafkaEngineError, ValueError):
+    """A malformed protocol message (Kafka's InvalidRequestException): truncated, a length
+    or count that lies, a bad varint, bytes left over. `position` is the byte offset in the
+    frame."""
+
+
+class UnsupportedVersionError(KafkaEngineError, ValueError):
+    """An API key or version `serve` does not speak (Kafka's UnsupportedVersionException).
+    `api_key`, `api_version` and `correlation_id` come from the header, which is all that
+    could be read."""
+
+    def __init__(self, message, *, api_key, api_version, correlation_id):
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+class SaslAuthenticationError(KafkaEngineError):
+    """The client failed to authenticate (Kafka's SaslAuthenticationException)."""
+
+
+class ListenerBindError(KafkaEngineError, OSError):
+    """A listener's address cannot be bound (in use, not local, no permission)."""
+
+    def __init__(self, message, *, errno_=None):
+        super().__init__(message)
+        self.errno = errno_
+
+
+class CorruptOffsetsStoreError(KafkaEngineError, ValueError):
+    """The committed-offsets file of `serve`'s group coordinator is damaged before its
+    tail."""
+
+
 class RemoteStorageError(KafkaEngineError, OSError):
     """A remote storage operation failed (Kafka's RemoteStorageException). Retriable by
     the caller: copies are retried by the next task run, reads fail for that partition."""
@@ -242,6 +277,11 @@ __all__ = [
     "OffsetOutOfRangeError",
     "KafkaStorageError",
     "InvalidTopicError",
+    "InvalidRequestError",
+    "UnsupportedVersionError",
+    "SaslAuthenticationError",
+    "ListenerBindError",
+    "CorruptOffsetsStoreError",
     "RemoteStorageError",
     "RemoteResourceNotFoundError",
     "RemoteLogAuxStateError",

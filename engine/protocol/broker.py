@@ -30,6 +30,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
+from engine.errors import UnknownTopicOrPartitionError
 from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
 from engine.protocol.messages import API_VERSIONS
@@ -231,7 +232,7 @@ class ReadBroker:
         """(timestamp, offset, leader epoch) of one ListOffsets partition."""
         unified = self.log_manager.get_log(topic, partition)
         if unified is None:
-            raise KeyError(f"no partition {topic}-{partition}")
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
         if spec == LATEST:
             end = unified.last_stable_offset if read_committed else unified.high_watermark
             return -1, end, self._leader_epoch(unified)

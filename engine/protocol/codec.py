@@ -31,7 +31,7 @@ import struct
 import uuid as _uuid
 from dataclasses import dataclass
 
-from engine.errors import KafkaEngineError
+from engine.errors import InvalidRequestError, UnsupportedVersionError
 from engine.protocol import messages
 
 __all__ = [
@@ -58,22 +58,6 @@ _VARIABLE = ("string", "bytes", "records", "uuid")
 _I16 = _PRIMITIVES["int16"]
 _I32 = _PRIMITIVES["int32"]
 _ZERO_UUID = b"\x00" * 16
-
-
-class InvalidRequestError(KafkaEngineError, ValueError):
-    """A malformed message (Kafka's InvalidRequestException): truncated, a length or count
-    that lies, a bad varint, bytes left over. `position` is the byte offset in the frame."""
-
-
-class UnsupportedVersionError(KafkaEngineError, ValueError):
-    """An API key or version `serve` does not speak. `api_key`, `api_version` and
-    `correlation_id` come from the header, which is all that could be read."""
-
-    def __init__(self, message, *, api_key, api_version, correlation_id):
-        super().__init__(message)
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
 
 
 def _versions(text: str) -> tuple[int, int]:

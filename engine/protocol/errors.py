@@ -11,6 +11,7 @@ from engine.errors import (
     OffsetOutOfRangeError,
     RemoteFetchTimeoutError,
     RemoteLogReaderRejectedError,
+    UnknownTopicOrPartitionError,
 )
 
 __all__ = ["error_code"]
@@ -49,7 +50,7 @@ def error_code(exc: BaseException) -> int:
     """The code Kafka answers for the engine's error of one partition."""
     if isinstance(exc, OffsetOutOfRangeError):
         return OFFSET_OUT_OF_RANGE
-    if isinstance(exc, KeyError):
+    if isinstance(exc, UnknownTopicOrPartitionError):
         return UNKNOWN_TOPIC_OR_PARTITION
     if isinstance(exc, KafkaStorageError):
         return KAFKA_STORAGE_ERROR

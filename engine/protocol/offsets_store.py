@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.checksums import crc32c
-from engine.errors import KafkaEngineError
+from engine.errors import CorruptOffsetsStoreError
 from engine.log.checkpoint import write_file_atomically
 
 __all__ = ["OFFSETS_STORE_FILE", "CommittedOffset", "CorruptOffsetsStoreError", "OffsetsStore"]
@@ -36,10 +36,6 @@ _FRAME = struct.Struct(">II")
 #: a payload larger than this is not a frame this store wrote
 _MAX_PAYLOAD = 1 << 20
 _COMPACT_MIN_FRAMES = 1000
-
-
-class CorruptOffsetsStoreError(KafkaEngineError, ValueError):
-    """The committed-offsets file is damaged before its tail."""
 
 
 @dataclass(frozen=True)

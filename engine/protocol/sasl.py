@@ -25,6 +25,7 @@ import os
 import secrets
 
 from engine.config import ConfigError
+from engine.errors import SaslAuthenticationError
 from engine.log.checkpoint import write_file_atomically
 
 __all__ = ["MECHANISMS", "Credentials", "SaslAuthenticationError", "credential", "new_server",
@@ -34,10 +35,6 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 _MIN_ITERATIONS = 4096  # Kafka's ScramMechanism minimum
 _PLAIN_HASH = "sha512"
-
-
-class SaslAuthenticationError(Exception):
-    """The client failed to authenticate (Kafka's SaslAuthenticationException)."""
 
 
 def _b64(data: bytes) -> str:

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from engine.config import ConfigError
-from engine.errors import KafkaEngineError
+from engine.errors import ListenerBindError
 from engine.protocol import codec, sasl
 from engine.protocol import errors as E
 from engine.protocol.broker import ReadBroker
@@ -95,14 +95,6 @@ def parse_listeners(values, key: str = "listeners", file=None,
     if len({lst.name for lst in out}) != len(out):
         raise ConfigError(key, values, "names a listener twice", file=file)
     return out
-
-
-class ListenerBindError(KafkaEngineError, OSError):
-    """A listener's address cannot be bound (in use, not local, no permission)."""
-
-    def __init__(self, message, *, errno_=None):
-        super().__init__(message)
-        self.errno = errno_
 
 
 class _Closed(Exception):

@@ -240,6 +240,37 @@ def test_a_damaged_base_offset_is_never_served_at_wrong_offsets(tmp_path, delta)
         env.close()
 
 
+@pytest.mark.parametrize("delta", [1, -1, 1 << 40])
+def test_list_offsets_by_timestamp_never_answers_from_a_damaged_base_offset(tmp_path, delta):
+    """The timestamp search walks the same headers a fetch does and checks them alike."""
+    env = _tiered_env(tmp_path)
+    try:
+        md, path = _remote_log(env)
+        row = _rows(path)[2]
+        timestamp = T0 + int(row["base_offset"]) * 1000
+        assert env.rlm.list_offsets(TOPIC, 0, timestamp)[0] == int(row["base_offset"])
+        base = int(row["base_offset"]) + delta
+        _patch(path, int(row["position"]), base.to_bytes(8, "big", signed=True))
+        with pytest.raises(CorruptRecordError, match="do not continue the log") as info:
+            env.rlm.list_offsets(TOPIC, 0, timestamp)
+        assert info.value.position == int(row["position"])
+    finally:
+        env.close()
+
+
+def test_list_offsets_by_timestamp_checks_the_crc_of_the_batch_it_answers_from(tmp_path):
+    env = _tiered_env(tmp_path)
+    try:
+        md, path = _remote_log(env)
+        row = _rows(path)[2]
+        at = int(row["position"] + row["size"]) - 3
+        _patch(path, at, bytes([path.read_bytes()[at] ^ 0x01]))
+        with pytest.raises(CorruptRecordError, match="CRC"):
+            env.rlm.list_offsets(TOPIC, 0, T0 + int(row["base_offset"]) * 1000)
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("length", [-12, 0, 5, 0x7FFFFF00])
 def test_an_impossible_batch_length_in_the_tier_is_an_error_not_an_end_or_a_loop(
         tmp_path, length):

@@ -269,10 +269,19 @@ def find_offset_for_timestamp(reader: RemoteSegmentReader, position: int, timest
                               ) -> tuple[int, int] | None:
     """(offset, leader epoch or -1) of the first record at or after `timestamp` with an
     offset in [min_offset, max_offset) in the segment from byte `position`, None if it has
-    none. Only batches whose max timestamp reaches `timestamp` are decoded."""
+    none. Only batches whose max timestamp reaches `timestamp` are decoded. The answer is
+    an offset a consumer seeks to, so the headers walked are checked as a fetch checks them
+    (offsets that continue one another inside the segment's) and so is the CRC of each
+    batch decoded."""
     size = reader.size
+    md = reader.metadata
+    where = describe_segment(md)
+    previous = None  # the last batch of the previous window
     while position < size:
         headers, end = reader.scan_window(position, _TIMESTAMP_WINDOW)
+        check_batches(headers if previous is None else np.concatenate((previous, headers)),
+                      where, crc=False, min_offset=md.start_offset, max_offset=md.end_offset)
+        previous = headers[-1:]
         keep = (headers["max_timestamp"] >= timestamp) & ~headers["is_control"] \
             & (headers["last_offset"] >= min_offset)
         if max_offset is not None:
@@ -280,7 +289,9 @@ def find_offset_for_timestamp(reader: RemoteSegmentReader, position: int, timest
         for i in np.flatnonzero(keep):
             row = headers[i]
             start = int(row["position"])
-            batch = MemoryRecords(reader.read(start, start + int(row["size"])))
+            view = reader.read(start, start + int(row["size"]))
+            check_batches(_records.scan(view, True)[0], where, position=start)
+            batch = MemoryRecords(view)
             cols = batch.decode_columns(0, 1, min_offset=min_offset,
                                         max_offset=-1 if max_offset is None else max_offset,
                                         include_control=False)

@@ -245,7 +245,7 @@ def test_list_offsets_by_timestamp_never_answers_from_a_damaged_base_offset(tmp_
     """The timestamp search walks the same headers a fetch does and checks them alike."""
     env = _tiered_env(tmp_path)
     try:
-        md, path = _remote_log(env)
+        _, path = _remote_log(env)
         row = _rows(path)[2]
         timestamp = T0 + int(row["base_offset"]) * 1000
         assert env.rlm.list_offsets(TOPIC, 0, timestamp)[0] == int(row["base_offset"])
@@ -261,7 +261,7 @@ def test_list_offsets_by_timestamp_never_answers_from_a_damaged_base_offset(tmp_
 def test_list_offsets_by_timestamp_checks_the_crc_of_the_batch_it_answers_from(tmp_path):
     env = _tiered_env(tmp_path)
     try:
-        md, path = _remote_log(env)
+        _, path = _remote_log(env)
         row = _rows(path)[2]
         at = int(row["position"] + row["size"]) - 3
         _patch(path, at, bytes([path.read_bytes()[at] ^ 0x01]))
@@ -364,3 +364,40 @@ def test_local_batches_of_a_plain_batch_function(tmp_path):
         assert [o for o, _ in got] == list(range(15))
     finally:
         env.close()
+
+
+def test_check_batches_whole_array_tests_refuse_exactly_what_the_first_damage_search_does():
+    """check_batches tests good reads as whole arrays and searches for the first damaged
+    batch only when a test fails: both must draw the same line, for every rule."""
+    from engine.remote.segment_access import _all_good, _raise_first_damage
+
+
+    data = b"".join(batch([b"v"] * 3) for _ in range(6))
+    template, _ = _records.scan(data, True)
+    rng = np.random.default_rng(7)
+    for case in range(3000):
+        rows = template[:int(rng.integers(1, 7))].copy()
+        counts = rng.integers(0, 3, len(rows))
+        base = 10 + np.concatenate(([0], np.cumsum(counts[:-1] + 1)))
+        rows["base_offset"], rows["last_offset"] = base, base + counts
+        for _ in range(int(rng.integers(0, 3))):  # damage: an offset, a CRC or a magic
+            i = int(rng.integers(len(rows)))
+            field = ("base_offset", "last_offset", "crc_valid", "magic")[case % 4]
+            if field == "crc_valid":
+                rows[field][i] = False
+            elif field == "magic":
+                rows[field][i] = 1
+            else:
+                rows[field][i] += int(rng.integers(-3, 4))
+        kw = {"first_offset": [None, 9, 10, 11, 12][int(rng.integers(5))],
+              "contiguous": bool(rng.integers(2)),
+              "min_offset": [None, 10, 11][int(rng.integers(3))],
+              "max_offset": [None, 15, 30][int(rng.integers(3))],
+              "crc": bool(rng.integers(2))}
+        try:
+            _raise_first_damage(rows, "where", position=0, **kw)
+            refused = False
+        except CorruptRecordError:
+            refused = True
+        assert _all_good(rows, kw["first_offset"], kw["contiguous"], kw["min_offset"],
+                         kw["max_offset"], kw["crc"]) is not refused, (rows, kw)

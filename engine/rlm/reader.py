@@ -28,6 +28,7 @@ mapping when its ranges are zero-copy (the filesystem tier), else recycled buffe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from engine._native import records as _records
 from engine.errors import CorruptRecordError, OffsetOutOfRangeError
@@ -113,7 +114,7 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
         return b"", offset
     view = reader.read_exact(position, position + max(max_bytes, first_size))
     headers, valid = _records.scan(view, True)
-    check_batches(headers, describe_segment(md), first_offset=offset,
+    check_batches(headers, partial(describe_segment, md), first_offset=offset,
                   min_offset=md.start_offset, max_offset=md.end_offset, position=position)
     if not len(headers):  # find_batch framed it whole: the bytes changed under the read
         raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte {position} "

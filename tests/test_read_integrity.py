@@ -401,3 +401,34 @@ def test_check_batches_whole_array_tests_refuse_exactly_what_the_first_damage_se
             refused = True
         assert _all_good(rows, kw["first_offset"], kw["contiguous"], kw["min_offset"],
                          kw["max_offset"], kw["crc"]) is not refused, (rows, kw)
+
+
+def test_remote_reads_leave_batch_crcs_to_an_rsm_that_declares_it_checked_them(tmp_path):
+    """verifies_batch_crcs is how a reader learns its CRC pass would repeat the RSM's: the
+    same damaged batch is refused when the RSM does not declare it, and served as the RSM
+    answers for it when it does (the filesystem tier declares it only with `full`, where
+    it checks every batch before serving a byte: see test_remote_storage)."""
+    class Declaring(FileSystemRemoteStorageManager):
+        def verifies_batch_crcs(self, metadata):
+            return True
+
+    for rsm_class, refused in ((FileSystemRemoteStorageManager, True), (Declaring, False)):
+        rsm = rsm_class([tmp_path / rsm_class.__name__ / "remote"], fsync=False,
+                        log_read_verification="size")
+        env = Env(tmp_path / rsm_class.__name__, rsm=rsm,
+                  topic_config={"local.retention.bytes": 1})
+        try:
+            env.produce(30)
+            env.rlm.run_once()
+            _, path = _remote_log(env)
+            row = _rows(path)[1]
+            at = int(row["position"] + row["size"]) - 3
+            _patch(path, at, bytes([path.read_bytes()[at] ^ 0x01]))
+            if refused:
+                with pytest.raises(CorruptRecordError, match="CRC"):
+                    env.rlm.read(TOPIC, 0, int(row["base_offset"]), 10_000)
+            else:
+                result = env.rlm.read(TOPIC, 0, int(row["base_offset"]), 10_000)
+                assert result.from_remote and result.next_offset > int(row["base_offset"])
+        finally:
+            env.close()

@@ -13,6 +13,8 @@ read does.
 Every read, local or remote, is checked as a consumer with `check.crcs` would check it, plus
 what the CRC does not cover: each batch's CRC, and offsets that continue from the fetch
 offset without a gap or an overlap and stay within the segment (segment_access.check_batches).
+The CRCs of a remote read are left to an RSM that declares it checked them before serving
+the bytes (`verifies_batch_crcs`: the filesystem tier with `log.read.verification=full`).
 Damage is a CorruptRecordError naming the segment, byte position and offset; a read that
 finds no batch for an offset below the log end offset is an error, never an empty answer.
 
@@ -113,8 +115,11 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
     if first_size > max_bytes and not min_one_message:
         return b"", offset
     view = reader.read_exact(position, position + max(max_bytes, first_size))
-    headers, valid = _records.scan(view, True)
-    check_batches(headers, partial(describe_segment, md), first_offset=offset,
+    # an RSM that checked every batch CRC of these bytes before serving them spares a
+    # second pass over them (the contract's verifies_batch_crcs)
+    crc = not rlm.rsm.verifies_batch_crcs(md)
+    headers, valid = _records.scan(view, crc)
+    check_batches(headers, partial(describe_segment, md), first_offset=offset, crc=crc,
                   min_offset=md.start_offset, max_offset=md.end_offset, position=position)
     if not len(headers):  # find_batch framed it whole: the bytes changed under the read
         raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte {position} "

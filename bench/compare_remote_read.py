@@ -285,8 +285,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     rep = Report()
-    header = [f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical "
-              f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition"]
+    header = [(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical "
+               f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition")]
     print(header[0], flush=True)
     buf = segment("none", args.mb << 20)
     root = Path(tempfile.mkdtemp(prefix="remote-read-", dir=args.dir))

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json as _json
+import os as _os
+from pathlib import Path
+
 import pytest
 
 from engine.config import (
     BROKER_CONFIGS,
+    KAFKA_BROKER_KEYS_NOT_USED,
+    TOPIC_CONFIG_STORE_FILE,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
     ConfigSource,
     ConfigType,
     TopicConfig,
+    TopicConfigStore,
+    load_broker_config,
     load_properties,
     parse_properties,
 )
@@ -513,16 +521,6 @@ def test_config_types_cover_kafka_kinds():
 
 # ---------------------------------------------------------------- broker files and the store
 
-import json as _json  # noqa: E402
-import os as _os  # noqa: E402
-
-from engine.config import (  # noqa: E402
-    KAFKA_BROKER_KEYS_NOT_USED,
-    TOPIC_CONFIG_STORE_FILE,
-    TopicConfigStore,
-    load_broker_config,
-)
-
 
 def _broker_file(tmp_path, text, make_dirs=("d1", "d2", "tier")):
     for d in make_dirs:
@@ -647,7 +645,7 @@ def test_topic_config_store_alter_is_durable_and_validated_as_a_whole(tmp_path):
         "retention.ms": "600000", "local.retention.ms": "60000"}
     assert TopicConfigStore(store.path).overrides("orders") == {
         "local.retention.ms": "60000", "retention.ms": "600000"}
-    doc = _json.loads(open(store.path).read())
+    doc = _json.loads(Path(store.path).read_text())
     assert doc == {"version": 1, "topics": {"orders": {"local.retention.ms": "60000",
                                                        "retention.ms": "600000"}}}
     assert not _os.path.exists(store.path + ".tmp")
@@ -675,11 +673,11 @@ def test_topic_config_store_alter_is_durable_and_validated_as_a_whole(tmp_path):
 def test_topic_config_store_refuses_and_writes_nothing(tmp_path, add, key, rule):
     broker, store = _store(tmp_path)
     store.alter("orders", broker, add={"retention.ms": "600000"})
-    before = open(store.path, "rb").read()
+    before = Path(store.path).read_bytes()
     with pytest.raises(ConfigError) as info:
         store.alter("orders", broker, add=add)
     assert info.value.key == key and rule in str(info.value)
-    assert open(store.path, "rb").read() == before
+    assert Path(store.path).read_bytes() == before
 
 
 def test_topic_config_store_disabling_tiering_with_delete_on_disable(tmp_path):
@@ -702,15 +700,15 @@ def test_topic_config_store_needs_the_system_for_tiering(tmp_path):
 
 def test_topic_config_store_corrupt_or_stale_file_is_named(tmp_path):
     broker, store = _store(tmp_path)
-    open(store.path, "w").write("{not json")
+    Path(store.path).write_text("{not json")
     with pytest.raises(ConfigError) as info:
         store.read()
     assert info.value.file == store.path
-    open(store.path, "w").write(_json.dumps({"version": 1, "topics": {
+    Path(store.path).write_text(_json.dumps({"version": 1, "topics": {
         "t": {"local.retention.ms": "99999999999"}}}))
     with pytest.raises(ConfigError) as info:
         store.resolve("t", broker)  # broker log.retention.ms=86400000 is below it now
     assert info.value.key == "local.retention.ms" and store.path in str(info.value)
-    open(store.path, "w").write(_json.dumps({"version": 2, "topics": {}}))
+    Path(store.path).write_text(_json.dumps({"version": 2, "topics": {}}))
     with pytest.raises(ConfigError, match="version 1"):
         store.read()

@@ -14,13 +14,13 @@ import threading
 
 import numpy as np
 import pytest
+from test_rlm_helpers import T0, TOPIC, Env, batch, marker, read_all, txn_batch
 
 from engine._native import records as _records
 from engine.errors import CorruptRecordError, RemoteStorageError
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR
 from engine.remote.metadata import RemoteLogSegmentState
-from test_rlm_helpers import T0, TOPIC, Env, batch, marker, read_all, txn_batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PID = 4242
@@ -303,7 +303,7 @@ def test_an_impossible_batch_length_in_the_tier_is_an_error_not_an_end_or_a_loop
 def test_fetch_to_end_fails_on_damage_below_the_high_watermark(tmp_path):
     env = _tiered_env(tmp_path)
     try:
-        md, path = _remote_log(env)
+        _md, path = _remote_log(env)
         hw = env.log().high_watermark
     finally:
         env.close()
@@ -343,7 +343,7 @@ def test_read_many_keeps_batch_checks(tmp_path):
     env = _tiered_env(tmp_path)
     try:
         env.produce(3, partition=1)
-        md, path = _remote_log(env)
+        _md, path = _remote_log(env)
         row = _rows(path)[0]
         _patch(path, int(row["position"]) + int(row["size"]) - 2, b"\x00\x01")
         good, bad = env.rlm.read_many([(TOPIC, 1, 0, 10_000), (TOPIC, 0, 0, 10_000)])

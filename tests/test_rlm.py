@@ -4,6 +4,8 @@ remote retention, lineage, partition deletion, metrics."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from test_rlm_helpers import T0, TOPIC, Env, read_all, records_of
 
@@ -249,7 +251,7 @@ def test_list_offsets_max_timestamp_is_the_first_record_carrying_it(tmp_path):
         b = RecordBatchBuilder(base_offset=0)
         for ts in (T0 + 10**6 + 5, T0 + 10**6 + 9, T0 + 10**6 + 2, T0 + 10**6 + 9):
             b.append(b"v", timestamp=ts)
-        first, last = unified.append_as_leader(b.build(), 0)
+        first, _last = unified.append_as_leader(b.build(), 0)
         env.produce(2)  # later batches, earlier timestamps
         env.rlm.run_once()
         assert unified.local_log_start_offset > 0
@@ -321,7 +323,7 @@ def test_leader_change_resumes_without_duplicate_uploads(tmp_path):
         unified, after = _remote(env)
         assert [m.remote_log_segment_id for m in after[:len(before)]] == \
             [m.remote_log_segment_id for m in before]
-        for a, b in zip(after, after[1:]):
+        for a, b in itertools.pairwise(after):
             assert a.end_offset + 1 == b.start_offset  # no overlap, no gap
         assert after[-1].end_offset + 1 == unified.segments[-1].base_offset
         assert {e for m in after for e in m.segment_leader_epochs} == {0, 1}

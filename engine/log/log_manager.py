@@ -286,7 +286,7 @@ class LogManager:
             return {}
 
     def _log_params(self, topic: str, config: TopicConfig) -> dict[str, Any]:
-        return dict(config=config, remote_log_enabled=self._remote_log_enabled(topic, config))
+        return {"config": config, "remote_log_enabled": self._remote_log_enabled(topic, config)}
 
     def _remote_log_enabled(self, topic: str, config: TopicConfig) -> bool:
         return UnifiedLog.is_remote_log_enabled(
@@ -329,7 +329,7 @@ class LogManager:
         unified._require_open = require_online
         try:
             unified._close_segments()
-        except Exception as close_exc:  # the disk is failing: best effort
+        except Exception as close_exc:  # noqa: BLE001 - the disk is failing: best effort
             log.debug("Closing offline log %s: %s", unified.dir, close_exc)
         unified._closed = True
 
@@ -702,7 +702,7 @@ class LogManager:
         for unified in logs:
             try:
                 unified.close()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - best effort; the start's error is raised
                 log.debug("Closing %s after a failed start: %s", unified.dir, exc)
 
     def __enter__(self):

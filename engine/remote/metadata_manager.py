@@ -13,7 +13,7 @@ caller may act on it right after the call.
 from __future__ import annotations
 
 import abc
-from typing import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from engine.remote.metadata import (
     RemoteLogSegmentMetadata,

@@ -16,9 +16,10 @@ from __future__ import annotations
 import abc
 import enum
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from typing import BinaryIO
 
 from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
 from engine.remote.metadata import RemoteLogSegmentMetadata
@@ -26,9 +27,9 @@ from engine.remote.metadata import RemoteLogSegmentMetadata
 __all__ = [
     "IndexType",
     "LogSegmentData",
-    "RemoteStorageManager",
-    "RemoteStorageError",
     "RemoteResourceNotFoundError",
+    "RemoteStorageError",
+    "RemoteStorageManager",
 ]
 
 

@@ -54,7 +54,9 @@ def parse_spec(spec) -> int:
             raise ValueError(f"offset spec {spec!r} is not one of {sorted(SPECS)} nor a "
                              "timestamp in ms") from None
     if isinstance(spec, bool) or not isinstance(spec, int):
-        raise ValueError(f"offset spec {spec!r} must be an int or one of {sorted(SPECS)}")
+        # every caller takes a bad spec, of any type, as the ValueError documented above
+        raise ValueError(  # noqa: TRY004
+            f"offset spec {spec!r} must be an int or one of {sorted(SPECS)}")
     if spec < 0 and spec not in SPECS.values():
         raise ValueError(f"offset spec {spec} is not supported: use -1 (latest), -2 "
                          "(earliest), -3 (max-timestamp), -4 (earliest-local), -5 "

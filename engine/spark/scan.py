@@ -3,6 +3,7 @@ batches of the Kafka source's schema, column by column (no per-record Python obj
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -103,7 +104,7 @@ def _runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[i
         ends = np.cumsum(sizes[a:b], dtype=np.int64)
         cuts = np.searchsorted(ends, np.arange(chunk_bytes, int(ends[-1]), chunk_bytes))
         edges = sorted({a, b, *(a + int(c) + 1 for c in cuts)})
-        out += [(x, y) for x, y in zip(edges, edges[1:]) if x < y]
+        out += [(x, y) for x, y in itertools.pairwise(edges) if x < y]
     return out
 
 

@@ -40,8 +40,9 @@ check the file size whenever they open the file and, with `log.read.verification
 default), the CRC of the whole `.log` and of each record batch in it on the first read of
 the segment in this process; the verdict is cached per segment id and (inode, size, mtime).
 (The batch CRCs matter for a segment stored from damaged bytes: its file CRC matches. With
-them checked here, `verifies_batch_crcs` lets readers skip their own per-read CRC pass.) `read_range` keeps the `.log`
-files of the 128 most recently read segments open (reference-counted, so eviction never
+them checked here, `verifies_batch_crcs` lets readers skip their own per-read CRC pass.)
+`read_range` keeps the `.log` files of the 128 most recently read segments open
+(reference-counted, so eviction never
 closes a file under a read; deleting a segment drops its file), so a ranged read is one
 pread; `map_range` hands out read-only views of a mapping of the open file instead (no
 copy; stored files are immutable, so the views stay valid, even after the file is deleted). A mismatch raises RemoteStorageError naming the file. Metadata without custom

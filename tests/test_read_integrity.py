@@ -432,3 +432,43 @@ def test_remote_reads_leave_batch_crcs_to_an_rsm_that_declares_it_checked_them(t
                 assert result.from_remote and result.next_offset > int(row["base_offset"])
         finally:
             env.close()
+
+
+def _local_env_with_a_shifted_base(tmp_path, delta):
+    """An untiered log of 8 batches whose 5th batch's base offset is moved by `delta` in
+    the local `.log` (the CRC does not cover it). Returns (env, its true base offset)."""
+    env = Env(tmp_path, topic_config={"remote.storage.enable": "false",
+                                      "segment.bytes": str(1 << 20)})
+    env.produce(8)
+    segment = env.log().segments[0]
+    row = _rows(segment.log_file)[4]
+    base = int(row["base_offset"])
+    _patch(segment.log_file, int(row["position"]), (base + delta).to_bytes(8, "big"))
+    return env, base
+
+
+@pytest.mark.parametrize("delta", [2, -2])
+def test_a_local_batch_read_alone_with_a_damaged_base_offset_is_refused(tmp_path, delta):
+    """A fetch starting at the damaged batch sees it alone: only the batch before it shows
+    the offsets do not continue."""
+    env, base = _local_env_with_a_shifted_base(tmp_path, delta)
+    try:
+        # the offsets a fetch finds in the damaged batch (with -2 it claims base-2..base,
+        # and base-2, base-1 are still answered by the intact batch before it)
+        for offset in (base + max(delta, 0), base + delta + 2):
+            with pytest.raises(CorruptRecordError, match="do not continue the log") as info:
+                env.rlm.read(TOPIC, 0, offset, 100)
+            assert info.value.offset == base + delta
+        assert env.rlm.read(TOPIC, 0, base - 3, 100).next_offset == base  # the batch before
+    finally:
+        env.close()
+
+
+def test_local_list_offsets_by_timestamp_refuses_a_damaged_base_offset(tmp_path):
+    env, base = _local_env_with_a_shifted_base(tmp_path, 2)
+    try:
+        with pytest.raises(CorruptRecordError, match="do not continue the log"):
+            env.rlm.list_offsets(TOPIC, 0, T0 + base * 1000)
+        assert env.rlm.list_offsets(TOPIC, 0, T0)[0] == 0
+    finally:
+        env.close()

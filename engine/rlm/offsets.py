@@ -19,6 +19,7 @@ from engine.rlm.lineage import (
     epochs_with_offsets,
     is_remote_segment_within_leader_epochs,
 )
+from engine.rlm.reader import read_local
 
 __all__ = [
     "EARLIEST",
@@ -152,5 +153,8 @@ def find_local_offset_by_timestamp(unified, timestamp: int) -> tuple[int, int] |
             found = segment.find_offset_by_timestamp(timestamp, start)
             if found is None:
                 return None
+            # the answer is where a consumer seeks: the batch holding it is checked as a
+            # fetch of it checks it (a damaged base offset would move every offset in it)
+            read_local(unified, "", 0, found.offset, 1, True, "read_uncommitted")
             return found.offset, -1 if found.leader_epoch is None else found.leader_epoch
     return None

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
+import numpy as np
+
 from engine._native import records as _records
 from engine.errors import CorruptRecordError, OffsetOutOfRangeError
 from engine.log.transaction_index import AbortedTxn
@@ -168,15 +170,38 @@ def read_local(unified, topic: str, partition: int, offset: int, max_bytes: int,
     if view.nbytes:
         headers, _ = _records.scan(view, True)
         # a compacted log has gaps between batches; any other one has none
-        check_batches(headers, f"log {unified.dir}", first_offset=offset,
-                      contiguous="compact" not in unified.config["cleanup.policy"],
+        contiguous = "compact" not in unified.config["cleanup.policy"]
+        where = f"log {unified.dir}"
+        check_batches(headers, where, first_offset=offset, contiguous=contiguous,
                       max_offset=unified.log_end_offset - 1)
+        if contiguous:
+            _check_local_batch_before(unified, headers, where)
     aborted = []
     if isolation == "read_committed" and view.nbytes:
         view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
         if view.nbytes:
             aborted = unified.collect_aborted_transactions(offset, next_offset)
     return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False, aborted)
+
+
+def _check_local_batch_before(unified, headers, where: str) -> None:
+    """A damaged base offset of the first batch a read returns (the CRC does not cover it)
+    shows only against the batch before it, which must end right below it: the remote
+    reader checks the same through its header walk (RemoteSegmentReader.find_batch)."""
+    base = int(headers["base_offset"][0])
+    if base <= unified.local_log_start_offset or headers["magic"][0] < 2:
+        return
+    before, _ = unified.read(base - 1, 0, True)
+    rows, _ = _records.scan(before, False)
+    if not len(rows) or rows["magic"][0] < 2 or int(rows["last_offset"][0]) == base - 1:
+        return
+    if int(rows["base_offset"][0]) == base:  # offset base - 1 leads to the batch itself
+        last = int(headers["last_offset"][0])
+        raise CorruptRecordError(
+            f"{where}: the batch claiming offsets {base}-{last} is also where offset "
+            f"{base - 1} leads: its offsets do not continue the log (a damaged base "
+            "offset: the batch CRC does not cover it)", offset=base)
+    check_batches(np.concatenate((rows[:1], headers[:1])), where, crc=False)
 
 
 def _trim_to(view: memoryview, limit: int, offset: int,

@@ -22,9 +22,11 @@ Sections:
       reads of local-0 at the same offsets (zero-copy views). Each returned chunk is touched
       (one byte per 4 KiB page), and again with every byte read. Target: remote >= 0.8x local.
       Also shown: the remote path without the reader pool (engine.rlm.reader.read_remote on
-      the calling thread; and with RemoteLogManager's plan/quota/metrics work), and the copying path
-      the reader takes for an RSM without
-      map_range (read_range_into: a pread into a recycled buffer), with and without the pool.
+      the calling thread; and with RemoteLogManager's plan/quota/metrics work), the copying
+      path the reader takes for an RSM whose ranges are not zero-copy (the contract's
+      defaults: read_range_into, a pread into a recycled buffer), with and without the
+      pool, and local-0 read through RemoteLogManager.read (the consumer-facing batch
+      checks: CRC and offset continuity) against UnifiedLog.read.
   (c) remote read throughput: 1, 2, 4 threads each reading a whole tiered partition through
       RemoteLogManager.read (remote.log.reader.threads = 4); aggregate MB/s and speed-up.
 """
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench` and `engine` importable
@@ -53,6 +56,7 @@ from engine.config import BrokerConfig
 from engine.log import LogManager
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.remote.storage import RemoteStorageManager
 from engine.rlm import RemoteLogManager
 from engine.rlm.reader import read_remote
 
@@ -173,14 +177,26 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
             touch(read_remote(rlm, st, o, MAX_BYTES, True, "read_uncommitted")[0])
 
     def without_map_range(run):
-        # the reader duck-types map_range: hiding it gives the pread path of other RSMs
+        # the RSM contract's defaults in place of the tier's zero-copy views: the reader
+        # then reads with read_range_into (a pread into a recycled buffer), as it does for
+        # an RSM whose ranges are not zero-copy
+        hidden = ("map_range", "map_range_if_open")
+
         def go():
-            s.rsm.map_range = None
+            s.rsm.zero_copy_ranges = False
+            for name in hidden:
+                setattr(s.rsm, name, partial(getattr(RemoteStorageManager, name), s.rsm))
             try:
                 run()
             finally:
-                del s.rsm.map_range
+                for name in ("zero_copy_ranges", *hidden):
+                    delattr(s.rsm, name)
         return go
+
+    def run_rlm_local():
+        # a local read through RemoteLogManager.read: the consumer-facing batch checks
+        for o in starts:
+            touch(rlm.read("local", 0, o, MAX_BYTES).records)
 
     def run_local_all():
         for o in starts:
@@ -191,7 +207,7 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
             touch_all(rlm.read("tiered", 0, o, MAX_BYTES).records)
 
     assert rlm.read("tiered", 0, 0, MAX_BYTES).from_remote
-    t = measure_group({"local": run_local, "remote": run_remote,
+    t = measure_group({"local": run_local, "rlm_local": run_rlm_local, "remote": run_remote,
                        "remote_direct": run_remote_direct,
                        "remote_inline": run_remote_inline,
                        "remote_pread": without_map_range(run_remote),
@@ -199,7 +215,9 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
                        "local_all": run_local_all,
                        "remote_all": run_remote_all,
                        "remote_pread_all": without_map_range(run_remote_all)}, repeat)
-    names = {"local": "UnifiedLog.read (local)", "remote": "RemoteLogManager.read (remote)",
+    names = {"local": "UnifiedLog.read (local)",
+             "rlm_local": "RemoteLogManager.read (local)",
+             "remote": "RemoteLogManager.read (remote)",
              "remote_direct": "reader.read_remote on the caller (remote, no pool)",
              "remote_inline": "RemoteLogManager read work on the caller (quota, metrics)",
              "remote_pread": "RemoteLogManager.read, pread path (no map_range)",
@@ -211,6 +229,8 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
         rep.add("(b)", f"{names[k]}, {len(starts)} x 1 MiB", nbytes / v / 1e6, "MB/s")
     rep.ratio("(b) remote read / local read, same offsets", t["local"] / t["remote"], 0.8,
               "warm index cache")
+    rep.ratio("(b) RemoteLogManager.read (local) / UnifiedLog.read (local)",
+              t["local"] / t["rlm_local"])
     rep.ratio("(b) remote read without the reader pool / local read",
               t["local"] / t["remote_direct"])
     rep.ratio("(b) RemoteLogManager read work on the caller (no pool hop) / local read",
@@ -265,8 +285,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     rep = Report()
-    header = [f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical "
-              f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition"]
+    header = [(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical "
+               f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition")]
     print(header[0], flush=True)
     buf = segment("none", args.mb << 20)
     root = Path(tempfile.mkdtemp(prefix="remote-read-", dir=args.dir))

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_codec_demo_writes_verifies_and_reports(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "engine", "codec-demo", "--records", "1500", "--dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300)
+        capture_output=True, check=False, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
@@ -33,7 +33,7 @@ def test_demo_tiers_reads_back_and_reports(tmp_path):
         [sys.executable, "-m", "engine", "demo", "--records", "6000", "--partitions", "2",
          "--segment-bytes", "65536", "--local-retention-bytes", "131072", "--point-reads",
          "200", "--dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300)
+        capture_output=True, check=False, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = {line.split()[0]: line for line in proc.stdout.splitlines()}
     assert out["produced"].startswith("produced  6000 records in 2 partitions over 2 log dirs")
@@ -55,7 +55,7 @@ def test_demo_tiers_reads_back_and_reports(tmp_path):
     status = subprocess.run(
         [sys.executable, "-m", "engine", "status", "--config",
          str(tmp_path / "server.properties"), "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300)
+        capture_output=True, check=False, text=True, cwd=ROOT, timeout=300)
     assert status.returncode == 0, status.stderr
     rows = json.loads(status.stdout)
     assert sorted(r["partition"] for r in rows) == [0, 1]

@@ -68,8 +68,8 @@ def test_parse_add_config_kafka_syntax():
 def test_configs_alter_describe_delete(broker, capsys):
     path, dirs = broker
     assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
-                 "--add-config", "remote.storage.enable=true,local.retention.ms=60000,"
-                 "retention.ms=600000,cleanup.policy=[delete]"]) == 0
+                 "--add-config", ("remote.storage.enable=true,local.retention.ms=60000,"
+                                  "retention.ms=600000,cleanup.policy=[delete]")]) == 0
     assert "Completed updating config for topic orders." in capsys.readouterr().out
     stored = json.loads((dirs["d1"] / TOPIC_CONFIG_STORE_FILE).read_text())
     assert stored["topics"]["orders"] == {
@@ -187,15 +187,15 @@ def test_second_process_on_the_same_log_dirs_is_refused(broker):
     """A live `run` holds the log dirs; `status` beside it fails at once, naming the dir."""
     path, dirs = broker
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\n"
-         "from engine.cli._broker import open_broker\n"
-         "s = open_broker(sys.argv[1])\nprint('ready', flush=True)\nsys.stdin.read()\n"
-         "s.close()\n", path],
+        [sys.executable, "-c", ("import sys, time\n"
+                                "from engine.cli._broker import open_broker\n"
+                                "s = open_broker(sys.argv[1])\nprint('ready', flush=True)\n"
+                                "sys.stdin.read()\ns.close()\n"), path],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ready"
         proc = subprocess.run([sys.executable, "-m", "engine", "status", "--config", path],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+                              cwd=ROOT, capture_output=True, check=False, text=True, timeout=120)
         assert proc.returncode == 2
         assert "in use by another process" in proc.stderr and str(dirs["d1"]) in proc.stderr
     finally:
@@ -295,11 +295,11 @@ def test_run_stops_cleanly_on_sigterm(broker, when):
     for d in ("d1", "d2"):
         assert (dirs[d] / CLEAN_SHUTDOWN_FILE).exists()
     first = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
-                            "--until-idle"], cwd=ROOT, capture_output=True, text=True,
+                            "--until-idle"], cwd=ROOT, capture_output=True, check=False, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stderr
     status = subprocess.run([sys.executable, "-m", "engine", "status", "--config", path,
-                             "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                             "--json"], cwd=ROOT, capture_output=True, check=False, text=True, timeout=300)
     rows = json.loads(status.stdout)
     assert len(rows) == 2
     for row in rows:
@@ -372,14 +372,14 @@ def test_fetch_read_committed_over_the_tier(tmp_path):
     assert main(["configs", "--config", path, "--entity-name", "tx", "--alter",
                  "--add-config", "remote.storage.enable=true"]) == 0
     proc = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
-                           "--until-idle"], cwd=ROOT, capture_output=True, text=True,
+                           "--until-idle"], cwd=ROOT, capture_output=True, check=False, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
 
     def fetch(*extra):
         proc = subprocess.run([sys.executable, "-m", "engine", "fetch", "--config", path,
                                "--topic", "tx", "--partition", "0", "--offset", "0", "--json",
-                               *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                               *extra], cwd=ROOT, capture_output=True, check=False, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
@@ -412,7 +412,7 @@ def test_run_applies_configs_changed_while_it_runs(broker):
         assert _tier_logs(dirs) == 0  # not tiered yet
         alter = subprocess.run([sys.executable, "-m", "engine", "configs", "--config", path,
                                 "--entity-name", "orders", "--alter", "--add-config",
-                                "remote.storage.enable=true"], cwd=ROOT, capture_output=True,
+                                "remote.storage.enable=true"], cwd=ROOT, capture_output=True, check=False,
                                text=True, timeout=120)
         assert alter.returncode == 0, alter.stderr
         while _tier_logs(dirs) < 4 and time.monotonic() < deadline:

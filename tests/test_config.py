@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json as _json
+import os as _os
 from pathlib import Path
 
 import pytest
 
 from engine.config import (
     BROKER_CONFIGS,
+    KAFKA_BROKER_KEYS_NOT_USED,
+    TOPIC_CONFIG_STORE_FILE,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
     ConfigSource,
     ConfigType,
     TopicConfig,
+    TopicConfigStore,
+    load_broker_config,
     load_properties,
     parse_properties,
 )
@@ -514,16 +520,6 @@ def test_config_types_cover_kafka_kinds():
 
 
 # ---------------------------------------------------------------- broker files and the store
-
-import json as _json  # noqa: E402
-import os as _os  # noqa: E402
-
-from engine.config import (  # noqa: E402
-    KAFKA_BROKER_KEYS_NOT_USED,
-    TOPIC_CONFIG_STORE_FILE,
-    TopicConfigStore,
-    load_broker_config,
-)
 
 
 def _broker_file(tmp_path, text, make_dirs=("d1", "d2", "tier")):

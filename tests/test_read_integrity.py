@@ -240,6 +240,37 @@ def test_a_damaged_base_offset_is_never_served_at_wrong_offsets(tmp_path, delta)
         env.close()
 
 
+@pytest.mark.parametrize("delta", [1, -1, 1 << 40])
+def test_list_offsets_by_timestamp_never_answers_from_a_damaged_base_offset(tmp_path, delta):
+    """The timestamp search walks the same headers a fetch does and checks them alike."""
+    env = _tiered_env(tmp_path)
+    try:
+        _, path = _remote_log(env)
+        row = _rows(path)[2]
+        timestamp = T0 + int(row["base_offset"]) * 1000
+        assert env.rlm.list_offsets(TOPIC, 0, timestamp)[0] == int(row["base_offset"])
+        base = int(row["base_offset"]) + delta
+        _patch(path, int(row["position"]), base.to_bytes(8, "big", signed=True))
+        with pytest.raises(CorruptRecordError, match="do not continue the log") as info:
+            env.rlm.list_offsets(TOPIC, 0, timestamp)
+        assert info.value.position == int(row["position"])
+    finally:
+        env.close()
+
+
+def test_list_offsets_by_timestamp_checks_the_crc_of_the_batch_it_answers_from(tmp_path):
+    env = _tiered_env(tmp_path)
+    try:
+        _, path = _remote_log(env)
+        row = _rows(path)[2]
+        at = int(row["position"] + row["size"]) - 3
+        _patch(path, at, bytes([path.read_bytes()[at] ^ 0x01]))
+        with pytest.raises(CorruptRecordError, match="CRC"):
+            env.rlm.list_offsets(TOPIC, 0, T0 + int(row["base_offset"]) * 1000)
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("length", [-12, 0, 5, 0x7FFFFF00])
 def test_an_impossible_batch_length_in_the_tier_is_an_error_not_an_end_or_a_loop(
         tmp_path, length):
@@ -331,5 +362,113 @@ def test_local_batches_of_a_plain_batch_function(tmp_path):
             unified.append_as_leader(batch([b"x" * 10] * 3, timestamp=T0 + i), 0)
         got = read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset, max_bytes=100)
         assert [o for o, _ in got] == list(range(15))
+    finally:
+        env.close()
+
+
+def test_check_batches_whole_array_tests_refuse_exactly_what_the_first_damage_search_does():
+    """check_batches tests good reads as whole arrays and searches for the first damaged
+    batch only when a test fails: both must draw the same line, for every rule."""
+    from engine.remote.segment_access import _all_good, _raise_first_damage
+
+
+    data = b"".join(batch([b"v"] * 3) for _ in range(6))
+    template, _ = _records.scan(data, True)
+    rng = np.random.default_rng(7)
+    for case in range(3000):
+        rows = template[:int(rng.integers(1, 7))].copy()
+        counts = rng.integers(0, 3, len(rows))
+        base = 10 + np.concatenate(([0], np.cumsum(counts[:-1] + 1)))
+        rows["base_offset"], rows["last_offset"] = base, base + counts
+        for _ in range(int(rng.integers(0, 3))):  # damage: an offset, a CRC or a magic
+            i = int(rng.integers(len(rows)))
+            field = ("base_offset", "last_offset", "crc_valid", "magic")[case % 4]
+            if field == "crc_valid":
+                rows[field][i] = False
+            elif field == "magic":
+                rows[field][i] = 1
+            else:
+                rows[field][i] += int(rng.integers(-3, 4))
+        kw = {"first_offset": [None, 9, 10, 11, 12][int(rng.integers(5))],
+              "contiguous": bool(rng.integers(2)),
+              "min_offset": [None, 10, 11][int(rng.integers(3))],
+              "max_offset": [None, 15, 30][int(rng.integers(3))],
+              "crc": bool(rng.integers(2))}
+        try:
+            _raise_first_damage(rows, "where", position=0, **kw)
+            refused = False
+        except CorruptRecordError:
+            refused = True
+        assert _all_good(rows, kw["first_offset"], kw["contiguous"], kw["min_offset"],
+                         kw["max_offset"], kw["crc"]) is not refused, (rows, kw)
+
+
+def test_remote_reads_leave_batch_crcs_to_an_rsm_that_declares_it_checked_them(tmp_path):
+    """verifies_batch_crcs is how a reader learns its CRC pass would repeat the RSM's: the
+    same damaged batch is refused when the RSM does not declare it, and served as the RSM
+    answers for it when it does (the filesystem tier declares it only with `full`, where
+    it checks every batch before serving a byte: see test_remote_storage)."""
+    class Declaring(FileSystemRemoteStorageManager):
+        def verifies_batch_crcs(self, metadata):
+            return True
+
+    for rsm_class, refused in ((FileSystemRemoteStorageManager, True), (Declaring, False)):
+        rsm = rsm_class([tmp_path / rsm_class.__name__ / "remote"], fsync=False,
+                        log_read_verification="size")
+        env = Env(tmp_path / rsm_class.__name__, rsm=rsm,
+                  topic_config={"local.retention.bytes": 1})
+        try:
+            env.produce(30)
+            env.rlm.run_once()
+            _, path = _remote_log(env)
+            row = _rows(path)[1]
+            at = int(row["position"] + row["size"]) - 3
+            _patch(path, at, bytes([path.read_bytes()[at] ^ 0x01]))
+            if refused:
+                with pytest.raises(CorruptRecordError, match="CRC"):
+                    env.rlm.read(TOPIC, 0, int(row["base_offset"]), 10_000)
+            else:
+                result = env.rlm.read(TOPIC, 0, int(row["base_offset"]), 10_000)
+                assert result.from_remote and result.next_offset > int(row["base_offset"])
+        finally:
+            env.close()
+
+
+def _local_env_with_a_shifted_base(tmp_path, delta):
+    """An untiered log of 8 batches whose 5th batch's base offset is moved by `delta` in
+    the local `.log` (the CRC does not cover it). Returns (env, its true base offset)."""
+    env = Env(tmp_path, topic_config={"remote.storage.enable": "false",
+                                      "segment.bytes": str(1 << 20)})
+    env.produce(8)
+    segment = env.log().segments[0]
+    row = _rows(segment.log_file)[4]
+    base = int(row["base_offset"])
+    _patch(segment.log_file, int(row["position"]), (base + delta).to_bytes(8, "big"))
+    return env, base
+
+
+@pytest.mark.parametrize("delta", [2, -2])
+def test_a_local_batch_read_alone_with_a_damaged_base_offset_is_refused(tmp_path, delta):
+    """A fetch starting at the damaged batch sees it alone: only the batch before it shows
+    the offsets do not continue."""
+    env, base = _local_env_with_a_shifted_base(tmp_path, delta)
+    try:
+        # the offsets a fetch finds in the damaged batch (with -2 it claims base-2..base,
+        # and base-2, base-1 are still answered by the intact batch before it)
+        for offset in (base + max(delta, 0), base + delta + 2):
+            with pytest.raises(CorruptRecordError, match="do not continue the log") as info:
+                env.rlm.read(TOPIC, 0, offset, 100)
+            assert info.value.offset == base + delta
+        assert env.rlm.read(TOPIC, 0, base - 3, 100).next_offset == base  # the batch before
+    finally:
+        env.close()
+
+
+def test_local_list_offsets_by_timestamp_refuses_a_damaged_base_offset(tmp_path):
+    env, base = _local_env_with_a_shifted_base(tmp_path, 2)
+    try:
+        with pytest.raises(CorruptRecordError, match="do not continue the log"):
+            env.rlm.list_offsets(TOPIC, 0, T0 + base * 1000)
+        assert env.rlm.list_offsets(TOPIC, 0, T0)[0] == 0
     finally:
         env.close()

@@ -577,3 +577,46 @@ def test_enospc_in_the_fallback_copy_is_a_remote_storage_error(tmp_path, segment
     assert "ENOSPC" in message and "orders-3" in message and ".tmp" in info.value.file
     monkeypatch.undo()
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("verification", ["full", "size"])
+def test_full_verification_checks_each_batch_crc_of_a_segment_stored_damaged(tmp_path,
+                                                                            verification):
+    """A `.log` stored from damaged bytes matches its stored file CRC; with `full` its batch
+    CRCs are checked too before any range is served, which is what lets the tier declare
+    verifies_batch_crcs (readers then skip their own CRC pass)."""
+    from engine._native import records as _records
+    from engine.remote.storage import RemoteStorageManager
+
+    data, last, size = make_segment(tmp_path / "local", 0, batches=8, aborted=0)
+    headers, _ = _records.scan(data.log_segment.read_bytes(), False)
+    row = headers[3]
+    at = int(row["position"] + row["size"]) - 2
+    with open(data.log_segment, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x10]))
+    rsm = FileSystemRemoteStorageManager([tmp_path / "remote"],
+                                         log_read_verification=verification)
+    md = segment_metadata(TIP, 0, last, size)
+    md = segment_metadata(TIP, 0, last, size, md.remote_log_segment_id.id,
+                          rsm.copy_log_segment_data(md, data))
+    assert rsm.verifies_batch_crcs(md) is (verification == "full")
+    assert not RemoteStorageManager.verifies_batch_crcs(rsm, md)  # the contract's default
+    if verification == "size":
+        assert rsm.read_range(md, 0, 10) == data.log_segment.read_bytes()[:10]
+        return
+    for read in (lambda: rsm.read_range(md, 0, 10), lambda: rsm.map_range(md, 0, 10),
+                 lambda: rsm.fetch_log_segment(md, 0)):
+        with pytest.raises(RemoteStorageError, match="CRC mismatch in the record batch") as e:
+            read()
+        assert e.value.position == int(row["position"])
+        assert e.value.offset == int(row["base_offset"])
+        assert str(rsm.segment_path(md, ".log")) in str(e.value)
+    # an untouched neighbour of the same tier is served
+    good, last2, size2 = make_segment(tmp_path / "local2", 0, batches=3, aborted=0)
+    md2 = segment_metadata(TIP, 0, last2, size2)
+    md2 = segment_metadata(TIP, 0, last2, size2, md2.remote_log_segment_id.id,
+                           rsm.copy_log_segment_data(md2, good))
+    assert rsm.read_range(md2, 0, size2) == good.log_segment.read_bytes()

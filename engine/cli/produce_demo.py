@@ -67,7 +67,7 @@ def produce_partition(manager: LogManager, topic: str, partition: int, num_recor
     rng = random.Random(seed * 1_000_003 + partition)
     ts = default_start_timestamp(num_records) if start_timestamp is None else start_timestamp
     left = num_records
-    stats = dict(records=0, batches=0, transactions=0, aborted=0)
+    stats = {"records": 0, "batches": 0, "transactions": 0, "aborted": 0}
     sequences: dict[int, int] = {}
     next_producer_id = 1000 + partition * 100
     while left > 0:

@@ -291,7 +291,7 @@ class LogManager:
             return {}
 
     def _log_params(self, topic: str, config: TopicConfig) -> dict[str, Any]:
-        return dict(config=config, remote_log_enabled=self._remote_log_enabled(topic, config))
+        return {"config": config, "remote_log_enabled": self._remote_log_enabled(topic, config)}
 
     def _remote_log_enabled(self, topic: str, config: TopicConfig) -> bool:
         return UnifiedLog.is_remote_log_enabled(

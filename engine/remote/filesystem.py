@@ -37,9 +37,12 @@ stored file (`SegmentChecksums`, at most 56 bytes, under Kafka's default 128-byt
 Reads check them when the metadata carries them (a COPY_SEGMENT_FINISHED segment does):
 `fetch_index` reads the whole file and checks its size and CRC every time; `.log` reads
 check the file size whenever they open the file and, with `log.read.verification=full` (the
-default), the CRC of the whole `.log` on the first read of the segment in this process; the
-verdict is cached per segment id and (inode, size, mtime). `read_range` keeps the `.log`
-files of the 128 most recently read segments open (reference-counted, so eviction never
+default), the CRC of the whole `.log` and of each record batch in it on the first read of
+the segment in this process; the verdict is cached per segment id and (inode, size, mtime).
+(The batch CRCs matter for a segment stored from damaged bytes: its file CRC matches. With
+them checked here, `verifies_batch_crcs` lets readers skip their own per-read CRC pass.)
+`read_range` keeps the `.log` files of the 128 most recently read segments open
+(reference-counted, so eviction never
 closes a file under a read; deleting a segment drops its file), so a ranged read is one
 pread; `map_range` hands out read-only views of a mapping of the open file instead (no
 copy; stored files are immutable, so the views stay valid, even after the file is deleted). A
@@ -68,9 +71,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from engine._native import records as _records
 from engine.checksums import crc32c
 from engine.config import ConfigError
-from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
+from engine.errors import KafkaEngineError, RemoteResourceNotFoundError, RemoteStorageError
 from engine.log.checkpoint import fsync_dir
 from engine.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
@@ -653,6 +659,10 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
             _verify(checksums.files[suffix], size, crc32c(data), path)
         return data
 
+    def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        # with `full`, a `.log` with checksums is served only after _verify_log_once
+        return self._verification == "full" and metadata.custom_metadata is not None
+
     def _checked_log_size(self, metadata: RemoteLogSegmentMetadata, fd: int,
                           path: Path) -> int:
         """The `.log` size, after the checks the module docstring describes."""
@@ -677,7 +687,7 @@ class FileSystemRemoteStorageManager(RemoteStorageManager):
         with self._verify_locks[hash(key) % _VERIFY_LOCK_STRIPES]:
             if self._is_verified(key):  # another thread checked it while we waited
                 return
-            _verify(expected, st.st_size, _crc_of_fd(fd, st.st_size, path), path)
+            _verify_log_fd(fd, st.st_size, expected, path)
             with self._verified_lock:
                 self._verified[key] = True
                 while len(self._verified) > _VERIFY_CACHE_SIZE:
@@ -876,14 +886,36 @@ def _preadv_exact(fd: int, view: memoryview, offset: int, path: Path) -> None:
         raise _storage_error(exc, f"cannot read {path} at byte {offset + done}") from None
 
 
-def _crc_of_fd(fd: int, size: int, path: Path) -> int:
+def _verify_log_fd(fd: int, size: int, expected: tuple[int, int], path: Path) -> None:
+    """Checks the `.log`'s CRC32C against `expected`, then the CRC of each record batch
+    it frames (RemoteStorageError naming the byte and offset of the first bad one)."""
     if size == 0:
-        return crc32c(b"")
+        _verify(expected, size, crc32c(b""), path)
+        return
     try:
         with mmap.mmap(fd, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ) as mapped:
-            return crc32c(mapped)
+            _verify(expected, size, crc32c(mapped), path)
+            _check_batch_crcs(mapped, path)
+    except RemoteStorageError:
+        raise
     except OSError as exc:
         raise _storage_error(exc, f"cannot read {path} to check its CRC32C") from None
+
+
+def _check_batch_crcs(data, path: Path) -> None:
+    try:
+        headers, _ = _records.scan(data, True)
+    except KafkaEngineError as exc:
+        raise RemoteStorageError(f"{path}: no record batch frames at byte {exc.position}: "
+                                 f"{exc.reason}", file=str(path),
+                                 position=exc.position) from None
+    bad = np.flatnonzero(~headers["crc_valid"])
+    if len(bad):
+        row = headers[bad[0]]
+        raise RemoteStorageError(
+            f"{path}: CRC mismatch in the record batch at byte {int(row['position'])} "
+            f"(offsets {int(row['base_offset'])}-{int(row['last_offset'])})",
+            file=str(path), position=int(row["position"]), offset=int(row["base_offset"]))
 
 
 def _write_all(fd: int, view: memoryview, path: Path) -> None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import struct
 import threading
 import weakref
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -205,9 +207,8 @@ class RemoteSegmentReader:
             headers, position = self.scan_window(position, window)
             hit = np.flatnonzero(headers["last_offset"] >= offset)
             walked = headers[:int(hit[0]) + 1] if len(hit) else headers
-            check_batches(walked if previous is None else np.concatenate((previous, walked)),
-                          describe_segment(md), crc=False, min_offset=md.start_offset,
-                          max_offset=md.end_offset)
+            check_batches(_join(previous, walked), partial(describe_segment, md), crc=False,
+                          min_offset=md.start_offset, max_offset=md.end_offset)
             previous = walked[-1:]
             if len(hit):
                 row = headers[hit[0]]
@@ -215,18 +216,82 @@ class RemoteSegmentReader:
         return None
 
 
-def check_batches(headers: np.ndarray, where: str, *, first_offset: int | None = None,
-                  contiguous: bool = True, min_offset: int | None = None,
-                  max_offset: int | None = None, position: int = 0, crc: bool = True) -> None:
+def check_batches(headers: np.ndarray, where: str | Callable[[], str], *,
+                  first_offset: int | None = None, contiguous: bool = True,
+                  min_offset: int | None = None, max_offset: int | None = None,
+                  position: int = 0, crc: bool = True) -> None:
     """Checks what a consumer is handed (one read's batches, `headers` from a scan with
     CRCs): every CRC valid; offsets increasing, and with `contiguous` each v2 batch starting
     right after the previous one (a tiered log is never compacted, so its offsets have no
     gaps); every batch inside [min_offset, max_offset]; the first one ending at or after
     `first_offset` (and holding it, with `contiguous`). `crc=False` leaves the CRCs to a
-    caller that checks them as it decodes. CorruptRecordError names `where`, the byte
-    position (`position` is the byte of the first row) and the offset."""
-    if not len(headers):
+    caller that checks them as it decodes. CorruptRecordError names `where` (a string, or
+    a function giving it, called only for an error), the byte position (`position` is the
+    byte of the first row) and the offset.
+
+    Every read runs this, so good batches cost a few whole-array tests; only damage pays
+    for finding the first wrong batch."""
+    if not len(headers) or _all_good(headers, first_offset, contiguous, min_offset,
+                                     max_offset, crc):
         return
+    _raise_first_damage(headers, where if isinstance(where, str) else where(),
+                        first_offset=first_offset, contiguous=contiguous,
+                        min_offset=min_offset, max_offset=max_offset, position=position,
+                        crc=crc)
+
+
+def _all_good(headers: np.ndarray, first_offset, contiguous: bool, min_offset, max_offset,
+              crc: bool) -> bool:
+    """Whether check_batches passes (the same rules, as whole-array tests)."""
+    if crc and not headers["crc_valid"].all():
+        return False
+    base, last = headers["base_offset"], headers["last_offset"]
+    if not (base <= last).all():
+        return False
+    if len(base) > 1:
+        if contiguous and (headers["magic"] >= 2).all():  # each starts after the previous
+            follows = (base[1:] == last[:-1] + 1).all()
+        else:
+            follows = (base[1:] > last[:-1]).all() and (
+                not contiguous or _rule_holds_mixed(headers))
+        if not follows:
+            return False
+    # offsets increase from here on: the ends of the array bound every batch
+    if min_offset is not None and base[0] < min_offset:
+        return False
+    if max_offset is not None and last[-1] > max_offset:
+        return False
+    if first_offset is None:
+        return True
+    # the first batch holds the fetch offset (or, with gaps allowed, ends at or after it)
+    return last[0] >= first_offset and not (
+        contiguous and headers["magic"][0] >= 2
+        and base[0] > max(first_offset, min_offset or first_offset))
+
+
+def _rule_holds_mixed(headers: np.ndarray) -> bool:
+    """The contiguity rule for a read mixing v2 batches with older ones (whose offsets
+    may have gaps): each pair of v2 neighbours continues one another."""
+    base, last = headers["base_offset"], headers["last_offset"]
+    v2 = (headers["magic"][1:] >= 2) & (headers["magic"][:-1] >= 2)
+    return bool((~v2 | (base[1:] == last[:-1] + 1)).all())
+
+
+def _join(previous: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
+    """`rows` after the one row of `previous` (without np.concatenate, whose field
+    promotion of structured arrays costs more than the check itself)."""
+    if previous is None:
+        return rows
+    out = np.empty(len(rows) + 1, dtype=rows.dtype)
+    out[0] = previous[0]
+    out[1:] = rows
+    return out
+
+
+def _raise_first_damage(headers: np.ndarray, where: str, *, first_offset: int | None,
+                        contiguous: bool, min_offset: int | None, max_offset: int | None,
+                        position: int, crc: bool) -> None:
+    """Raises CorruptRecordError for the first batch that check_batches refuses."""
     bad = np.flatnonzero(~headers["crc_valid"]) if crc else ()
     if len(bad):
         row = headers[bad[0]]
@@ -269,10 +334,19 @@ def find_offset_for_timestamp(reader: RemoteSegmentReader, position: int, timest
                               ) -> tuple[int, int] | None:
     """(offset, leader epoch or -1) of the first record at or after `timestamp` with an
     offset in [min_offset, max_offset) in the segment from byte `position`, None if it has
-    none. Only batches whose max timestamp reaches `timestamp` are decoded."""
+    none. Only batches whose max timestamp reaches `timestamp` are decoded. The answer is
+    an offset a consumer seeks to, so the headers walked are checked as a fetch checks them
+    (offsets that continue one another inside the segment's) and so is the CRC of each
+    batch decoded."""
     size = reader.size
+    md = reader.metadata
+    where = partial(describe_segment, md)
+    previous = None  # the last batch of the previous window
     while position < size:
         headers, end = reader.scan_window(position, _TIMESTAMP_WINDOW)
+        check_batches(_join(previous, headers), where, crc=False, min_offset=md.start_offset,
+                      max_offset=md.end_offset)
+        previous = headers[-1:]
         keep = (headers["max_timestamp"] >= timestamp) & ~headers["is_control"] \
             & (headers["last_offset"] >= min_offset)
         if max_offset is not None:
@@ -280,7 +354,9 @@ def find_offset_for_timestamp(reader: RemoteSegmentReader, position: int, timest
         for i in np.flatnonzero(keep):
             row = headers[i]
             start = int(row["position"])
-            batch = MemoryRecords(reader.read(start, start + int(row["size"])))
+            view = reader.read(start, start + int(row["size"]))
+            check_batches(_records.scan(view, True)[0], where, position=start)
+            batch = MemoryRecords(view)
             cols = batch.decode_columns(0, 1, min_offset=min_offset,
                                         max_offset=-1 if max_offset is None else max_offset,
                                         include_control=False)

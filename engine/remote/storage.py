@@ -27,9 +27,9 @@ from engine.remote.metadata import RemoteLogSegmentMetadata
 __all__ = [
     "IndexType",
     "LogSegmentData",
-    "RemoteStorageManager",
-    "RemoteStorageError",
     "RemoteResourceNotFoundError",
+    "RemoteStorageError",
+    "RemoteStorageManager",
 ]
 
 
@@ -139,6 +139,14 @@ class RemoteStorageManager(abc.ABC):
         checked in memory), else None. The RLM serves reads that get a view here on the
         caller's thread; the default never can."""
         return None
+
+    def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        """Whether this RSM checks the CRC of every record batch of the segment's `.log`
+        before it serves any range of it (`read_range`, `read_range_into`, `map_range`,
+        `map_range_if_open`), failing the read otherwise: a reader's own CRC pass over
+        those ranges would check the same bytes again, so it may skip it (offset continuity
+        is still the reader's). The default: no."""
+        return False
 
     def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
                           index_type: IndexType) -> bytes:

@@ -21,6 +21,7 @@ from engine.rlm.lineage import (
     epochs_with_offsets,
     is_remote_segment_within_leader_epochs,
 )
+from engine.rlm.reader import read_local
 
 __all__ = [
     "EARLIEST",
@@ -56,7 +57,9 @@ def parse_spec(spec) -> int:
             raise ValueError(f"offset spec {spec!r} is not one of {sorted(SPECS)} nor a "
                              "timestamp in ms") from None
     if isinstance(spec, bool) or not isinstance(spec, int):
-        raise ValueError(f"offset spec {spec!r} must be an int or one of {sorted(SPECS)}")
+        # every caller takes a bad spec, of any type, as the ValueError documented above
+        raise ValueError(  # noqa: TRY004
+            f"offset spec {spec!r} must be an int or one of {sorted(SPECS)}")
     if spec < 0 and spec not in SPECS.values():
         raise ValueError(f"offset spec {spec} is not supported: use -1 (latest), -2 "
                          "(earliest), -3 (max-timestamp), -4 (earliest-local), -5 "
@@ -152,5 +155,8 @@ def find_local_offset_by_timestamp(unified, timestamp: int) -> tuple[int, int] |
             found = segment.find_offset_by_timestamp(timestamp, start)
             if found is None:
                 return None
+            # the answer is where a consumer seeks: the batch holding it is checked as a
+            # fetch of it checks it (a damaged base offset would move every offset in it)
+            read_local(unified, "", 0, found.offset, 1, True, "read_uncommitted")
             return found.offset, -1 if found.leader_epoch is None else found.leader_epoch
     return None

@@ -14,6 +14,8 @@ read does.
 Every read, local or remote, is checked as a consumer with `check.crcs` would check it, plus
 what the CRC does not cover: each batch's CRC, and offsets that continue from the fetch
 offset without a gap or an overlap and stay within the segment (segment_access.check_batches).
+The CRCs of a remote read are left to an RSM that declares it checked them before serving
+the bytes (`verifies_batch_crcs`: the filesystem tier with `log.read.verification=full`).
 Damage is a CorruptRecordError naming the segment, byte position and offset; a read that
 finds no batch for an offset below the log end offset is an error, never an empty answer.
 
@@ -29,6 +31,9 @@ mapping when its ranges are zero-copy (the filesystem tier), else recycled buffe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
 
 from engine._native import records as _records
 from engine.errors import CorruptRecordError, OffsetOutOfRangeError
@@ -113,8 +118,11 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
     if first_size > max_bytes and not min_one_message:
         return b"", offset
     view = reader.read_exact(position, position + max(max_bytes, first_size))
-    headers, valid = _records.scan(view, True)
-    check_batches(headers, describe_segment(md), first_offset=offset,
+    # an RSM that checked every batch CRC of these bytes before serving them spares a
+    # second pass over them (the contract's verifies_batch_crcs)
+    crc = not rlm.rsm.verifies_batch_crcs(md)
+    headers, valid = _records.scan(view, crc)
+    check_batches(headers, partial(describe_segment, md), first_offset=offset, crc=crc,
                   min_offset=md.start_offset, max_offset=md.end_offset, position=position)
     if not len(headers):  # find_batch framed it whole: the bytes changed under the read
         raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte {position} "
@@ -163,15 +171,38 @@ def read_local(unified, topic: str, partition: int, offset: int, max_bytes: int,
     if view.nbytes:
         headers, _ = _records.scan(view, True)
         # a compacted log has gaps between batches; any other one has none
-        check_batches(headers, f"log {unified.dir}", first_offset=offset,
-                      contiguous="compact" not in unified.config["cleanup.policy"],
+        contiguous = "compact" not in unified.config["cleanup.policy"]
+        where = f"log {unified.dir}"
+        check_batches(headers, where, first_offset=offset, contiguous=contiguous,
                       max_offset=unified.log_end_offset - 1)
+        if contiguous:
+            _check_local_batch_before(unified, headers, where)
     aborted = []
     if isolation == "read_committed" and view.nbytes:
         view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
         if view.nbytes:
             aborted = unified.collect_aborted_transactions(offset, next_offset)
     return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False, aborted)
+
+
+def _check_local_batch_before(unified, headers, where: str) -> None:
+    """A damaged base offset of the first batch a read returns (the CRC does not cover it)
+    shows only against the batch before it, which must end right below it: the remote
+    reader checks the same through its header walk (RemoteSegmentReader.find_batch)."""
+    base = int(headers["base_offset"][0])
+    if base <= unified.local_log_start_offset or headers["magic"][0] < 2:
+        return
+    before, _ = unified.read(base - 1, 0, True)
+    rows, _ = _records.scan(before, False)
+    if not len(rows) or rows["magic"][0] < 2 or int(rows["last_offset"][0]) == base - 1:
+        return
+    if int(rows["base_offset"][0]) == base:  # offset base - 1 leads to the batch itself
+        last = int(headers["last_offset"][0])
+        raise CorruptRecordError(
+            f"{where}: the batch claiming offsets {base}-{last} is also where offset "
+            f"{base - 1} leads: its offsets do not continue the log (a damaged base "
+            "offset: the batch CRC does not cover it)", offset=base)
+    check_batches(np.concatenate((rows[:1], headers[:1])), where, crc=False)
 
 
 def _trim_to(view: memoryview, limit: int, offset: int,

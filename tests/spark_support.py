@@ -159,7 +159,8 @@ class TieredCluster:
                "--to-end", "--json"]
         if read_committed:
             cmd += ["--isolation-level", "read_committed"]
-        out = subprocess.run(cmd, cwd=REPO, capture_output=True, check=False, text=True, timeout=120,
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, check=False, text=True,
+                             timeout=120,
                              env={**os.environ, **spark_env()})
         assert out.returncode == 0, out.stderr
         return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]

@@ -299,7 +299,8 @@ def test_run_stops_cleanly_on_sigterm(broker, when):
                            timeout=300)
     assert first.returncode == 0, first.stderr
     status = subprocess.run([sys.executable, "-m", "engine", "status", "--config", path,
-                             "--json"], cwd=ROOT, capture_output=True, check=False, text=True, timeout=300)
+                             "--json"], cwd=ROOT, capture_output=True, check=False, text=True,
+                            timeout=300)
     rows = json.loads(status.stdout)
     assert len(rows) == 2
     for row in rows:
@@ -379,7 +380,8 @@ def test_fetch_read_committed_over_the_tier(tmp_path):
     def fetch(*extra):
         proc = subprocess.run([sys.executable, "-m", "engine", "fetch", "--config", path,
                                "--topic", "tx", "--partition", "0", "--offset", "0", "--json",
-                               *extra], cwd=ROOT, capture_output=True, check=False, text=True, timeout=300)
+                               *extra], cwd=ROOT, capture_output=True, check=False, text=True,
+                              timeout=300)
         assert proc.returncode == 0, proc.stderr
         return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
@@ -412,7 +414,8 @@ def test_run_applies_configs_changed_while_it_runs(broker):
         assert _tier_logs(dirs) == 0  # not tiered yet
         alter = subprocess.run([sys.executable, "-m", "engine", "configs", "--config", path,
                                 "--entity-name", "orders", "--alter", "--add-config",
-                                "remote.storage.enable=true"], cwd=ROOT, capture_output=True, check=False,
+                                "remote.storage.enable=true"], cwd=ROOT, capture_output=True,
+                               check=False,
                                text=True, timeout=120)
         assert alter.returncode == 0, alter.stderr
         while _tier_logs(dirs) < 4 and time.monotonic() < deadline:

@@ -123,7 +123,8 @@ def test_manifest_vectors_decode_and_reencode(VECTORS, name, txn):
 def test_manifest_vector_with_aad_only_is_not_readable(VECTORS):
     """The plugin requires both dataKey and aad: its WITHOUT_SECRET_KEY constant is a
     serialization test, not a readable manifest."""
-    data = _vector(VECTORS, "SegmentManifestV1SerdeTest__WITH_ENCRYPTION_WITHOUT_SECRET_KEY_JSON.json")
+    data = _vector(VECTORS,
+                   "SegmentManifestV1SerdeTest__WITH_ENCRYPTION_WITHOUT_SECRET_KEY_JSON.json")
     with pytest.raises(CorruptRemoteObjectError, match="encryption lacks dataKey"):
         SegmentManifest.parse(data, "k.rsm-manifest")
     enc = json.loads(data)["encryption"]

@@ -104,8 +104,9 @@ class _Closed(Exception):
 class KafkaServer:
     """Serves `broker` (a ReadBroker) and, when given, a group coordinator on the
     listeners; SASL listeners authenticate against `credentials` (sasl.Credentials), and
-    with an `authorizer` (acl.Authorizer) every topic and group access is checked. `start()` binds; `close()` stops accepting, closes every connection and the
-    I/O threads. Thread-safety: everything runs on one event loop; only the handlers'
+    with an `authorizer` (acl.Authorizer) every topic and group access is checked.
+    `start()` binds; `close()` stops accepting, closes every connection and the I/O
+    threads. Thread-safety: everything runs on one event loop; only the handlers'
     blocking parts go to the I/O pool."""
 
     def __init__(self, broker: ReadBroker, config, *, coordinator=None, authorizer=None,

@@ -252,7 +252,7 @@ def _undo_copy(rlm, st: PartitionState, metadata: RemoteLogSegmentMetadata,
     refused copy. A failure here leaves the entry for the expiration task to finish."""
     try:
         rlm.delete_remote_segment(st, metadata, custom)
-    except Exception as exc:  # noqa: BLE001 - recorded; the expiration task retries
+    except Exception as exc:
         st.abandoned_copy_ids.add(metadata.remote_log_segment_id)
         log.warning("Could not delete the partial copy %s of %s (the expiration task "
                     "retries): %s", metadata.remote_log_segment_id.id, st.name, exc)
@@ -260,6 +260,6 @@ def _undo_copy(rlm, st: PartitionState, metadata: RemoteLogSegmentMetadata,
         # while this copy was in the RSM): its files are ours to remove all the same
         try:
             rlm.rsm.delete_log_segment_data(metadata)
-        except Exception as rsm_exc:  # noqa: BLE001 - logged; the expiration task retries
+        except Exception as rsm_exc:
             log.warning("Deleting the files of the partial copy %s of %s failed: %s",
                         metadata.remote_log_segment_id.id, st.name, rsm_exc)

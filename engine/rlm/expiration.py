@@ -232,7 +232,7 @@ def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
         metrics.set_gauge("RemoteDeleteLagBytes", st.topic, st.partition, lag_bytes)
         try:
             rlm.delete_remote_segment(st, md, md.custom_metadata)
-        except Exception as exc:  # noqa: BLE001 - collected: the pass goes on
+        except Exception as exc:
             errors.append(exc)
             # the run's failures are logged once, by the RLM (a full or read-only tier
             # fails every delete alike)

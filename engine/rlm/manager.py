@@ -369,7 +369,7 @@ class RemoteLogManager:
                 self.rlmm.on_stop_partitions([st.tip])
                 log.info("%s: tiering disabled: %d remote segment(s) deleted", st.name,
                          deleted)
-            except Exception as exc:  # noqa: BLE001 - recorded, retried after the backoff
+            except Exception as exc:
                 retry.append(st)
                 st.last_expiration_error = f"{type(exc).__name__}: {exc}"
                 delay = self.backoff.backoff(st.expiration_failures)
@@ -661,7 +661,7 @@ class RemoteLogManager:
         progress = [0, 0]
         try:
             copier.run_copy(self, st, progress)
-        except Exception as exc:  # noqa: BLE001 - recorded, retried after the backoff
+        except Exception as exc:
             self.metrics.mark("RemoteCopyErrorsPerSec", st.topic)
             st.last_copy_error = f"{type(exc).__name__}: {exc}"
             delay = self.backoff.backoff(st.copy_failures)
@@ -711,7 +711,7 @@ class RemoteLogManager:
             try:
                 if st.needs_initialisation:
                     self._initialise_leader(st)
-            except Exception as exc:  # noqa: BLE001 - the partition's error, returned
+            except Exception as exc:
                 st.copy_lock.release()
                 st.last_expiration_error = f"{type(exc).__name__}: {exc}"
                 return 0, [exc]
@@ -722,7 +722,7 @@ class RemoteLogManager:
             return 0, [exc]
         try:
             deleted, errors = expiration.run_expiration(self, st)
-        except Exception as exc:  # noqa: BLE001 - the partition's error, returned
+        except Exception as exc:
             deleted, errors = 0, [exc]
         st.last_expiration_error = (f"{type(errors[-1]).__name__}: {errors[-1]}"
                                     if errors else None)
@@ -1034,14 +1034,14 @@ class RemoteLogManager:
                     pending.append((i, st, offset, self._submit(st, work)))
                     planned = None
                 results.append(planned)
-            except Exception as exc:  # noqa: BLE001 - this partition fails alone
+            except Exception as exc:
                 results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
                                                  error=exc))
         deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
         for i, st, offset, future in pending:
             try:
                 results[i] = self._await(st, future, deadline - time.monotonic(), offset)
-            except Exception as exc:  # noqa: BLE001 - this partition fails alone
+            except Exception as exc:
                 results[i] = RemoteFetchResult(st.topic, st.partition, offset, b"", offset,
                                                True, error=exc)
         return results
@@ -1084,7 +1084,7 @@ class RemoteLogManager:
                 continue  # shown offline, with its error
             try:
                 self._ensure_initialised(st)
-            except Exception as exc:  # noqa: BLE001 - the status shows what is known
+            except Exception as exc:
                 st.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)
             if st.is_leader:  # a damaged next segment shows in any process's status
@@ -1151,7 +1151,7 @@ class RemoteLogManager:
             for plugin in (self.rlmm, self.rsm):
                 try:
                     plugin.close()
-                except Exception as exc:  # noqa: BLE001 - the other plugin is closed too
+                except Exception as exc:
                     log.warning("Closing %s failed: %s", type(plugin).__name__, exc)
 
     def __enter__(self):

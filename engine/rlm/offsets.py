@@ -58,7 +58,7 @@ def parse_spec(spec) -> int:
                              "timestamp in ms") from None
     if isinstance(spec, bool) or not isinstance(spec, int):
         # every caller takes a bad spec, of any type, as the ValueError documented above
-        raise ValueError(  # noqa: TRY004
+        raise ValueError(
             f"offset spec {spec!r} must be an int or one of {sorted(SPECS)}")
     if spec < 0 and spec not in SPECS.values():
         raise ValueError(f"offset spec {spec} is not supported: use -1 (latest), -2 "

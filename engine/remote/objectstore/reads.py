@@ -353,7 +353,7 @@ class RangeReader:
             try:
                 data = seg.detransform(i, raw)
             except KafkaEngineError as e:
-                raise e.with_file(self.store.url(seg.key))
+                raise e.with_file(self.store.url(seg.key)) from None
             except Exception as e:  # a codec's own error type (zlib.error, InvalidTag ...)
                 raise RemoteStorageError(
                     f"chunk {i} cannot be decoded: {type(e).__name__}: {e}",

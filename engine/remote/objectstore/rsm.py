@@ -1,7 +1,8 @@
 """`ObjectStorageRemoteStorageManager`: the object-store tier, in the Aiven plugin's format.
 
-Selected with `remote.log.storage.manager.class.name=engine.remote.ObjectStorageRemoteStorageManager`
-or the plugin's own `io.aiven.kafka.tieredstorage.RemoteStorageManager`; configured with the
+Selected with
+`remote.log.storage.manager.class.name=engine.remote.ObjectStorageRemoteStorageManager` or
+the plugin's own `io.aiven.kafka.tieredstorage.RemoteStorageManager`; configured with the
 plugin's names under `rsm.config.` (see `RSM_CONFIG_KEYS` and the store's
 `STORE_CONFIG_KEYS`), so a broker file written for the plugin loads unchanged. An unknown key
 or a bad value fails `configure` with a ConfigError naming the key; secrets (the store's

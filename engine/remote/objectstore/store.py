@@ -8,8 +8,9 @@ What this layer adds on top of obstore, and why:
 - **Streamed multipart uploads with bounded memory.** `ObjectStore.upload` takes a file path,
   a buffer or an iterator of buffers (the per-chunk transforms' output) and hands obstore an
   iterator of blocks (or, for a file with no rate limit to honour, the path itself, which
-  obstore reads without passing the bytes through Python); obstore packs them into parts of `storage.s3.multipart.upload.part.size`
-  and keeps `storage.upload.parts.in.flight` parts uploading at once. Peak memory is about
+  obstore reads without passing the bytes through Python); obstore packs them into parts of
+  `storage.s3.multipart.upload.part.size` and keeps `storage.upload.parts.in.flight` parts
+  uploading at once. Peak memory is about
   (parts in flight + 2) x part size: the segment is never read whole. A source that ends
   within one part is sent as a single PUT instead (manifests, small indexes).
 - **One shared upload rate limit.** `upload.rate.limit.bytes.per.second` is a token bucket

@@ -72,6 +72,7 @@ from engine.remote.storage import IndexType
 __all__ = [
     "Bucket",
     "BucketListing",
+    "Described",
     "Finding",
     "PartitionView",
     "RemoteDataLossError",
@@ -258,6 +259,8 @@ class PartitionView:
     skipped: list[Finding]
     gaps: list[tuple[int, int]]
     epochs: list[EpochEntry]
+    #: every segment with a manifest, as described (metadata, or why it cannot be read)
+    described: list = field(default_factory=list, repr=False)
 
     @property
     def name(self) -> str:
@@ -295,7 +298,9 @@ class PartitionView:
 
 
 @dataclass(frozen=True, slots=True)
-class _Described:
+class Described:
+    """A segment's objects and its metadata as read from them, or why they cannot be."""
+
     objects: SegmentObjects
     metadata: RemoteLogSegmentMetadata | None
     checkpoint: tuple[EpochEntry, ...] = ()
@@ -382,7 +387,7 @@ class Bucket:
         return view
 
     def describe_all(self, tip: TopicIdPartition, segments: list[SegmentObjects]
-                     ) -> list[_Described]:
+                     ) -> list[Described]:
         """Every segment with a manifest, described (on DESCRIBE_THREADS threads)."""
         counted = [s for s in segments if s.manifest_size is not None]
         if len(counted) <= 1:
@@ -391,20 +396,20 @@ class Bucket:
                 DESCRIBE_THREADS, thread_name_prefix="bucket-describe") as pool:
             return list(pool.map(lambda s: self.describe(tip, s), counted))
 
-    def describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> _Described:
+    def describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:
         """The segment's metadata from its objects, or the reason it cannot be read."""
         missing = [s for s, size in ((LOG, seg.log_size), (INDEXES, seg.indexes_size))
                    if size is None]
         if missing:
-            return _Described(seg, None, error=f"its manifest is there but not its "
+            return Described(seg, None, error=f"its manifest is there but not its "
                                                f".{' or .'.join(missing)} (a segment half "
                                                "deleted or half written)")
         try:
             return self._describe(tip, seg)
         except (KafkaEngineError, ValueError, OSError) as exc:
-            return _Described(seg, None, error=f"cannot be read: {exc}")
+            return Described(seg, None, error=f"cannot be read: {exc}")
 
-    def _describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> _Described:
+    def _describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:
         segment_id = RemoteLogSegmentId(tip, seg.segment_id)
         start = seg.start_offset
 
@@ -440,14 +445,15 @@ class Bucket:
             max_ts = max(max_ts, int(times["timestamp"].max()))
         epochs = epoch_entries_in_range(checkpoint, start, last_offset + 1)
         own = {e.epoch: e.start_offset for e in epochs} or {max(last_epoch, 0): start}
-        return _Described(seg, metadata(last_offset, size, own, max_ts), tuple(checkpoint))
+        return Described(seg, metadata(last_offset, size, own, max_ts), tuple(checkpoint))
 
     def _resolve(self, tip: TopicIdPartition, segments: list[SegmentObjects]
                  ) -> PartitionView:
         name = f"{tip.topic}-{tip.partition}"
         skipped: list[Finding] = []
-        good: list[_Described] = []
-        for d in self.describe_all(tip, segments):
+        good: list[Described] = []
+        described = self.describe_all(tip, segments)
+        for d in described:
             if d.metadata is None:
                 skipped.append(Finding("unreadable-segment" if "cannot be read" in d.error
                                        else "incomplete-segment",
@@ -456,7 +462,7 @@ class Bucket:
             else:
                 good.append(d)
         if not good:
-            return PartitionView(tip, [], skipped, [], [])
+            return PartitionView(tip, [], skipped, [], [], described)
         tipmost = max(good, key=lambda d: (d.metadata.last_epoch, d.metadata.end_offset,
                                            _neg_id(d)))
         lineage = _lineage(tipmost)
@@ -467,7 +473,7 @@ class Bucket:
                 kept.append(d)
             else:
                 skipped.append(self._finding("outside-lineage", tip, d, why))
-        by_start: dict[int, _Described] = {}
+        by_start: dict[int, Described] = {}
         for d in sorted(kept, key=lambda d: (-d.metadata.end_offset, str(d.objects.segment_id))):
             first = by_start.setdefault(d.metadata.start_offset, d)
             if first is not d:
@@ -492,9 +498,9 @@ class Bucket:
                 elif md.start_offset < prev.end:
                     chain[-1] = SegmentLink(prev.segment, md.start_offset)
             chain.append(SegmentLink(md, md.end_offset + 1))
-        return PartitionView(tip, chain, skipped, gaps, list(lineage[0]))
+        return PartitionView(tip, chain, skipped, gaps, list(lineage[0]), described)
 
-    def _finding(self, kind, tip, d: _Described, detail: str) -> Finding:
+    def _finding(self, kind, tip, d: Described, detail: str) -> Finding:
         md = d.metadata
         return Finding(kind, self.key(tip, d.objects, MANIFEST), f"{tip.topic}-{tip.partition}",
                        md.start_offset, md.end_offset, detail)
@@ -513,7 +519,7 @@ class Bucket:
         return entries
 
 
-def _neg_id(d: _Described) -> str:
+def _neg_id(d: Described) -> str:
     # ties between equally ranked tips: the smaller segment id (so runs agree)
     return "".join(chr(0x10FFFF - ord(c)) for c in str(d.objects.segment_id))
 
@@ -524,7 +530,7 @@ def _increasing(entries: np.ndarray) -> np.ndarray:
     return entries[: int(bad[0]) + 1] if len(bad) else entries
 
 
-def _lineage(tip: _Described) -> tuple[list[EpochEntry], dict[int, tuple[int, int]]]:
+def _lineage(tip: Described) -> tuple[list[EpochEntry], dict[int, tuple[int, int]]]:
     """The latest leader's epochs: its segment's checkpoint entries up to its end, and per
     epoch [first offset, end) (the last epoch ends after the segment)."""
     md = tip.metadata

@@ -96,7 +96,7 @@ def test_duckdb_and_polars_read_the_stream(cluster):
         got = duckdb.sql('select "partition", count(*), sum("offset") from stream '
                          'group by all order by 1').fetchall()
         assert {p: (n, s) for p, n, s in got} == want
-        reader = stream.to_reader()
+        reader = stream.to_reader()  # noqa: F841 (DuckDB finds it by name)
         assert duckdb.sql("select count(*) from reader").fetchall() == [(3000,)]
         df = pl.DataFrame(stream)  # the PyCapsule stream interface
         agg = df.group_by("partition").agg(pl.len(), pl.col("offset").sum()).sort("partition")

@@ -23,7 +23,7 @@ from engine.remote.segment_access import (
 from engine.remote.storage import IndexType
 from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
 
-__all__ = ["Tier", "UnknownTopicError", "broker_config", "create_rsm"]
+__all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm", "open_tier"]
 
 
 
@@ -220,6 +220,47 @@ class Tier:
             if found is not None:
                 return found[0]
         return None
+
+
+class BucketTier(Tier):
+    """A bucket read with no broker (the `bucket` option): segments listed and resolved from
+    the objects (engine.remote.bucket), indexes and records through the object-store RSM.
+    Offsets missing between a partition's segments follow `failOnDataLoss`."""
+
+    def __init__(self, opts):
+        from engine.remote.bucket import Bucket
+
+        self.props = dict(opts.broker_properties)
+        self.config = broker_config(self.props)
+        prefix = "rsm.config."
+        self.bucket = Bucket(opts.bucket, {k[len(prefix):]: v for k, v in self.props.items()
+                                           if k.startswith(prefix)})
+        self.rsm = self.bucket.rsm
+        self.fail_on_data_loss = opts.fail_on_data_loss
+        self._offset_entries = {}
+
+    def close(self) -> None:
+        self.bucket.close()
+
+    def partitions(self) -> dict[tuple[str, int], TopicIdPartition]:
+        return self.bucket.partitions()
+
+    def _where(self) -> str:
+        return f"bucket {self.bucket.url}"
+
+    def chain(self, tip: TopicIdPartition):
+        view = self.bucket.partition(tip)
+        bounds = view.bounds()
+        if bounds is not None:
+            view.check_range(bounds[0], bounds[1], self.fail_on_data_loss)
+        return view.chain
+
+
+def open_tier(opts) -> Tier:
+    """The remote tier the options name: a bucket alone, or the broker's (RLMM + RSM)."""
+    if opts.bucket:
+        return BucketTier(opts)
+    return Tier(opts.broker_properties)
 
 
 def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, starting: bool,

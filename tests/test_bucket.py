@@ -139,3 +139,27 @@ def test_keys_that_do_not_parse_are_counted_not_read(hand):
         assert list(bucket.partitions()) == [("hand", 0)]
     finally:
         bucket.close()
+
+
+def test_a_damaged_last_segment_is_lost_data_not_a_shorter_partition(hand):
+    hand.segment(0, 9, [(0, 0)])
+    seg = hand.segment(10, 19, [(0, 0)], put=False)
+    hand.put(seg, ("indexes", "rsm-manifest"))
+    hand.put_raw(seg.key("log"), seg.log[:-25])  # truncated
+    view = view_of(hand)
+    assert [(f.kind, f.first_offset) for f in view.skipped] == [("unreadable-segment", 10)]
+    assert view.bounds() == (0, 10) and view.gaps == []
+    with pytest.raises(RemoteDataLossError, match=r"hand-0: offsets from 10 on") as info:
+        view.check_range(0, 10)  # a read to the end of what is readable
+    assert info.value.missing == ((10, None),)
+    assert seg.key("rsm-manifest") in str(info.value)
+    view.check_range(0, 5)  # a read that stops before loses nothing
+    view.check_range(0, 10, fail_on_data_loss=False)
+
+
+def test_a_partition_with_only_a_half_deleted_segment_is_lost_data(hand):
+    hand.segment(0, 9, [(0, 0)], objects=("rsm-manifest",))
+    view = view_of(hand)
+    assert view.chain == [] and view.bounds() is None
+    with pytest.raises(RemoteDataLossError, match=r"from 0 on"):
+        view.check_range(0, 0)

@@ -281,15 +281,32 @@ class PartitionView:
         return [(max(a, start), min(b, end - 1)) for a, b in self.gaps
                 if a < end and b >= start]
 
+    @property
+    def lost_tail(self) -> Finding | None:
+        """A segment that cannot be read (or is half deleted) starting at or after the end of
+        the kept ones: its offsets, and any after them, are lost at the partition's end."""
+        bounds = self.bounds()
+        tail = [f for f in self.skipped
+                if f.kind in ("unreadable-segment", "incomplete-segment")
+                and (bounds is None or f.first_offset >= bounds[1])]
+        return min(tail, key=lambda f: f.first_offset) if tail else None
+
     def check_range(self, start: int, end: int, fail_on_data_loss: bool = True) -> None:
-        """Raises RemoteDataLossError when offsets [start, end) cross a gap and
+        """Raises RemoteDataLossError when offsets [start, end) cross a gap, or reach the end
+        of the kept segments while a segment after them cannot be read, and
         `fail_on_data_loss`; otherwise logs a warning naming them."""
-        lost = self.missing(start, end)
+        lost: list[tuple[int, int | None]] = list(self.missing(start, end))
+        text = ", ".join(f"{a}-{b}" for a, b in lost)
+        bounds = self.bounds()
+        tail = self.lost_tail
+        if tail is not None and (bounds is None or end >= bounds[1]):
+            lost.append((tail.first_offset, None))
+            text += (", " if text else "") + (f"from {tail.first_offset} on ({tail.key}: "
+                                              f"{tail.detail})")
         if not lost:
             return
-        text = ", ".join(f"{a}-{b}" for a, b in lost)
-        message = (f"{self.name}: offsets {text} are in no segment of the bucket (a segment "
-                   "deleted or never uploaded)")
+        message = (f"{self.name}: offsets {text} are in no readable segment of the bucket (a "
+                   "segment deleted, damaged or never uploaded)")
         if fail_on_data_loss:
             raise RemoteDataLossError(
                 message + "; set failOnDataLoss=false to read the records that exist",
@@ -462,6 +479,8 @@ class Bucket:
             else:
                 good.append(d)
         if not good:
+            for f in skipped:
+                log.warning("bucket %s: %s", self.url, f)
             return PartitionView(tip, [], skipped, [], [], described)
         tipmost = max(good, key=lambda d: (d.metadata.last_epoch, d.metadata.end_offset,
                                            _neg_id(d)))
@@ -498,6 +517,9 @@ class Bucket:
                 elif md.start_offset < prev.end:
                     chain[-1] = SegmentLink(prev.segment, md.start_offset)
             chain.append(SegmentLink(md, md.end_offset + 1))
+        for f in skipped:
+            log.log(logging.INFO if f.kind in ("duplicate-segment", "covered-segment")
+                    else logging.WARNING, "bucket %s: %s", self.url, f)
         return PartitionView(tip, chain, skipped, gaps, list(lineage[0]), described)
 
     def _finding(self, kind, tip, d: Described, detail: str) -> Finding:

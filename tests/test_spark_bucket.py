@@ -74,3 +74,33 @@ def test_spark_on_a_bucket_with_a_gap_follows_fail_on_data_loss(spark, s3_server
         assert arrow_rows(df.toArrow()) == expected_rows([(0, 24), (30, 39)])
     finally:
         hand.close()
+
+
+def test_export_reads_a_bucket_alone(cluster, s3_server, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.dataset as pads
+    from spark_support import REPO, spark_env
+
+    store = [a for k, v in s3_server.config().items() if k != "storage.s3.bucket.name"
+             for a in ("--store", f"{k}={v}")]
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "engine", "export", "--master", "local[2]",
+                          "--bucket", cluster.bucket_url, *store, "--topic", TOPIC,
+                          "--out", str(out), "--max-bytes-per-round", str(64 << 10)],
+                         cwd=REPO, env={**os.environ, **spark_env()}, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "round 2:" in run.stdout  # several committed rounds
+    files = sorted(map(str, out.glob("partition=*/date=*/*.parquet")))
+    table = pads.dataset(files, format="parquet", partitioning="hive",
+                         partition_base_dir=str(out)).to_table()
+    want = sorted((fetch_row(TOPIC, p, r, headers=False) for p in (0, 1)
+                   for r in cluster.fetch(TOPIC, p, 0)), key=lambda r: (r[3], r[4]))
+    assert arrow_rows(table.drop_columns(["date"])) == want
+    bad = subprocess.run([sys.executable, "-m", "engine", "export", "--topic", TOPIC,
+                          "--out", str(tmp_path / "x")], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")

@@ -23,7 +23,8 @@ from engine.remote.segment_access import (
 from engine.remote.storage import IndexType
 from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
 
-__all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm", "open_tier"]
+__all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm", "open_tier",
+           "tier_for_export"]
 
 
 
@@ -261,6 +262,20 @@ def open_tier(opts) -> Tier:
     if opts.bucket:
         return BucketTier(opts)
     return Tier(opts.broker_properties)
+
+
+def tier_for_export(props: Mapping[str, str], config_path: str | None, topic: str,
+                    bucket: str | None, store: Mapping[str, str] | None) -> Tier:
+    """The tier an export reads: the broker's (`props`), or a bucket alone (the options
+    the export's scans take, so both list the same segments)."""
+    if bucket is None:
+        return Tier(props)
+    from engine.spark.options import parse_options
+
+    options = {"subscribe": topic, "bucket": bucket, **(store or {})}
+    if config_path is not None:
+        options["config"] = config_path
+    return open_tier(parse_options(options))
 
 
 def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, starting: bool,

@@ -163,3 +163,56 @@ def test_a_partition_with_only_a_half_deleted_segment_is_lost_data(hand):
     assert view.chain == [] and view.bounds() is None
     with pytest.raises(RemoteDataLossError, match=r"from 0 on"):
         view.check_range(0, 0)
+
+
+def synthetic_keys(prefix, topic_id, partitions, per_partition):
+    from engine.log.checkpoint import Uuid
+    from engine.remote.objectstore.store import ObjectInfo
+
+    for p in range(partitions):
+        for i in range(per_partition):
+            sid = Uuid.random()
+            for suffix in ("indexes", "log", "rsm-manifest"):
+                yield ObjectInfo(f"{prefix}t-x-{topic_id}/{p}/{i * 100:020d}-{sid}.{suffix}",
+                                 100 + i)
+
+
+def test_the_listing_parses_keys_as_the_layout_says():
+    from engine.log.checkpoint import Uuid
+    from engine.remote.bucket import group_listing
+    from engine.remote.objectstore.keys import parse_object_key
+    from engine.remote.objectstore.store import ObjectInfo
+
+    tid, sid = Uuid.random(), Uuid.random()
+    keys = [f"p/a-b-{tid}/0/{5:020d}-{sid}.log", f"p/a-b-{tid}/0/{5:020d}-{sid}.rsm-manifest",
+            f"p/a-b-{tid}/12/{7:020d}-{sid}.indexes", f"p/a-b-{tid}/01/{5:020d}-{sid}.log",
+            f"p/a-b-{tid}/0/{5:019d}-{sid}.log", f"p/a-b-{tid}/0/{5:020d}-{sid}.txt",
+            f"q/a-b-{tid}/0/{5:020d}-{sid}.log", f"p/a-{tid}x/0/{5:020d}-{sid}.log",
+            f"p/a-b-{tid}/4294967296/{5:020d}-{sid}.log"]
+    listing = group_listing((ObjectInfo(k, 1) for k in keys), "p/")
+    parsed = [k for k in keys if parse_object_key(k, "p/") is not None]
+    assert listing.unparsed_count == len(keys) - len(parsed)
+    got = {(tip.topic, tip.partition, s.start_offset, str(s.segment_id))
+           for tip, segs in listing.partitions.items() for s in segs}
+    want = {(k.topic, k.partition, k.start_offset, str(k.segment_id))
+            for k in (parse_object_key(key, "p/") for key in parsed)}
+    assert got == want and ("a-b", 0, 5, str(sid)) in got
+
+
+def test_a_listing_of_many_segments_keeps_segments_not_pages():
+    import tracemalloc
+
+    from engine.log.checkpoint import Uuid
+    from engine.remote.bucket import group_listing
+
+    n = 20_000
+    tracemalloc.start()
+    try:
+        listing = group_listing(synthetic_keys("pre/", Uuid.random(), 2, n // 2), "pre/")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    segs = [s for v in listing.partitions.values() for s in v]
+    assert len(segs) == n and all(s.manifest_size is not None for s in segs)
+    # three keys of ~95 bytes a segment go by; what stays is a small record per segment
+    assert peak / n < 700, peak / n

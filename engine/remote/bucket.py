@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, parse_object_key
+from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST
 from engine.remote.segment_access import RemoteSegmentReader, index_bytes
 from engine.remote.storage import IndexType
 
@@ -175,26 +176,49 @@ class BucketListing:
                 for t, v in sorted(out.items())}
 
 
+# <topic>-<22-char topic id>/<partition>, and <20 digits>-<22-char segment id>.<suffix>:
+# keys.parse_object_key's layout, split so that each partition's directory is parsed once
+_DIR_RE = re.compile(r"(?P<topic>[^/]+)-(?P<topic_id>[A-Za-z0-9_-]{22})/"
+                     r"(?P<partition>0|[1-9][0-9]{0,9})")
+_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[A-Za-z0-9_-]{22})\."
+                      r"(?P<suffix>log|indexes|rsm-manifest)")
+
+
 def group_listing(keys: Iterable, prefix: str) -> BucketListing:
-    """A BucketListing of `keys` (ObjectInfo-like: `.key`, `.size`), consumed lazily."""
-    partitions: dict[TopicIdPartition, dict[tuple[int, Uuid], SegmentObjects]] = {}
+    """A BucketListing of `keys` (ObjectInfo-like: `.key`, `.size`), consumed lazily: memory
+    grows with the segments (a few hundred bytes each), never with the listing's pages."""
+    partitions: dict[TopicIdPartition, dict[str, SegmentObjects]] = {}
+    dirs: dict[str, TopicIdPartition | None] = {}
     listing = BucketListing({})
+    n = len(prefix)
     for info in keys:
-        parsed = parse_object_key(info.key, prefix)
-        if parsed is None:
+        key = info.key
+        directory, _, name = key[n:].rpartition("/")
+        tip = dirs.get(directory, False) if key.startswith(prefix) else None
+        if tip is False:
+            tip = dirs[directory] = _partition_dir(directory)
+        m = _NAME_RE.fullmatch(name) if tip is not None else None
+        if m is None or int(m["offset"]) > 2**63 - 1:
             listing.unparsed_count += 1
             if len(listing.unparsed) < _KEPT_UNPARSED:
-                listing.unparsed.append(info.key)
+                listing.unparsed.append(key)
             continue
-        tip = TopicIdPartition(parsed.topic_id, parsed.topic, parsed.partition)
         segs = partitions.setdefault(tip, {})
-        seg = segs.get((parsed.start_offset, parsed.segment_id))
+        stem = name[:43]  # offset-segment id
+        seg = segs.get(stem)
         if seg is None:
-            seg = segs[(parsed.start_offset, parsed.segment_id)] = SegmentObjects(
-                parsed.start_offset, parsed.segment_id)
-        if parsed.suffix == LOG:
+            try:
+                segment_id = Uuid.from_string(m["segment_id"])
+            except ValueError:
+                listing.unparsed_count += 1
+                if len(listing.unparsed) < _KEPT_UNPARSED:
+                    listing.unparsed.append(key)
+                continue
+            seg = segs[stem] = SegmentObjects(int(m["offset"]), segment_id)
+        suffix = m["suffix"]
+        if suffix == LOG:
             seg.log_size = info.size
-        elif parsed.suffix == INDEXES:
+        elif suffix == INDEXES:
             seg.indexes_size = info.size
         else:
             seg.manifest_size = info.size
@@ -204,6 +228,17 @@ def group_listing(keys: Iterable, prefix: str) -> BucketListing:
                                 key=lambda kv: (kv[0].topic, kv[0].partition,
                                                 str(kv[0].topic_id)))}
     return listing
+
+
+def _partition_dir(directory: str) -> TopicIdPartition | None:
+    m = _DIR_RE.fullmatch(directory)
+    if m is None or int(m["partition"]) > 2**31 - 1:
+        return None
+    try:
+        return TopicIdPartition(Uuid.from_string(m["topic_id"]), m["topic"],
+                                int(m["partition"]))
+    except ValueError:
+        return None
 
 
 # ---- resolution --------------------------------------------------------------------------

@@ -16,6 +16,8 @@ Commands:
   codec-demo         the former main job: one segment per codec, validated and decoded
   export             a topic's tiered history to Parquet by partition and date, resumable
                      (a Spark job; needs the [spark] extra)
+  scrub              check every remote segment of a bucket (object-store tier) from its
+                     objects alone: sizes, manifests, chunks, CRCs, indexes, lineage, gaps
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     add_tiered_commands(sub)
     from engine.cli.export import add_parser as add_export
     add_export(sub)
+    from engine.cli.scrub import add_parser as add_scrub
+    add_scrub(sub)
     return parser
 
 
@@ -111,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             return run(args)
         if args.command == "export":
             from engine.cli.export import run
+            return run(args)
+        if args.command == "scrub":
+            from engine.cli.scrub import run
             return run(args)
         if args.command in tiered_commands():
             return tiered_commands()[args.command](args)

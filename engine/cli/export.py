@@ -2,6 +2,7 @@
 resumable (see engine.spark.export).
 
     python -m engine export --config FILE --topic T --out DIR [--format parquet]
+    python -m engine export --bucket s3://bucket/prefix [--store k=v ...] --topic T --out DIR
     spark-submit engine/cli/export.py --config FILE --topic T --out DIR
 
 Exit status: 0 done (everything tiered so far is exported), 1 a read or write failed
@@ -24,8 +25,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True,
-                   help="the engine's properties file (log.dirs, rsm.config.dirs, ...)")
+    p.add_argument("--config", default=None,
+                   help="the engine's properties file (log.dirs, rsm.config.dirs, ...); "
+                        "with --bucket, its rsm.config.* keys give the store")
+    p.add_argument("--bucket", default=None, metavar="URL",
+                   help="read s3://bucket/prefix alone (no broker, no RLMM)")
+    p.add_argument("--store", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --bucket: a store setting, the plugin's name without "
+                        "rsm.config. (repeatable)")
     p.add_argument("--topic", required=True)
     p.add_argument("--out", required=True, help="output directory (created; resumed if it "
                                                 "holds an earlier export of the topic)")
@@ -52,8 +59,21 @@ def run(args) -> int:
     if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
         print("error: --max-bytes-per-round must be at least 1", file=sys.stderr)
         return 2
+    store = {}
+    for item in args.store:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"error: --store {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        store[key.strip()] = value.strip()
+    if args.config is None and args.bucket is None:
+        print("error: give --config FILE (the broker's tier) or --bucket URL", file=sys.stderr)
+        return 2
+    if store and args.bucket is None:
+        print("error: --store needs --bucket", file=sys.stderr)
+        return 2
     try:
-        props = load_properties(args.config)
+        props = load_properties(args.config) if args.config is not None else {}
     except FileNotFoundError:
         print(f"error: --config {args.config}: file not found", file=sys.stderr)
         return 2
@@ -61,9 +81,9 @@ def run(args) -> int:
         print(f"error: --config {args.config}: {exc}", file=sys.stderr)
         return 2
     try:  # bad configuration or topic fails here, before a Spark session is started
-        from engine.spark.tier import Tier, UnknownTopicError
+        from engine.spark.tier import UnknownTopicError, tier_for_export
 
-        with Tier(props) as tier:
+        with tier_for_export(props, args.config, args.topic, args.bucket, store) as tier:
             topics = sorted({t for t, _ in tier.partitions()})
         if args.topic not in topics:
             raise UnknownTopicError(f"unknown topic {args.topic!r}: the remote tier holds "
@@ -78,7 +98,8 @@ def run(args) -> int:
                            max_bytes_per_round=args.max_bytes_per_round
                            or DEFAULT_MAX_BYTES_PER_ROUND,
                            include_headers=args.include_headers,
-                           log=lambda line: print(line, flush=True))
+                           log=lambda line: print(line, flush=True), bucket=args.bucket,
+                           store=store)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

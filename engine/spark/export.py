@@ -135,11 +135,14 @@ def _publish(staging: Path, out: Path, round_no: int) -> int:
 def run_export(spark, props: Mapping[str, str], config_path: str | None, topic: str,
                out: str | os.PathLike, *, fmt: str = "parquet",
                max_bytes_per_round: int = DEFAULT_MAX_BYTES_PER_ROUND,
-               include_headers: bool = False, log=print) -> ExportState:
-    """Exports every tiered record of `topic` not exported yet. Returns the final state."""
+               include_headers: bool = False, log=print, bucket: str | None = None,
+               store: Mapping[str, str] | None = None) -> ExportState:
+    """Exports every tiered record of `topic` not exported yet (from the bucket alone when
+    `bucket` is given, its store's settings in `store` and/or the config's rsm.config.*).
+    Returns the final state."""
     from pyspark.sql import functions as F
 
-    from engine.spark.tier import Tier, UnknownTopicError
+    from engine.spark.tier import UnknownTopicError, tier_for_export
 
     if fmt != "parquet":
         raise ConfigError("--format", fmt, "only parquet is supported")
@@ -153,9 +156,12 @@ def run_export(spark, props: Mapping[str, str], config_path: str | None, topic: 
             "interrupted run")
     options = {"config": config_path} if config_path else {}
     options.update({k: v for k, v in props.items() if config_path is None})
+    if bucket is not None:
+        options["bucket"] = bucket
+        options.update(store or {})
     options["includeHeaders"] = "true" if include_headers else "false"
     while True:
-        with Tier(props) as tier:
+        with tier_for_export(props, config_path, topic, bucket, store) as tier:
             chains = {p: tier.chain(tip) for (t, p), tip in tier.partitions().items()
                       if t == topic}
         if not chains:

@@ -41,7 +41,7 @@ _ENGINE_OPTIONS = {"config", "maxbytesperpartition", "readcommitted", "includehe
                    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
                    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
                    "failondataloss", "decodeahead", "minpartitions",
-                   "maxoffsetspertrigger", "path"}
+                   "maxoffsetspertrigger", "path", "bucket"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ class ScanOptions:
     decode_ahead: bool = True
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
+    bucket: str | None = None
 
     def selects(self, topic: str) -> bool:
         if self.subscribe is not None:
@@ -237,9 +238,22 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
             raise ConfigError("config", config_path, "file not found") from None
         except OSError as exc:
             raise ConfigError("config", config_path, f"cannot be read: {exc}") from None
-    for key, value in opts.items():
-        if "." in key and key not in _ENGINE_OPTIONS:
-            props[key] = str(value)
+    dotted = {key: str(value) for key, value in opts.items()
+              if "." in key and key not in _ENGINE_OPTIONS}
+    bucket = opts.get("bucket")
+    if bucket:
+        # a bucket alone: its store's settings are options under the plugin's names (or the
+        # file's rsm.config.* keys); tasks build the object-store RSM from these properties
+        from engine.remote.bucket import bucket_configs
+
+        rsm_prefix = "rsm.config."
+        settings = {k: v for k, v in dotted.items() if not k.startswith(rsm_prefix)}
+        props.update({k: v for k, v in dotted.items() if k.startswith(rsm_prefix)})
+        configs = bucket_configs(str(bucket), settings, props)
+        props = {"remote.log.storage.manager.class.name":
+                 "engine.remote.ObjectStorageRemoteStorageManager",
+                 **{f"{rsm_prefix}{k}": v for k, v in configs.items()}}
+    props.update({} if bucket else dotted)
     if not props:
         raise ConfigError("config", None, "the engine's configuration is missing: give the "
                                           "option config=<properties file> or the broker "
@@ -258,4 +272,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         decode_ahead=_bool(opts, "decodeAhead", True),
         min_partitions=min_partitions,
         max_offsets_per_trigger=max_offsets,
+        bucket=str(bucket) if bucket else None,
     )

@@ -31,7 +31,7 @@ from engine.spark.options import ScanOptions, parse_options
 from engine.spark.planning import pack_ranges, plan_partition, tier_bounds
 from engine.spark.scan import scan_ranges
 from engine.spark.schema import arrow_schema, spark_ddl
-from engine.spark.tier import Tier, resolve_bound
+from engine.spark.tier import open_tier, resolve_bound
 
 __all__ = [
     "KafkaTieredDataSource",
@@ -149,7 +149,7 @@ def plan_scan(opts: ScanOptions, pushed: PushedFilters | None = None) -> list[Sc
     """Driver-side planning of a batch query."""
     pushed = pushed or PushedFilters()
     planned = []  # (topic, partition, chain, lo, hi, aborted)
-    with Tier(opts.broker_properties) as tier:
+    with open_tier(opts) as tier:
         for topic, partition, tip in tier.select(opts):
             if not pushed.keeps(topic, partition):
                 continue
@@ -280,7 +280,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """{topic: {partition: (earliest, end)}} of the tier now (end: the tier's last
         stable offset with readCommitted)."""
         out: dict = {}
-        with Tier(self.opts.broker_properties) as tier:
+        with open_tier(self.opts) as tier:
             for topic, partition, tip in tier.select(self.opts):
                 chain = tier.chain(tip)
                 bounds = tier_bounds(chain)
@@ -298,7 +298,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def initialOffset(self) -> dict:
         out: dict = {}
-        with Tier(self.opts.broker_properties) as tier:
+        with open_tier(self.opts) as tier:
             for topic, partition, tip in tier.select(self.opts):
                 chain = tier.chain(tip)
                 if tier_bounds(chain) is None:
@@ -326,7 +326,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def partitions(self, start: dict, end: dict):
         ranges = []
-        with Tier(self.opts.broker_properties) as tier:
+        with open_tier(self.opts) as tier:
             known = tier.partitions()
             for topic, parts in sorted(end.items()):
                 for p, hi in sorted(parts.items(), key=lambda kv: int(kv[0])):

@@ -23,7 +23,8 @@ from engine.remote.segment_access import (
 from engine.remote.storage import IndexType
 from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
 
-__all__ = ["Tier", "UnknownTopicError", "broker_config", "create_rsm"]
+__all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm", "open_tier",
+           "tier_for_export"]
 
 
 #: The name this module always had for a topic or partition the remote tier knows nothing of.
@@ -218,6 +219,61 @@ class Tier:
             if found is not None:
                 return found[0]
         return None
+
+
+class BucketTier(Tier):
+    """A bucket read with no broker (the `bucket` option): segments listed and resolved from
+    the objects (engine.remote.bucket), indexes and records through the object-store RSM.
+    Offsets missing between a partition's segments follow `failOnDataLoss`."""
+
+    def __init__(self, opts):
+        from engine.remote.bucket import Bucket
+
+        self.props = dict(opts.broker_properties)
+        self.config = broker_config(self.props)
+        prefix = "rsm.config."
+        self.bucket = Bucket(opts.bucket, {k[len(prefix):]: v for k, v in self.props.items()
+                                           if k.startswith(prefix)})
+        self.rsm = self.bucket.rsm
+        self.fail_on_data_loss = opts.fail_on_data_loss
+        self._offset_entries = {}
+
+    def close(self) -> None:
+        self.bucket.close()
+
+    def partitions(self) -> dict[tuple[str, int], TopicIdPartition]:
+        return self.bucket.partitions()
+
+    def _where(self) -> str:
+        return f"bucket {self.bucket.url}"
+
+    def chain(self, tip: TopicIdPartition):
+        view = self.bucket.partition(tip)
+        bounds = view.bounds()
+        if bounds is not None:
+            view.check_range(bounds[0], bounds[1], self.fail_on_data_loss)
+        return view.chain
+
+
+def open_tier(opts) -> Tier:
+    """The remote tier the options name: a bucket alone, or the broker's (RLMM + RSM)."""
+    if opts.bucket:
+        return BucketTier(opts)
+    return Tier(opts.broker_properties)
+
+
+def tier_for_export(props: Mapping[str, str], config_path: str | None, topic: str,
+                    bucket: str | None, store: Mapping[str, str] | None) -> Tier:
+    """The tier an export reads: the broker's (`props`), or a bucket alone (the options
+    the export's scans take, so both list the same segments)."""
+    if bucket is None:
+        return Tier(props)
+    from engine.spark.options import parse_options
+
+    options = {"subscribe": topic, "bucket": bucket, **(store or {})}
+    if config_path is not None:
+        options["config"] = config_path
+    return open_tier(parse_options(options))
 
 
 def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, starting: bool,

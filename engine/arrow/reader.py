@@ -1,0 +1,340 @@
+"""`read_topic`: a tiered topic as a stream of Arrow record batches.
+
+Sources:
+- `config` (a broker properties file, or its properties as a mapping): the remote tier the
+  broker writes, its segments listed by the engine's RLMM (read-only, as the Spark source
+  lists them) and read through the configured RSM;
+- `bucket` (`s3://bucket/prefix`): the object-store tier's objects alone
+  (`engine.remote.bucket`), with the store's settings in `store` (the plugin's names without
+  `rsm.config.`) and/or the `rsm.config.*` keys of `config`; never a broker's RLMM.
+
+Planning is the Spark source's (`engine.spark.planning`): per partition, the segments of the
+latest leader-epoch lineage within the offset bounds, cut into byte ranges of whole batches
+with the remote offset indexes. Each range is read through the shared remote-segment reading
+(`segment_access.RemoteSegmentReader`), its batches' offsets checked against the segment
+(`check_batches`) and their CRCs as they decode, and the records become Arrow batches of
+Spark's Kafka schema (`engine.spark.schema.arrow_schema`), building only the columns asked
+for. Records are those a read_uncommitted consumer sees (control records never appear).
+
+Bounds: `starting_offsets` / `ending_offsets` (exclusive): None (earliest / latest of the
+tier), one offset for every partition, or a mapping partition -> offset;
+`start_timestamp` / `end_timestamp` (ms, end exclusive) keep the records whose timestamp is
+in range (segments and batches whose max timestamp is below the start are not read).
+Offsets missing from a bucket inside the bounds follow Spark's `failOnDataLoss`
+(`fail_on_data_loss`, default True: RemoteDataLossError naming the partition and offsets;
+False: the records that exist, with a warning); so does a starting offset below the tier's
+earliest (its records are gone).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from engine.config import ConfigError, load_properties
+from engine.errors import CorruptRecordError, KafkaEngineError, RemoteStorageError
+from engine.records import MemoryRecords
+from engine.remote.bucket import Bucket, RemoteDataLossError
+from engine.remote.segment_access import RemoteSegmentReader, check_batches
+from engine.spark.planning import SegmentRange, plan_partition
+from engine.spark.schema import arrow_schema
+
+__all__ = ["TopicStream", "read_topic", "record_batch_reader"]
+
+#: remote bytes decoded into one Arrow batch
+ARROW_BATCH_BYTES = 4 << 20
+#: bytes of one planned range (one read of a segment)
+RANGE_BYTES = 64 << 20
+
+
+def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = None,
+               bucket: str | None = None, store: Mapping[str, str] | None = None,
+               partitions: Iterable[int] | None = None,
+               starting_offsets: int | Mapping[int, int] | None = None,
+               ending_offsets: int | Mapping[int, int] | None = None,
+               start_timestamp: int | None = None, end_timestamp: int | None = None,
+               columns: Iterable[str] | None = None, include_headers: bool = False,
+               fail_on_data_loss: bool = True) -> TopicStream:
+    """The topic's tiered records (see the module docstring). Plans at once (bad bounds and
+    lost data fail here); the records are read as the stream is consumed."""
+    return TopicStream(topic, config=config, bucket=bucket, store=store,
+                       partitions=partitions, starting_offsets=starting_offsets,
+                       ending_offsets=ending_offsets, start_timestamp=start_timestamp,
+                       end_timestamp=end_timestamp, columns=columns,
+                       include_headers=include_headers, fail_on_data_loss=fail_on_data_loss)
+
+
+def record_batch_reader(topic: str, **options):
+    """`read_topic(topic, **options).to_reader()`: a pyarrow.RecordBatchReader."""
+    return read_topic(topic, **options).to_reader()
+
+
+class _TierSource:
+    """The broker's remote tier: RLMM lineage, configured RSM."""
+
+    def __init__(self, props: Mapping[str, str]):
+        from engine.spark.tier import Tier
+
+        self.tier = Tier(props)
+        self.rsm = self.tier.rsm
+
+    def partitions(self, topic):
+        return {p: tip for (t, p), tip in self.tier.partitions().items() if t == topic}
+
+    def chain(self, tip, start, end, fail_on_data_loss):
+        return self.tier.chain(tip)
+
+    def offset_entries(self, segment):
+        return self.tier.offset_entries(segment)
+
+    def close(self):
+        self.tier.close()
+
+
+class _BucketSource:
+    """A bucket alone (engine.remote.bucket)."""
+
+    def __init__(self, url: str, store, props):
+        self.bucket = Bucket(url, store, props)
+        self.rsm = self.bucket.rsm
+        self._views = {}
+
+    def partitions(self, topic):
+        return {p: tip for (t, p), tip in self.bucket.partitions(topic).items()}
+
+    def view(self, tip):
+        return self.bucket.partition(tip)
+
+    def chain(self, tip, start, end, fail_on_data_loss):
+        view = self.bucket.partition(tip)
+        view.check_range(start, end, fail_on_data_loss)
+        return view.chain
+
+    def offset_entries(self, segment):
+        return self.bucket.offset_entries(segment)
+
+    def close(self):
+        self.bucket.close()
+
+
+def _props(config) -> dict[str, str] | None:
+    if config is None:
+        return None
+    if isinstance(config, Mapping):
+        return {str(k): str(v) for k, v in config.items()}
+    try:
+        return load_properties(str(config))
+    except FileNotFoundError:
+        raise ConfigError("config", str(config), "file not found") from None
+    except OSError as exc:
+        raise ConfigError("config", str(config),
+                          f"cannot be read: [Errno {exc.errno}] {exc.strerror}") from None
+
+
+def _per_partition(value, p: int, name: str):
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, Mapping):
+        return value.get(p)
+    raise ConfigError(name, value, "expected an offset or a mapping partition -> offset")
+
+
+class TopicStream:
+    """A planned read of a topic (see `read_topic`). `to_reader()` gives a
+    pyarrow.RecordBatchReader; `__arrow_c_stream__` hands the same stream to any consumer of
+    the Arrow PyCapsule interface (DuckDB, Polars, pyarrow). Each of them reads the plan
+    from the start. `close()` (or the end of a `with` block) releases the store."""
+
+    def __init__(self, topic: str, *, config, bucket, store, partitions, starting_offsets,
+                 ending_offsets, start_timestamp, end_timestamp, columns, include_headers,
+                 fail_on_data_loss):
+        import pyarrow as pa
+
+        full = arrow_schema(True)
+        names = list(columns) if columns is not None else [
+            f.name for f in full if include_headers or f.name != "headers"]
+        unknown = [n for n in names if n not in full.names]
+        if unknown or not names or len(set(names)) != len(names):
+            raise ConfigError("columns", ",".join(map(str, names)),
+                              f"a non-empty selection of {', '.join(full.names)}, each once")
+        self.schema = pa.schema([full.field(n) for n in names])  # in the order asked
+        self.columns = tuple(names)
+        self.topic = topic
+        self.start_timestamp, self.end_timestamp = start_timestamp, end_timestamp
+        props = _props(config)
+        if bucket is not None:
+            source = _BucketSource(bucket, store, props)
+        elif props is not None:
+            if store:
+                raise ConfigError("store", ",".join(store), "store settings name a bucket's "
+                                                            "store: give `bucket` too")
+            source = _TierSource(props)
+        else:
+            raise ConfigError("config", None, "give a broker config or a bucket")
+        self._source = source
+        self._finalizer = weakref.finalize(self, source.close)
+        try:
+            self.ranges = self._plan(source, partitions, starting_offsets, ending_offsets,
+                                     fail_on_data_loss)
+        except BaseException:
+            self.close()
+            raise
+
+    def _plan(self, source, partitions, starting, ending, fail_on_data_loss
+              ) -> list[SegmentRange]:
+        known = source.partitions(self.topic)
+        if not known:
+            raise ConfigError("topic", self.topic, "the remote tier holds no such topic")
+        wanted = sorted(known) if partitions is None else sorted(set(partitions))
+        missing = [p for p in wanted if p not in known]
+        if missing:
+            raise ConfigError("partitions", ",".join(map(str, missing)),
+                              f"not in the remote tier, which holds partitions "
+                              f"{', '.join(map(str, sorted(known)))} of {self.topic}")
+        out: list[SegmentRange] = []
+        for p in wanted:
+            tip = known[p]
+            start = _per_partition(starting, p, "starting_offsets")
+            end = _per_partition(ending, p, "ending_offsets")
+            first = source.chain(tip, 0, 0, fail_on_data_loss)
+            if not first:
+                continue
+            earliest, latest = first[0].start_offset, first[-1].end
+            start = earliest if start is None else start
+            end = latest if end is None else end
+            if start < earliest:
+                lost = RemoteDataLossError(
+                    f"{self.topic}-{p}: offsets {start}-{earliest - 1} are gone from the remote "
+                    f"tier, which begins at offset {earliest}" +
+                    ("; set failOnDataLoss=false to read from there" if fail_on_data_loss
+                     else ""), partition=f"{self.topic}-{p}", missing=[(start, earliest - 1)],
+                    offset=start)
+                if fail_on_data_loss:
+                    raise lost
+                start = min(earliest, max(start, end))
+            chain = source.chain(tip, start, end, fail_on_data_loss)
+            out += plan_partition(self.topic, p, chain, start, end, RANGE_BYTES,
+                                  source.offset_entries, min_timestamp=self.start_timestamp)
+        return out
+
+    # -- the stream -------------------------------------------------------------------
+
+    def batches(self) -> Iterator:
+        for r in self.ranges:
+            yield from self._range_batches(r)
+
+    def to_reader(self):
+        import pyarrow as pa
+
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches())
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.to_reader().__arrow_c_stream__(requested_schema)
+
+    def read_all(self):
+        return self.to_reader().read_all()
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"TopicStream({self.topic!r}, {len(self.ranges)} ranges, "
+                f"{sum(r.size for r in self.ranges)} bytes, columns={list(self.columns)})")
+
+    def _range_batches(self, r: SegmentRange) -> Iterator:
+        seg = r.segment
+        where = (f"{r.topic}-{r.partition} remote segment {seg.remote_log_segment_id.id} "
+                 f"(offsets {seg.start_offset}-{seg.end_offset}, bytes {r.start_position}-"
+                 f"{r.end_position})")
+        try:
+            data = RemoteSegmentReader(self._source.rsm, seg).read_exact(r.start_position,
+                                                                         r.end_position)
+            if len(data) != r.size:
+                raise RemoteStorageError(f"{where}: the remote segment returned {len(data)} "
+                                         f"bytes, expected {r.size}")
+            records = MemoryRecords(data)
+            headers = records.scan()
+            if records.partial_bytes:
+                raise CorruptRecordError(
+                    f"the range ends inside a batch: {records.partial_bytes} bytes after the "
+                    "last whole batch", position=records.valid_bytes)
+            check_batches(headers, where, crc=False, min_offset=seg.start_offset,
+                          max_offset=seg.end_offset)
+            keep = (headers["last_offset"] >= r.min_offset) \
+                & (headers["base_offset"] < r.max_offset) & ~headers["is_control"]
+            if self.start_timestamp is not None:
+                keep &= headers["max_timestamp"] >= self.start_timestamp
+            for a, b in _runs(keep, headers["size"], ARROW_BATCH_BYTES):
+                cols = records.decode_columns(a, b, min_offset=r.min_offset,
+                                              max_offset=r.max_offset, include_control=False,
+                                              verify_crc=True)
+                if cols.num_records == 0:
+                    continue
+                batch = self._to_arrow(cols, r)
+                if batch.num_rows:
+                    yield batch
+        except KafkaEngineError as exc:
+            if exc.reason.startswith(where):
+                raise
+            position = None if exc.position is None else r.start_position + exc.position
+            raise type(exc)(f"{where}: {exc.reason}", file=exc.file, position=position,
+                            offset=exc.offset) from None
+
+    def _to_arrow(self, cols, r: SegmentRange):
+        import pyarrow as pa
+
+        n = cols.num_records
+        build = {
+            "key": cols.keys,
+            "value": cols.values,
+            "topic": lambda: pa.repeat(pa.scalar(r.topic, pa.string()), n),
+            "partition": lambda: pa.repeat(pa.scalar(r.partition, pa.int32()), n),
+            "offset": lambda: pa.array(cols.offset),
+            "timestamp": lambda: _timestamp_us(cols.timestamp),
+            "timestampType": lambda: pa.array(cols.timestamp_type.astype(np.int32)),
+            "headers": cols.header_lists,
+        }
+        batch = pa.RecordBatch.from_arrays([build[name]() for name in self.columns],
+                                           schema=self.schema)
+        lo, hi = self.start_timestamp, self.end_timestamp
+        if lo is None and hi is None:
+            return batch
+        ts = cols.timestamp
+        mask = np.ones(n, dtype=bool)
+        if lo is not None:
+            mask &= ts >= lo
+        if hi is not None:
+            mask &= ts < hi
+        return batch if mask.all() else batch.filter(pa.array(mask))
+
+
+def _timestamp_us(ms: np.ndarray):
+    import pyarrow as pa
+
+    us = np.multiply(ms, 1000, dtype=np.int64)
+    return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), len(us), [None, pa.py_buffer(us)])
+
+
+def _runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
+    """[start, stop) rows of kept batches, cut into runs of about `chunk_bytes`."""
+    rows = np.flatnonzero(keep)
+    out: list[tuple[int, int]] = []
+    if not len(rows):
+        return out
+    for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
+        a, b = int(run[0]), int(run[-1]) + 1
+        ends = np.cumsum(sizes[a:b], dtype=np.int64)
+        cuts = np.searchsorted(ends, np.arange(chunk_bytes, int(ends[-1]), chunk_bytes))
+        edges = sorted({a, b, *(a + int(c) + 1 for c in cuts)})
+        out += [(x, y) for x, y in itertools.pairwise(edges) if x < y]
+    return out

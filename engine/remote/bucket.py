@@ -1,0 +1,628 @@
+"""A tiered topic from a bucket alone: the segments of the object-store tier (the Aiven
+plugin's layout) listed from the objects under a prefix, with no broker and no RLMM.
+
+Naming a bucket: `s3://bucket/prefix` (also `gs://`, `az://`), with the store's settings
+under the plugin's names without `rsm.config.` (`storage.s3.endpoint.url`,
+`storage.aws.access.key.id`, encryption key pairs, ...) or taken from a broker file's
+`rsm.config.*` keys. The URL's path is the plugin's `key.prefix`; a prefix that does not end
+with `/` gets one (a URL names a folder).
+
+Listing (`Bucket.listing`): every key under the prefix, paged by the store (one page in
+memory at a time); each key that parses as a segment object (`keys.parse_object_key`) adds
+to a small per-segment record, others are counted. A segment counts once its
+`.rsm-manifest` exists (the manifest is written last). The listing is cached for the life of
+the Bucket (one run).
+
+Resolution (`Bucket.partition`), as Kafka's RLMM would with its metadata, here from what
+each segment's objects record:
+- each counted segment is described from its manifest and indexes: its size from the chunk
+  index, its end offset and max timestamp from the tail of the `.log` after the last
+  offset-index entry (and the time index), its leader epochs from its leader-epoch index
+  (the broker's checkpoint, cumulative up to the segment's end);
+- the latest leader's view wins: the segment of the highest last epoch (then the highest end
+  offset) gives the lineage (its leader-epoch index lists every epoch and where it began);
+  a segment whose epochs or end disagree with it is a divergent copy of an old leader and
+  is skipped;
+- of segments with the same start offset (a retried upload under another segment id), the
+  one reaching furthest is kept (then the smaller id, so runs agree), the others skipped;
+- a segment whose offsets a kept one covers whole is skipped; where kept ones overlap, the
+  later one owns the shared offsets;
+- a manifest without its `.log` or `.indexes` (a half-deleted or half-written segment) and a
+  segment whose objects cannot be read are skipped.
+Every skipped segment is a `Finding` naming its object key, partition and offsets; offsets
+missing between kept segments are `gaps`. Readers follow Spark's `failOnDataLoss`:
+`PartitionView.check_range` raises RemoteDataLossError naming the partition and the missing
+offsets, or (when loss is accepted) logs a warning and reads what exists.
+
+The result is RemoteLogSegmentMetadata (COPY_SEGMENT_FINISHED) that the shared remote-segment
+reading (`segment_access`) and the scan planning take as they take the RLMM's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from engine.config import ConfigError
+from engine.errors import KafkaEngineError
+from engine.log.checkpoint import (
+    EpochEntry,
+    LeaderEpochCheckpointFile,
+    Uuid,
+    epoch_entries_in_range,
+)
+from engine.log.offset_index import OffsetIndex
+from engine.log.time_index import TimeIndex
+from engine.remote.metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST
+from engine.remote.segment_access import RemoteSegmentReader, index_bytes
+from engine.remote.storage import IndexType
+
+__all__ = [
+    "Bucket",
+    "BucketListing",
+    "Described",
+    "Finding",
+    "PartitionView",
+    "RemoteDataLossError",
+    "SegmentLink",
+    "SegmentObjects",
+    "bucket_configs",
+    "parse_bucket_url",
+]
+
+log = logging.getLogger(__name__)
+
+_SCHEMES = {"s3": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
+            "gs": "io.aiven.kafka.tieredstorage.storage.gcs.GcsStorage",
+            "az": "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage"}
+_BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
+                "az": "storage.azure.container.name"}
+#: segments described at once (each is a manifest GET, an indexes GET and a tail read)
+DESCRIBE_THREADS = 8
+#: keys that do not parse are counted; this many are kept to be named
+_KEPT_UNPARSED = 20
+#: bytes read at once while walking a segment's tail for its end offset
+_TAIL_WINDOW = 64 * 1024
+
+
+class RemoteDataLossError(KafkaEngineError, LookupError):
+    """Offsets a read asked for are in no segment of the bucket (Spark's failOnDataLoss):
+    `partition` names the partition, `missing` the (first, last) offset ranges absent."""
+
+    def __init__(self, message, *, partition=None, missing=(), offset=None):
+        super().__init__(message, offset=offset)
+        self.partition = partition
+        self.missing = tuple(missing)
+
+
+# ---- naming a bucket ---------------------------------------------------------------------
+
+def parse_bucket_url(url: str) -> tuple[str, str, str]:
+    """(scheme, bucket, key prefix) of `s3://bucket/prefix`. ConfigError naming `bucket`."""
+    parts = urlsplit(str(url).strip())
+    if parts.scheme not in _SCHEMES or not parts.netloc or parts.query or parts.fragment:
+        raise ConfigError("bucket", url, "expected s3://<bucket>/<prefix> (or gs://, az://)")
+    prefix = parts.path.lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return parts.scheme, parts.netloc, prefix
+
+
+def bucket_configs(url: str, settings: Mapping[str, str] | None = None,
+                   broker_props: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The object-store tier's configuration (names without `rsm.config.`) for reading the
+    bucket `url`: a broker file's `rsm.config.*` keys (its RSM prefix), then `settings` on
+    top, then the URL's bucket and prefix."""
+    scheme, bucket, prefix = parse_bucket_url(url)
+    out: dict[str, str] = {}
+    if broker_props:
+        rsm_prefix = broker_props.get("remote.log.storage.manager.impl.prefix") or "rsm.config."
+        out.update({k[len(rsm_prefix):]: v for k, v in broker_props.items()
+                    if k.startswith(rsm_prefix)})
+    out.update(settings or {})
+    for key in ("storage.s3.bucket.name", "storage.gcs.bucket.name",
+                "storage.azure.container.name"):
+        out.pop(key, None)
+    out["storage.backend.class"] = _SCHEMES[scheme]
+    out[_BUCKET_KEYS[scheme]] = bucket
+    out["key.prefix"] = prefix
+    return out
+
+
+# ---- listing -----------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class SegmentObjects:
+    """The objects of one segment the listing saw (their sizes; None: absent)."""
+
+    start_offset: int
+    segment_id: Uuid
+    log_size: int | None = None
+    indexes_size: int | None = None
+    manifest_size: int | None = None
+
+    def main_path(self, tip: TopicIdPartition) -> str:
+        return (f"{tip.topic}-{tip.topic_id}/{tip.partition}/"
+                f"{self.start_offset:020d}-{self.segment_id}")
+
+
+@dataclass
+class BucketListing:
+    """Segments by partition (in offset order), and keys under the prefix that are not
+    segment objects."""
+
+    partitions: dict[TopicIdPartition, list[SegmentObjects]]
+    unparsed_count: int = 0
+    unparsed: list[str] = field(default_factory=list)
+
+    def topics(self) -> dict[str, list[TopicIdPartition]]:
+        out: dict[str, list[TopicIdPartition]] = {}
+        for tip in self.partitions:
+            out.setdefault(tip.topic, []).append(tip)
+        return {t: sorted(v, key=lambda x: (x.partition, str(x.topic_id)))
+                for t, v in sorted(out.items())}
+
+
+# <topic>-<22-char topic id>/<partition>, and <20 digits>-<22-char segment id>.<suffix>:
+# keys.parse_object_key's layout, split so that each partition's directory is parsed once
+_DIR_RE = re.compile(r"(?P<topic>[^/]+)-(?P<topic_id>[A-Za-z0-9_-]{22})/"
+                     r"(?P<partition>0|[1-9][0-9]{0,9})")
+_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[A-Za-z0-9_-]{22})\."
+                      r"(?P<suffix>log|indexes|rsm-manifest)")
+
+
+def group_listing(keys: Iterable, prefix: str) -> BucketListing:
+    """A BucketListing of `keys` (ObjectInfo-like: `.key`, `.size`), consumed lazily: memory
+    grows with the segments (a few hundred bytes each), never with the listing's pages."""
+    partitions: dict[TopicIdPartition, dict[str, SegmentObjects]] = {}
+    dirs: dict[str, TopicIdPartition | None] = {}
+    listing = BucketListing({})
+    n = len(prefix)
+    for info in keys:
+        key = info.key
+        directory, _, name = key[n:].rpartition("/")
+        tip = dirs.get(directory, False) if key.startswith(prefix) else None
+        if tip is False:
+            tip = dirs[directory] = _partition_dir(directory)
+        m = _NAME_RE.fullmatch(name) if tip is not None else None
+        if m is None or int(m["offset"]) > 2**63 - 1:
+            listing.unparsed_count += 1
+            if len(listing.unparsed) < _KEPT_UNPARSED:
+                listing.unparsed.append(key)
+            continue
+        segs = partitions.setdefault(tip, {})
+        stem = name[:43]  # offset-segment id
+        seg = segs.get(stem)
+        if seg is None:
+            try:
+                segment_id = Uuid.from_string(m["segment_id"])
+            except ValueError:
+                listing.unparsed_count += 1
+                if len(listing.unparsed) < _KEPT_UNPARSED:
+                    listing.unparsed.append(key)
+                continue
+            seg = segs[stem] = SegmentObjects(int(m["offset"]), segment_id)
+        suffix = m["suffix"]
+        if suffix == LOG:
+            seg.log_size = info.size
+        elif suffix == INDEXES:
+            seg.indexes_size = info.size
+        else:
+            seg.manifest_size = info.size
+    listing.partitions = {
+        tip: sorted(segs.values(), key=lambda s: (s.start_offset, str(s.segment_id)))
+        for tip, segs in sorted(partitions.items(),
+                                key=lambda kv: (kv[0].topic, kv[0].partition,
+                                                str(kv[0].topic_id)))}
+    return listing
+
+
+def _partition_dir(directory: str) -> TopicIdPartition | None:
+    m = _DIR_RE.fullmatch(directory)
+    if m is None or int(m["partition"]) > 2**31 - 1:
+        return None
+    try:
+        return TopicIdPartition(Uuid.from_string(m["topic_id"]), m["topic"],
+                                int(m["partition"]))
+    except ValueError:
+        return None
+
+
+# ---- resolution --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something about a segment (or the offsets between segments) a reader or the scrubber
+    reports: `kind`, the object key, the partition, the offsets [first, last] and why."""
+
+    kind: str
+    key: str | None
+    partition: str
+    first_offset: int | None
+    last_offset: int | None
+    detail: str
+
+    def __str__(self):
+        if self.first_offset is None:
+            offsets = ""
+        elif self.last_offset is None:
+            offsets = f" from offset {self.first_offset}"
+        else:
+            offsets = f" offsets {self.first_offset}-{self.last_offset}"
+        where = f" {self.key}" if self.key else ""
+        return f"{self.partition}{offsets}: {self.kind}{where}: {self.detail}"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "key": self.key, "partition": self.partition,
+                "first_offset": self.first_offset, "last_offset": self.last_offset,
+                "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentLink:
+    """A kept segment and the offsets it is read for: [start_offset, end) (the planning's
+    ChainLink shape)."""
+
+    segment: RemoteLogSegmentMetadata
+    end: int
+
+    @property
+    def start_offset(self) -> int:
+        return self.segment.start_offset
+
+
+@dataclass
+class PartitionView:
+    """One partition as the bucket holds it: the kept segments in offset order (`chain`),
+    what was skipped and why, and the offsets missing between kept segments."""
+
+    tip: TopicIdPartition
+    chain: list[SegmentLink]
+    skipped: list[Finding]
+    gaps: list[tuple[int, int]]
+    epochs: list[EpochEntry]
+    #: every segment with a manifest, as described (metadata, or why it cannot be read)
+    described: list = field(default_factory=list, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.tip.topic}-{self.tip.partition}"
+
+    @property
+    def segments(self) -> list[RemoteLogSegmentMetadata]:
+        return [link.segment for link in self.chain]
+
+    def bounds(self) -> tuple[int, int] | None:
+        """[earliest, latest) offsets held, None when nothing is."""
+        if not self.chain:
+            return None
+        return self.chain[0].start_offset, self.chain[-1].end
+
+    def missing(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The gaps inside offsets [start, end), as (first, last) inclusive."""
+        return [(max(a, start), min(b, end - 1)) for a, b in self.gaps
+                if a < end and b >= start]
+
+    @property
+    def lost_tail(self) -> Finding | None:
+        """A segment that cannot be read (or is half deleted) starting at or after the end of
+        the kept ones: its offsets, and any after them, are lost at the partition's end."""
+        bounds = self.bounds()
+        tail = [f for f in self.skipped
+                if f.kind in ("unreadable-segment", "incomplete-segment")
+                and (bounds is None or f.first_offset >= bounds[1])]
+        return min(tail, key=lambda f: f.first_offset) if tail else None
+
+    def check_range(self, start: int, end: int, fail_on_data_loss: bool = True) -> None:
+        """Raises RemoteDataLossError when offsets [start, end) cross a gap, or reach the end
+        of the kept segments while a segment after them cannot be read, and
+        `fail_on_data_loss`; otherwise logs a warning naming them."""
+        lost: list[tuple[int, int | None]] = list(self.missing(start, end))
+        text = ", ".join(f"{a}-{b}" for a, b in lost)
+        bounds = self.bounds()
+        tail = self.lost_tail
+        if tail is not None and (bounds is None or end >= bounds[1]):
+            lost.append((tail.first_offset, None))
+            text += (", " if text else "") + (f"from {tail.first_offset} on ({tail.key}: "
+                                              f"{tail.detail})")
+        if not lost:
+            return
+        message = (f"{self.name}: offsets {text} are in no readable segment of the bucket (a "
+                   "segment deleted, damaged or never uploaded)")
+        if fail_on_data_loss:
+            raise RemoteDataLossError(
+                message + "; set failOnDataLoss=false to read the records that exist",
+                partition=self.name, missing=lost, offset=lost[0][0])
+        log.warning("%s; reading the records that exist (failOnDataLoss=false)", message)
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    """A segment's objects and its metadata as read from them, or why they cannot be."""
+
+    objects: SegmentObjects
+    metadata: RemoteLogSegmentMetadata | None
+    checkpoint: tuple[EpochEntry, ...] = ()
+    error: str | None = None
+
+
+class Bucket:
+    """A bucket of the object-store tier read with no broker (see the module docstring).
+    Thread-safe; `close` releases the store and caches."""
+
+    def __init__(self, url: str, settings: Mapping[str, str] | None = None,
+                 broker_props: Mapping[str, str] | None = None):
+        from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
+
+        self.url = url
+        self.configs = bucket_configs(url, settings, broker_props)
+        self.prefix = self.configs["key.prefix"]
+        self.rsm = ObjectStorageRemoteStorageManager()
+        self.rsm.configure(self.configs)
+        self._lock = threading.Lock()
+        self._listing: BucketListing | None = None
+        self._views: dict[TopicIdPartition, PartitionView] = {}
+        self._offset_entries: dict = {}
+
+    def close(self) -> None:
+        self.rsm.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Bucket({self.rsm.store.url(self.prefix)})"
+
+    @property
+    def store(self):
+        return self.rsm.store
+
+    def key(self, tip: TopicIdPartition, seg: SegmentObjects, suffix: str) -> str:
+        return f"{self.prefix}{seg.main_path(tip)}.{suffix}"
+
+    # -- listing ----------------------------------------------------------------------
+
+    def list_keys(self) -> Iterator:
+        return self.store.list(self.prefix)
+
+    def listing(self) -> BucketListing:
+        """Every segment under the prefix (listed once per Bucket)."""
+        with self._lock:
+            if self._listing is None:
+                self._listing = group_listing(self.list_keys(), self.prefix)
+            return self._listing
+
+    def partitions(self, topic: str | None = None) -> dict[tuple[str, int], TopicIdPartition]:
+        """(topic, partition) -> TopicIdPartition of the partitions the bucket holds. A topic
+        with two topic ids (deleted and created again) is an error naming both: without the
+        RLMM the bucket cannot tell which is live."""
+        out: dict[tuple[str, int], TopicIdPartition] = {}
+        for tip in self.listing().partitions:
+            if topic is not None and tip.topic != topic:
+                continue
+            key = (tip.topic, tip.partition)
+            if key in out and out[key].topic_id != tip.topic_id:
+                raise ConfigError("bucket", self.url,
+                                  f"topic {tip.topic!r} partition {tip.partition} has objects "
+                                  f"under two topic ids ({out[key].topic_id} and "
+                                  f"{tip.topic_id}): a topic deleted and created again; "
+                                  "remove the old one's objects or read through the RLMM")
+            out[key] = tip
+        return dict(sorted(out.items()))
+
+    # -- resolution -------------------------------------------------------------------
+
+    def partition(self, tip: TopicIdPartition) -> PartitionView:
+        """The partition's kept segments, skipped segments and gaps (cached)."""
+        with self._lock:
+            view = self._views.get(tip)
+        if view is None:
+            view = self._resolve(tip, self.listing().partitions.get(tip, []))
+            with self._lock:
+                self._views.setdefault(tip, view)
+        return view
+
+    def describe_all(self, tip: TopicIdPartition, segments: list[SegmentObjects]
+                     ) -> list[Described]:
+        """Every segment with a manifest, described (on DESCRIBE_THREADS threads)."""
+        counted = [s for s in segments if s.manifest_size is not None]
+        if len(counted) <= 1:
+            return [self.describe(tip, s) for s in counted]
+        with concurrent.futures.ThreadPoolExecutor(
+                DESCRIBE_THREADS, thread_name_prefix="bucket-describe") as pool:
+            return list(pool.map(lambda s: self.describe(tip, s), counted))
+
+    def describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:
+        """The segment's metadata from its objects, or the reason it cannot be read."""
+        missing = [s for s, size in ((LOG, seg.log_size), (INDEXES, seg.indexes_size))
+                   if size is None]
+        if missing:
+            return Described(seg, None, error=f"its manifest is there but not its "
+                                               f".{' or .'.join(missing)} (a segment half "
+                                               "deleted or half written)")
+        try:
+            return self._describe(tip, seg)
+        except (KafkaEngineError, ValueError, OSError) as exc:
+            return Described(seg, None, error=f"cannot be read: {exc}")
+
+    def _describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:
+        segment_id = RemoteLogSegmentId(tip, seg.segment_id)
+        start = seg.start_offset
+
+        def metadata(end, size, epochs, max_ts=-1):
+            return RemoteLogSegmentMetadata(
+                segment_id, start, end, max_ts, -1, 0, size, epochs,
+                state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+
+        probe = metadata(start, 0, {0: start})
+        size = self.rsm.segment_size(probe)
+        if size == 0:
+            raise ValueError("the segment is empty (0 bytes in its manifest)")
+        probe = metadata(start, size, {0: start})
+        key = self.key(tip, seg, INDEXES)
+        checkpoint = LeaderEpochCheckpointFile.decode_entries(
+            index_bytes(self.rsm, probe, IndexType.LEADER_EPOCH), f"{key} (leader-epoch index)")
+        offsets = _increasing(OffsetIndex.from_buffer(
+            index_bytes(self.rsm, probe, IndexType.OFFSET), start).entries_array())
+        times = TimeIndex.from_buffer(index_bytes(self.rsm, probe, IndexType.TIMESTAMP),
+                                      start).entries_array()
+        position = int(offsets["position"][-1]) if len(offsets) else 0
+        reader = RemoteSegmentReader(self.rsm, probe)
+        last_offset, max_ts, last_epoch = -1, -1, -1
+        while position < size:
+            headers, position = reader.scan_window(position, _TAIL_WINDOW)
+            last_offset = int(headers["last_offset"][-1])
+            max_ts = max(max_ts, int(headers["max_timestamp"].max()))
+            last_epoch = int(headers["partition_leader_epoch"][-1])
+        if last_offset < start:
+            raise ValueError(f"its last batch ends at offset {last_offset}, before its start "
+                             f"offset {start}")
+        if len(times):
+            max_ts = max(max_ts, int(times["timestamp"].max()))
+        epochs = epoch_entries_in_range(checkpoint, start, last_offset + 1)
+        own = {e.epoch: e.start_offset for e in epochs} or {max(last_epoch, 0): start}
+        return Described(seg, metadata(last_offset, size, own, max_ts), tuple(checkpoint))
+
+    def _resolve(self, tip: TopicIdPartition, segments: list[SegmentObjects]
+                 ) -> PartitionView:
+        name = f"{tip.topic}-{tip.partition}"
+        skipped: list[Finding] = []
+        good: list[Described] = []
+        described = self.describe_all(tip, segments)
+        for d in described:
+            if d.metadata is None:
+                skipped.append(Finding("unreadable-segment" if "cannot be read" in d.error
+                                       else "incomplete-segment",
+                                       self.key(tip, d.objects, MANIFEST), name,
+                                       d.objects.start_offset, None, d.error))
+            else:
+                good.append(d)
+        if not good:
+            for f in skipped:
+                log.warning("bucket %s: %s", self.url, f)
+            return PartitionView(tip, [], skipped, [], [], described)
+        tipmost = max(good, key=lambda d: (d.metadata.last_epoch, d.metadata.end_offset,
+                                           _neg_id(d)))
+        lineage = _lineage(tipmost)
+        kept = []
+        for d in good:
+            why = _outside(d.metadata, lineage)
+            if why is None:
+                kept.append(d)
+            else:
+                skipped.append(self._finding("outside-lineage", tip, d, why))
+        by_start: dict[int, Described] = {}
+        for d in sorted(kept, key=lambda d: (-d.metadata.end_offset, str(d.objects.segment_id))):
+            first = by_start.setdefault(d.metadata.start_offset, d)
+            if first is not d:
+                skipped.append(self._finding(
+                    "duplicate-segment", tip, d,
+                    f"another upload of the segment at offset {d.metadata.start_offset} "
+                    f"({first.objects.segment_id}) is kept"))
+        chain: list[SegmentLink] = []
+        gaps: list[tuple[int, int]] = []
+        for start in sorted(by_start):
+            d = by_start[start]
+            md = d.metadata
+            if chain:
+                prev = chain[-1]
+                if md.end_offset + 1 <= prev.end:
+                    skipped.append(self._finding(
+                        "covered-segment", tip, d,
+                        f"segment {prev.segment.remote_log_segment_id.id} holds its offsets"))
+                    continue
+                if md.start_offset > prev.end:
+                    gaps.append((prev.end, md.start_offset - 1))
+                elif md.start_offset < prev.end:
+                    chain[-1] = SegmentLink(prev.segment, md.start_offset)
+            chain.append(SegmentLink(md, md.end_offset + 1))
+        for f in skipped:
+            log.log(logging.INFO if f.kind in ("duplicate-segment", "covered-segment")
+                    else logging.WARNING, "bucket %s: %s", self.url, f)
+        return PartitionView(tip, chain, skipped, gaps, list(lineage[0]), described)
+
+    def _finding(self, kind, tip, d: Described, detail: str) -> Finding:
+        md = d.metadata
+        return Finding(kind, self.key(tip, d.objects, MANIFEST), f"{tip.topic}-{tip.partition}",
+                       md.start_offset, md.end_offset, detail)
+
+    # -- indexes ----------------------------------------------------------------------
+
+    def offset_entries(self, segment: RemoteLogSegmentMetadata) -> np.ndarray:
+        """The segment's offset-index entries (absolute offsets), cached."""
+        key = segment.remote_log_segment_id
+        entries = self._offset_entries.get(key)
+        if entries is None:
+            data = index_bytes(self.rsm, segment, IndexType.OFFSET)
+            entries = _increasing(OffsetIndex.from_buffer(data, segment.start_offset)
+                                  .entries_array())
+            self._offset_entries[key] = entries
+        return entries
+
+
+def _neg_id(d: Described) -> str:
+    # ties between equally ranked tips: the smaller segment id (so runs agree)
+    return "".join(chr(0x10FFFF - ord(c)) for c in str(d.objects.segment_id))
+
+
+def _increasing(entries: np.ndarray) -> np.ndarray:
+    # a zero-filled preallocated tail reads as offset == base, position 0: stop there
+    bad = np.flatnonzero(np.diff(entries["offset"]) <= 0)
+    return entries[: int(bad[0]) + 1] if len(bad) else entries
+
+
+def _lineage(tip: Described) -> tuple[list[EpochEntry], dict[int, tuple[int, int]]]:
+    """The latest leader's epochs: its segment's checkpoint entries up to its end, and per
+    epoch [first offset, end) (the last epoch ends after the segment)."""
+    md = tip.metadata
+    entries = epoch_entries_in_range(tip.checkpoint, -1, md.end_offset + 1) or [
+        EpochEntry(e, o) for e, o in md.leader_epochs]
+    spans = {}
+    for i, e in enumerate(entries):
+        end = entries[i + 1].start_offset if i + 1 < len(entries) else md.end_offset + 1
+        spans[e.epoch] = (e.start_offset, end)
+    return entries, spans
+
+
+def _outside(md: RemoteLogSegmentMetadata, lineage) -> str | None:
+    """Why `md` is not part of the latest leader's lineage, None when it is (Kafka's
+    isRemoteSegmentWithinLeaderEpochs: every epoch of the segment in the lineage, each
+    beginning where the lineage says, and the segment ending within its last epoch)."""
+    entries, spans = lineage
+    first = entries[0]
+    if md.last_epoch < first.epoch and md.end_offset < first.start_offset:
+        return None  # history older than the lineage recorded (its checkpoint was truncated)
+    for i, (epoch, start) in enumerate(md.leader_epochs):
+        span = spans.get(epoch)
+        if span is None:
+            return f"its leader epoch {epoch} is not in the latest leader's lineage"
+        if i > 0 and start != span[0]:
+            return (f"its epoch {epoch} begins at offset {start}, the latest leader's at "
+                    f"{span[0]}")
+        # the lineage's first entry may have been raised to a later log start offset
+        low = span[0] if epoch != first.epoch else -1
+        if not low <= start < span[1]:
+            return (f"its epoch {epoch} holds offset {start}, outside that epoch's offsets "
+                    f"{span[0]}-{span[1] - 1} in the latest leader's lineage")
+    span = spans[md.last_epoch]
+    if md.end_offset >= span[1]:
+        return (f"it ends at offset {md.end_offset} in epoch {md.last_epoch}, which the "
+                f"latest leader's lineage ends at {span[1] - 1} (a divergent copy of an "
+                "earlier leader)")
+    return None

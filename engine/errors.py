@@ -257,6 +257,16 @@ class RemoteLogMetadataGapError(RemoteStorageError):
         self.partition = partition
 
 
+class RemoteDataLossError(KafkaEngineError, LookupError):
+    """Offsets a read asked for are in no segment of the remote tier (Spark's failOnDataLoss):
+    `partition` names the partition, `missing` the (first, last) offset ranges absent."""
+
+    def __init__(self, message, *, partition=None, missing=(), offset=None):
+        super().__init__(message, offset=offset)
+        self.partition = partition
+        self.missing = tuple(missing)
+
+
 __all__ = [
     "ConfigError",
     "CorruptCheckpointError",
@@ -282,6 +292,7 @@ __all__ = [
     "LogSegmentOffsetOverflowError",
     "OffsetOutOfRangeError",
     "RecordSizeLimitError",
+    "RemoteDataLossError",
     "RemoteEncryptionKeyError",
     "RemoteFetchTimeoutError",
     "RemoteLogAuxStateError",

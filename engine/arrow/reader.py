@@ -136,7 +136,7 @@ def _props(config) -> dict[str, str] | None:
 
 
 def _per_partition(value, p: int, name: str):
-    if value is None or isinstance(value, int) and not isinstance(value, bool):
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     if isinstance(value, Mapping):
         return value.get(p)

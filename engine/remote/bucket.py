@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from engine.config import ConfigError
-from engine.errors import KafkaEngineError
+from engine.errors import KafkaEngineError, RemoteDataLossError
 from engine.log.checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
@@ -96,16 +96,6 @@ DESCRIBE_THREADS = 8
 _KEPT_UNPARSED = 20
 #: bytes read at once while walking a segment's tail for its end offset
 _TAIL_WINDOW = 64 * 1024
-
-
-class RemoteDataLossError(KafkaEngineError, LookupError):
-    """Offsets a read asked for are in no segment of the bucket (Spark's failOnDataLoss):
-    `partition` names the partition, `missing` the (first, last) offset ranges absent."""
-
-    def __init__(self, message, *, partition=None, missing=(), offset=None):
-        super().__init__(message, offset=offset)
-        self.partition = partition
-        self.missing = tuple(missing)
 
 
 # ---- naming a bucket ---------------------------------------------------------------------

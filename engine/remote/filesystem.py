@@ -68,9 +68,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.checksums import crc32c
+from engine.common import fsync_dir
 from engine.config import ConfigError
 from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
-from engine.log.checkpoint import fsync_dir
 from engine.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 

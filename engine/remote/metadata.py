@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from engine.log.checkpoint import Uuid
+from engine.common import Uuid
 
 __all__ = [
     "TopicIdPartition",

@@ -46,7 +46,6 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
 )
 from engine.remote.storage import LogSegmentData
-from engine.rlm.lineage import leader_epoch_checkpoint_text
 from engine.rlm.state import PartitionState
 
 __all__ = ["candidate_segments", "check_next_segment", "copy_lag", "run_copy"]
@@ -125,8 +124,7 @@ def _segment_data(unified, segment: LogSegment, next_base: int) -> LogSegmentDat
         time_index=segment.time_index.file,
         transaction_index=None if txn.is_empty() else txn.file,
         producer_snapshot=snapshot,
-        leader_epoch_index=leader_epoch_checkpoint_text(unified.leader_epoch_cache.entries,
-                                                        next_base))
+        leader_epoch_index=unified.leader_epoch_checkpoint_text(next_base))
 
 
 def _file_identity(path) -> tuple[int, int, int] | None:

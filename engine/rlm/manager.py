@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.common import TopicPartition, Uuid
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import (
     CorruptRemoteLogMetadataError,
@@ -57,7 +58,6 @@ from engine.errors import (
     RemoteFetchTimeoutError,
     RemoteLogMetadataGapError,
 )
-from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata import (

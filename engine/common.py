@@ -107,7 +107,8 @@ class Uuid:
         string does not start with '-' (Kafka's Uuid.randomUuid rules)."""
         while True:
             candidate = cls.from_bytes(_uuid.uuid4().bytes)
-            if candidate not in (cls.ZERO, cls.METADATA_TOPIC_ID) and not str(candidate).startswith("-"):
+            if candidate not in (cls.ZERO, cls.METADATA_TOPIC_ID) \
+                    and not str(candidate).startswith("-"):
                 return candidate
 
     @property

@@ -100,7 +100,7 @@ def initialise_leader(rlm, st: PartitionState) -> None:
     highest copied offset of the lineage (no duplicate uploads after a leader change).
 
     A log start offset below the local one that the remote metadata does not cover
-    (`_metadata_gap`) is left as it is: `st.metadata_gap` says why, the state stays
+    (`metadata_gap`) is left as it is: `st.metadata_gap` says why, the state stays
     uninitialised (every run checks again: restoring the metadata and restarting
     resumes tiering) and the copy, expiration and remote reads refuse the partition."""
     unified = st.log

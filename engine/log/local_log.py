@@ -55,6 +55,7 @@ from engine.log.segment import (
 
 __all__ = ["LocalLog"]
 
+# the log records of every part of UnifiedLog keep its logger name
 log = logging.getLogger("engine.log.unified_log")
 
 DELETED_SUFFIX = ".deleted"

@@ -47,6 +47,7 @@ from engine.log.segment import (
 
 __all__ = ["LEADER_EPOCH_CHECKPOINT_FILE", "LogLoader"]
 
+# the log records of every part of UnifiedLog keep its logger name
 log = logging.getLogger("engine.log.unified_log")
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"

@@ -28,6 +28,7 @@ from engine.log.segment import LogSegment
 
 __all__ = ["LogRetention", "LogStartOffsetIncrementReason"]
 
+# the log records of every part of UnifiedLog keep its logger name
 log = logging.getLogger("engine.log.unified_log")
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PartitionRegistry"]
 
+# the log records of every part of the RemoteLogManager keep its logger name
 log = logging.getLogger("engine.rlm.manager")
 
 #: how long a deletion waits for the partition's running copy or expiration run

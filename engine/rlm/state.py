@@ -12,6 +12,7 @@ from engine.remote.metadata import RemoteLogSegmentId, TopicIdPartition
 
 __all__ = ["PartitionState", "new_state", "topic_id_of"]
 
+# the log records of every part of the RemoteLogManager keep its logger name
 log = logging.getLogger("engine.rlm.manager")
 
 

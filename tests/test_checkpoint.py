@@ -303,3 +303,26 @@ def test_uuid_pickles():
 
     topic_id = Uuid.random()
     assert pickle.loads(pickle.dumps(topic_id)) == topic_id
+
+
+def test_leader_epoch_checkpoint_text_is_the_checkpoint_files_encoding(tmp_path):
+    """The copier's leader-epoch index and a written `leader-epoch-checkpoint` are the same
+    bytes: one encoder, truncated at the next segment's base offset."""
+    from engine.log.checkpoint import leader_epoch_checkpoint_text
+
+    entries = [EpochEntry(0, 0), EpochEntry(2, 10), EpochEntry(5, 30)]
+    checkpoint = LeaderEpochCheckpointFile(tmp_path / "leader-epoch-checkpoint")
+    checkpoint.write(entries[:2], sync=False)
+    assert leader_epoch_checkpoint_text(entries, 30) == checkpoint.file.read_bytes()
+    assert leader_epoch_checkpoint_text(entries, 31) == \
+        LeaderEpochCheckpointFile.encode_entries(entries)
+
+
+def test_shared_basics_are_reexported_from_the_checkpoint_module():
+    """Uuid, TopicPartition and the atomic writes live in engine.common (layer 2); the
+    names engine.log.checkpoint has always exported are the same objects."""
+    from engine import common
+    from engine.log import checkpoint
+
+    for name in ("Uuid", "TopicPartition", "fsync_dir", "write_file_atomically"):
+        assert getattr(checkpoint, name) is getattr(common, name)

@@ -404,7 +404,7 @@ def test_the_roll_check_follows_update_config_and_epochs_follow_each_append(tmp_
 
 def test_segment_jitter_ms_is_subtracted_from_segment_ms(tmp_path, monkeypatch):
     from engine.config import BrokerConfig, TopicConfig
-    from engine.log import unified_log
+    from engine.log import local_log
 
     class Draws:
         def __init__(self):
@@ -415,7 +415,7 @@ def test_segment_jitter_ms_is_subtracted_from_segment_ms(tmp_path, monkeypatch):
             return 300
 
     draws = Draws()
-    monkeypatch.setattr(unified_log, "_jitter_random", draws)
+    monkeypatch.setattr(local_log, "_jitter_random", draws)
     t0 = 1_700_000_000_000
     # The broker synonym in hours gives the default; segment.ms bounds the draw.
     config = TopicConfig.resolve({"segment.ms": "1000"},

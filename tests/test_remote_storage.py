@@ -227,7 +227,7 @@ def test_log_crc_is_checked_once_per_segment_and_size_always(tmp_path, segment):
 
 
 def test_open_log_cache_never_closes_a_file_under_a_reader(tmp_path, segment):
-    from engine.remote import filesystem
+    from engine.remote.filesystem import read as filesystem
 
     rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
     rsm._open_logs = filesystem._OpenLogCache(2)
@@ -249,7 +249,7 @@ def test_open_log_cache_never_closes_a_file_under_a_reader(tmp_path, segment):
 
 
 def test_open_log_cache_closes_the_loser_of_an_open_race(tmp_path, segment):
-    from engine.remote import filesystem
+    from engine.remote.filesystem import read as filesystem
 
     rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
     md = copied(rsm, segment)
@@ -310,7 +310,7 @@ def test_map_range_checks_like_read_range(tmp_path, segment):
 
 
 def test_map_range_views_survive_eviction_deletion_and_close(tmp_path, segment):
-    from engine.remote import filesystem
+    from engine.remote.filesystem import read as filesystem
 
     rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
     rsm._open_logs = filesystem._OpenLogCache(2)
@@ -334,7 +334,7 @@ def test_map_range_views_survive_eviction_deletion_and_close(tmp_path, segment):
 
 
 def test_map_range_concurrent_with_eviction(tmp_path, segment):
-    from engine.remote import filesystem
+    from engine.remote.filesystem import read as filesystem
 
     rsm = FileSystemRemoteStorageManager([tmp_path], fsync=False)
     rsm._open_logs = filesystem._OpenLogCache(2)

@@ -27,8 +27,9 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.cli import main
-from engine.remote import filesystem, metadata_log
+from engine.remote import metadata_log
 from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.remote.filesystem import copy as filesystem
 from engine.rlm import RemoteLogManager
 
 

@@ -41,8 +41,8 @@ import numpy as np
 from engine.cli._broker import BrokerSession
 from engine.cli._local_s3 import LocalS3Server, LocalS3ServerError
 from engine.cli.produce_demo import produce_partition
+from engine.common import Uuid
 from engine.config import load_broker_config
-from engine.log.checkpoint import Uuid
 from engine.records import CompressionType, scan_batches
 
 __all__ = ["run", "write_broker_file"]

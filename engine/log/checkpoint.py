@@ -23,21 +23,23 @@ mismatch, a count mismatch or a malformed line raises CorruptCheckpointError.
 `partition.metadata` (partition dir) is `version: 0\\ntopic_id: <Uuid>` with no trailing
 newline; readers split each line on `:` plus whitespace.
 
+`Uuid`, `TopicPartition` and the atomic writes live in `engine.common` (layer 2, shared with
+the remote tier) and are re-exported here.
+
 Thread-safety: each file object serializes its reads and writes on a lock; the functions are
 pure.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import threading
-import uuid as _uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from engine.common import TopicPartition, Uuid, fsync_dir, write_file_atomically
 from engine.errors import CorruptCheckpointError
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "epoch_entries_in_range",
     "epoch_for_offset",
     "fsync_dir",
+    "leader_epoch_checkpoint_text",
     "write_file_atomically",
 ]
 
@@ -74,39 +77,6 @@ _INT64 = (-(2**63), 2**63 - 1)
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")             # Integer/Long.parseLong, ASCII digits
 _JAVA_WHITESPACE = re.compile(r"[ \t\n\x0b\f\r]+")    # Java's \s
 _LINE = re.compile(rb"([^\r\n]*)(\r\n|\r|\n|\Z)")      # BufferedReader.readLine
-
-
-# ---- atomic writes ------------------------------------------------------------------------
-
-def fsync_dir(path) -> None:
-    """fsyncs a directory so a rename inside it is durable (no-op where unsupported)."""
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_atomically(path, data: bytes, *, sync: bool = True) -> None:
-    """Writes `data` to `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the
-    directory (Kafka's write-then-Utils.atomicMoveWithFallback). `sync=False` skips both
-    fsyncs. On error the temporary file is removed and `path` is untouched."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if sync:
-        fsync_dir(path.parent)
 
 
 # ---- parsing helpers ----------------------------------------------------------------------
@@ -193,10 +163,7 @@ class CheckpointFile(Generic[T]):
 
     def encode(self, entries: Iterable[T]) -> bytes:
         """The file's bytes for `entries`."""
-        entries = list(entries)
-        lines = [str(self._version), str(len(entries))]
-        lines += [self._formatter.to_line(entry) for entry in entries]
-        return "".join(line + "\n" for line in lines).encode("utf-8")
+        return _encode_lines(entries, self._version, self._formatter)
 
     def write(self, entries: Iterable[T], *, sync: bool = True) -> None:
         """Replaces the file atomically (see write_file_atomically)."""
@@ -230,6 +197,13 @@ class CheckpointFile(Generic[T]):
 
     def __repr__(self):
         return f"{type(self).__name__}({str(self._file)!r}, version={self._version})"
+
+
+def _encode_lines(entries: Iterable[T], version: int, formatter: EntryFormatter[T]) -> bytes:
+    """The checkpoint text of `entries`: the one encoder of every checkpoint kind."""
+    entries = list(entries)
+    lines = [str(version), str(len(entries))] + [formatter.to_line(entry) for entry in entries]
+    return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
 def _decode_lines(lines: list[tuple[int, str]], version: int, formatter: EntryFormatter[T],
@@ -304,10 +278,7 @@ class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
     @classmethod
     def encode_entries(cls, entries: Iterable[EpochEntry]) -> bytes:
         """The checkpoint text of `entries`, without a file (e.g. for the remote tier)."""
-        formatter = _EpochEntryFormatter()
-        entries = list(entries)
-        lines = [str(cls.VERSION), str(len(entries))] + [formatter.to_line(e) for e in entries]
-        return "".join(line + "\n" for line in lines).encode("utf-8")
+        return _encode_lines(entries, cls.VERSION, _EpochEntryFormatter())
 
     @classmethod
     def decode_entries(cls, data, source) -> list[EpochEntry]:
@@ -369,14 +340,15 @@ def epoch_entries_in_range(entries: Iterable[EpochEntry], start_offset: int,
     return epochs
 
 
+def leader_epoch_checkpoint_text(entries: Iterable[EpochEntry], up_to_offset: int) -> bytes:
+    """`leader-epoch-checkpoint` bytes of the entries starting before `up_to_offset`: what a
+    tiered segment carries (Kafka's copy of the cache truncated from the end at the next
+    segment's base offset)."""
+    kept = [entry for entry in entries if int(entry[1]) < up_to_offset]
+    return LeaderEpochCheckpointFile.encode_entries(kept)
+
+
 # ---- offset checkpoints -------------------------------------------------------------------
-
-class TopicPartition(NamedTuple):
-    """A topic name and partition number (compares equal to the plain tuple)."""
-
-    topic: str
-    partition: int
-
 
 class _OffsetFormatter:
     def to_line(self, item: tuple[tuple[str, int], int]) -> str:
@@ -426,89 +398,7 @@ class OffsetCheckpointFile:
         return f"OffsetCheckpointFile({str(self.file)!r})"
 
 
-# ---- partition.metadata and Uuid ---------------------------------------------------------
-
-class Uuid:
-    """Kafka's Uuid: 16 bytes, written as URL-safe base64 without padding (22 characters).
-
-    Immutable and hashable. `Uuid(most_significant_bits, least_significant_bits)` takes the
-    two 64-bit halves (signed or unsigned); `from_string`, `from_bytes` and `random` build
-    one otherwise.
-    """
-
-    __slots__ = ("_bytes",)
-    ZERO: Uuid
-    METADATA_TOPIC_ID: Uuid
-
-    def __init__(self, most_significant_bits: int, least_significant_bits: int):
-        for half in (most_significant_bits, least_significant_bits):
-            if not -(2**63) <= half < 2**64:
-                raise ValueError(f"Uuid half {half} does not fit 64 bits")
-        mask = 2**64 - 1
-        value = ((most_significant_bits & mask) << 64) | (least_significant_bits & mask)
-        object.__setattr__(self, "_bytes", value.to_bytes(16, "big"))
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Uuid:
-        """The Uuid of 16 big-endian bytes (ValueError for another length)."""
-        data = bytes(data)
-        if len(data) != 16:
-            raise ValueError(f"a Uuid has 16 bytes, got {len(data)}")
-        return cls(int.from_bytes(data[:8], "big"), int.from_bytes(data[8:], "big"))
-
-    @classmethod
-    def from_string(cls, text: str) -> Uuid:
-        """Parses the base64url form (22 characters, or 24 with `==` padding).
-        ValueError for anything else."""
-        if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_-]{22}(==)?", text):
-            raise ValueError(f"{text!r} is not a base64url-encoded 16-byte Uuid")
-        return cls.from_bytes(base64.urlsafe_b64decode(text[:22] + "=="))
-
-    @classmethod
-    def random(cls) -> Uuid:
-        """A random (version 4) Uuid that is neither ZERO nor METADATA_TOPIC_ID and whose
-        string does not start with '-' (Kafka's Uuid.randomUuid rules)."""
-        while True:
-            candidate = cls.from_bytes(_uuid.uuid4().bytes)
-            if (candidate not in (cls.ZERO, cls.METADATA_TOPIC_ID)
-                    and not str(candidate).startswith("-")):
-                return candidate
-
-    @property
-    def most_significant_bits(self) -> int:
-        """The first 8 bytes as a signed int64 (Java's getMostSignificantBits)."""
-        return int.from_bytes(self._bytes[:8], "big", signed=True)
-
-    @property
-    def least_significant_bits(self) -> int:
-        """The last 8 bytes as a signed int64 (Java's getLeastSignificantBits)."""
-        return int.from_bytes(self._bytes[8:], "big", signed=True)
-
-    def __bytes__(self) -> bytes:
-        return self._bytes
-
-    def __str__(self) -> str:
-        return base64.urlsafe_b64encode(self._bytes).rstrip(b"=").decode("ascii")
-
-    def __repr__(self) -> str:
-        return f"Uuid({str(self)!r})"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Uuid) and other._bytes == self._bytes
-
-    def __hash__(self) -> int:
-        return hash(self._bytes)
-
-    def __setattr__(self, name, value):
-        raise AttributeError("Uuid is immutable")
-
-    def __reduce__(self):
-        return (Uuid.from_bytes, (self._bytes,))
-
-
-Uuid.ZERO = Uuid(0, 0)
-Uuid.METADATA_TOPIC_ID = Uuid(0, 1)
-
+# ---- partition.metadata ------------------------------------------------------------------
 
 class PartitionMetadata(NamedTuple):
     """Contents of `partition.metadata`."""

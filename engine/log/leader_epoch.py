@@ -14,6 +14,7 @@ from engine.log.checkpoint import (
     LeaderEpochCheckpointFile,
     epoch_entries_in_range,
     epoch_for_offset,
+    leader_epoch_checkpoint_text,
 )
 
 __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochFileCache"]
@@ -114,8 +115,8 @@ class LeaderEpochFileCache:
         """`leader-epoch-checkpoint` bytes of the entries starting below `up_to_offset`
         (Kafka's copy of the cache truncated from the end, as tiered with a segment)."""
         with self._lock:
-            entries = [e for e in self._entries if e.start_offset < up_to_offset]
-        return LeaderEpochCheckpointFile.encode_entries(entries)
+            entries = list(self._entries)
+        return leader_epoch_checkpoint_text(entries, up_to_offset)
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as Kafka's endOffsetFor answers an OffsetsForLeaderEpoch

@@ -47,8 +47,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from engine.checksums import crc32c
+from engine.common import Uuid, write_file_atomically
 from engine.errors import RemoteStorageError
-from engine.log.checkpoint import Uuid, write_file_atomically
 from engine.log.offset_index import OffsetIndex
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import TransactionIndex

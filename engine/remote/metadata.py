@@ -10,8 +10,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from engine.common import Uuid
 from engine.errors import IllegalStateTransitionError
-from engine.log.checkpoint import Uuid
 
 __all__ = [
     "TopicIdPartition",

@@ -37,8 +37,8 @@ import bisect
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
+from engine.common import Uuid
 from engine.errors import RemoteResourceNotFoundError
-from engine.log.checkpoint import Uuid
 from engine.remote.metadata import (
     IllegalStateTransitionError,
     RemoteLogSegmentId,

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.checksums import crc32c
+from engine.common import Uuid, fsync_dir, write_file_atomically
 from engine.errors import (
     CorruptRemoteLogMetadataError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from engine.log.checkpoint import Uuid, fsync_dir, write_file_atomically
 from engine.remote.metadata import (
     IllegalStateTransitionError,
     RemoteLogSegmentId,

@@ -19,6 +19,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     TopicIdPartition,
 )
 
@@ -101,6 +102,18 @@ class RemoteLogMetadataManager(abc.ABC):
     def offline_partitions(self) -> dict[TopicIdPartition, Exception]:
         """The partitions known to be offline, with their errors."""
         return {}
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        """The partitions with stored metadata, for callers that must find a partition the
+        local logs no longer name (deleting it, listing the tier); empty when the plugin
+        cannot list them."""
+        return []
+
+    def partition_delete_state(self, topic_id_partition: TopicIdPartition
+                               ) -> RemotePartitionDeleteState | None:
+        """The partition's deletion state, or None when none was recorded (or the plugin
+        does not keep it)."""
+        return None
 
     def close(self) -> None:
         """Releases resources. Idempotent."""

@@ -5,6 +5,12 @@ stable offset and not yet covered remotely: COPY_SEGMENT_STARTED -> RSM copy ->
 custom-metadata size check (KIP-917) -> COPY_SEGMENT_FINISHED -> highest offset in remote
 storage. Only then may local retention delete the segment (UnifiedLog's tiered rule).
 
+The partition's copy state (`PartitionState`: the copied offset and epoch, the metadata gap,
+the retry backoff) is kept here: `initialise_leader` sets it on the first run as leader (and
+after a truncation) from the remote metadata, `copy_once` runs the task and keeps its
+exponential backoff (`remote.log.manager.task.retry.backoff.ms` doubling up to
+`...backoff.max.ms`).
+
 A copy that fails is undone (DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED)
 and the run ends; the next run retries after Kafka's exponential backoff. Custom metadata
 over `remote.log.metadata.custom.metadata.max.bytes` undoes the copy and cancels copying
@@ -36,7 +42,11 @@ import itertools
 import logging
 import os
 
-from engine.errors import CorruptRecordError, CustomMetadataSizeLimitExceededError
+from engine.errors import (
+    CorruptRecordError,
+    CustomMetadataSizeLimitExceededError,
+    RemoteLogMetadataGapError,
+)
 from engine.log.checkpoint import epoch_entries_in_range
 from engine.log.segment import LogSegment
 from engine.remote.metadata import (
@@ -46,10 +56,11 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
 )
 from engine.remote.storage import LogSegmentData
-from engine.rlm.lineage import leader_epoch_checkpoint_text
+from engine.rlm.lineage import find_highest_remote_offset, find_log_start_offset
 from engine.rlm.state import PartitionState
 
-__all__ = ["candidate_segments", "check_next_segment", "copy_lag", "run_copy"]
+__all__ = ["candidate_segments", "check_next_segment", "copy_lag", "copy_once", "gap_error",
+           "initialise_leader", "metadata_gap", "run_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +93,109 @@ def copy_lag(unified) -> tuple[int, int]:
     return max(0, size), max(0, len(lagging) - 1)
 
 
+# ---- per-partition copy state -------------------------------------------------------------
+
+def initialise_leader(rlm, st: PartitionState) -> None:
+    """First copy run as leader: the log start offset from the remote tier, and the
+    highest copied offset of the lineage (no duplicate uploads after a leader change).
+
+    A log start offset below the local one that the remote metadata does not cover
+    (`metadata_gap`) is left as it is: `st.metadata_gap` says why, the state stays
+    uninitialised (every run checks again: restoring the metadata and restarting
+    resumes tiering) and the copy, expiration and remote reads refuse the partition."""
+    unified = st.log
+    entries = unified.leader_epoch_cache.entries
+    offset, epoch = find_highest_remote_offset(rlm.rlmm, st.tip, entries,
+                                               unified.log_end_offset)
+    gap = metadata_gap(rlm, st, offset)
+    if gap != st.metadata_gap and gap is not None:
+        log.error("%s: %s", st.name, gap)
+    elif gap != st.metadata_gap:
+        log.info("%s: the remote log metadata covers the log start offset again",
+                 st.name)
+    st.metadata_gap = gap
+    if gap is not None:  # what the copy run would fail with, for status in any process
+        exc = gap_error(st)
+        st.last_copy_error = f"{type(exc).__name__}: {exc}"
+        return
+    st.truncation_epoch = unified.truncation_epoch
+    if entries and entries[0].start_offset > unified.log_start_offset:
+        # the cache does not reach back to the log start offset: a lost log-start
+        # checkpoint, or a lost leader-epoch-checkpoint rebuilt from the local segments
+        # (older epochs unknown). The earliest copied segment of any epoch is the start.
+        start = min((md.start_offset for md in rlm.rlmm.list_remote_log_segments(st.tip)
+                     if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
+                    default=None)
+    else:
+        start = find_log_start_offset(rlm.rlmm, st.tip, entries)
+    if start is None:  # Kafka's findLogStartOffset falls back to the local one
+        start = unified.local_log_start_offset
+    if start > unified.log_start_offset:
+        unified.maybe_increment_log_start_offset(start, "SegmentDeletion")
+    st.copied_offset, st.copied_epoch = offset, epoch
+    unified.update_highest_offset_in_remote_storage(offset)
+    st.initialised = True
+    log.info("%s: leader epoch %d, highest copied offset %d (epoch %d)", st.name,
+             st.leader_epoch, offset, epoch)
+
+
+def metadata_gap(rlm, st: PartitionState, highest_copied: int) -> str | None:
+    """Why the log start offset is not covered, or None: it lies below the local log
+    start offset and no copied segment the remote metadata knows of (finished, being
+    deleted, or counted in an epoch's highest offset, which outlives deletion) reaches
+    the local start. Raising the log start offset to the local one then (Kafka's
+    fallback) would make the lost metadata's segments unreachable for good."""
+    unified = st.log
+    start, local = unified.log_start_offset, unified.local_log_start_offset
+    if start >= local:
+        return None
+    reach = highest_copied
+    for md in rlm.rlmm.list_remote_log_segments(st.tip):
+        if md.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                        RemoteLogSegmentState.DELETE_SEGMENT_STARTED):
+            reach = max(reach, md.end_offset)
+    if reach >= local - 1:
+        return None
+    return (f"the log start offset {start} is below the local log start offset {local} "
+            f"but the remote log metadata of {st.tip} reaches only offset {reach}: "
+            f"offsets [{max(start, reach + 1)}, {local - 1}] are in neither tier (the "
+            f"partition's metadata lost or replaced, e.g. its directory under "
+            f"__remote_log_metadata); the partition is not tiered or expired and its log "
+            f"start offset is kept until the metadata is restored, or DeleteRecords to "
+            f"{local} accepts the loss")
+
+
+def gap_error(st: PartitionState, offset: int | None = None) -> RemoteLogMetadataGapError:
+    return RemoteLogMetadataGapError(f"{st.name}: {st.metadata_gap}", offset=offset,
+                                     partition=(st.topic, st.partition))
+
+
+def copy_once(rlm, st: PartitionState, honour_backoff: bool) -> tuple[int, int, int]:
+    """One copy run with error handling. Returns (delay ms before the next run, segments
+    copied, bytes copied)."""
+    now = rlm.clock()
+    if honour_backoff and now < st.next_copy_attempt_ms:
+        return st.next_copy_attempt_ms - now, 0, 0
+    progress = [0, 0]
+    try:
+        run_copy(rlm, st, progress)
+    except Exception as exc:
+        rlm.metrics.mark("RemoteCopyErrorsPerSec", st.topic)
+        st.last_copy_error = f"{type(exc).__name__}: {exc}"
+        delay = rlm.backoff.backoff(st.copy_failures)
+        st.copy_failures += 1
+        st.next_copy_attempt_ms = rlm.clock() + delay
+        log.warning("Copy task of %s failed (attempt %d; retry in %d ms): %s", st.name,
+                    st.copy_failures, delay, st.last_copy_error)
+        return delay, progress[0], progress[1]
+    st.copy_failures = 0
+    st.next_copy_attempt_ms = 0
+    st.last_copy_error = None
+    return rlm.interval_ms, progress[0], progress[1]
+
+
+# ---- one copy run -------------------------------------------------------------------------
+
 def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
     """One run of the copy task; `progress` ([segments, bytes]) counts what it copied.
     Raises the error that stopped the run (the segments before it stay copied)."""
@@ -89,9 +203,9 @@ def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
     if st.copy_cancelled or not st.is_leader:
         return
     if st.needs_initialisation:
-        rlm._initialise_leader(st)
-    if st.metadata_gap is not None:  # see RemoteLogManager._metadata_gap
-        raise rlm._gap_error(st)
+        initialise_leader(rlm, st)
+    if st.metadata_gap is not None:  # see metadata_gap
+        raise gap_error(st)
     if unified.remote_log_copy_disabled:
         return
     try:
@@ -101,7 +215,7 @@ def run_copy(rlm, st: PartitionState, progress: list[int]) -> None:
         if known is not None and all(str(s.log_file) != known["file"] for s, _ in candidates):
             _clear_corrupt(rlm, st, "is no longer to be copied (below the log start offset)")
         for segment, next_base in candidates:
-            if rlm._closed or st.copy_cancelled or st.deleted_partition:
+            if rlm.closed or st.copy_cancelled or st.deleted_partition:
                 break
             copy_segment(rlm, st, segment, next_base)
             progress[0] += 1
@@ -125,8 +239,7 @@ def _segment_data(unified, segment: LogSegment, next_base: int) -> LogSegmentDat
         time_index=segment.time_index.file,
         transaction_index=None if txn.is_empty() else txn.file,
         producer_snapshot=snapshot,
-        leader_epoch_index=leader_epoch_checkpoint_text(unified.leader_epoch_cache.entries,
-                                                        next_base))
+        leader_epoch_index=unified.leader_epoch_checkpoint_text(next_base))
 
 
 def _file_identity(path) -> tuple[int, int, int] | None:

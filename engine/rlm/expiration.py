@@ -40,10 +40,12 @@ from engine.remote.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
+from engine.rlm.copier import gap_error, initialise_leader
 from engine.rlm.lineage import epochs_with_offsets, is_remote_segment_within_leader_epochs
 from engine.rlm.state import PartitionState
 
-__all__ = ["ExpirationPlan", "delete_remote_partition", "plan_expiration", "run_expiration"]
+__all__ = ["ExpirationPlan", "delete_disabled", "delete_remote_partition", "expire_once",
+           "plan_expiration", "run_expiration", "wait_for_tasks"]
 
 log = logging.getLogger(__name__)
 _S = RemoteLogSegmentState
@@ -255,6 +257,50 @@ def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
     return deleted, errors
 
 
+def expire_once(rlm, st: PartitionState,
+                honour_backoff: bool = False) -> tuple[int, list[Exception]]:
+    """One expiration run. A run with errors is retried after the copy's exponential
+    backoff (each retry of a failing tier would otherwise log and record again at every
+    interval), and logged once for all its failed deletes."""
+    if honour_backoff and rlm.clock() < st.next_expiration_attempt_ms:
+        return 0, []
+    deleted, errors = _expire_run(rlm, st)
+    if not errors:
+        st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
+        return deleted, errors
+    delay = rlm.backoff.backoff(st.expiration_failures)
+    st.expiration_failures += 1
+    st.next_expiration_attempt_ms = rlm.clock() + delay
+    log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
+                "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
+                len(errors), deleted, st.last_expiration_error)
+    return deleted, errors
+
+
+def _expire_run(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
+    if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
+        # a running copy initialises the state itself; till then size retention waits
+        try:
+            if st.needs_initialisation:
+                initialise_leader(rlm, st)
+        except Exception as exc:
+            st.copy_lock.release()
+            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+            return 0, [exc]
+        st.copy_lock.release()
+    if st.metadata_gap is not None:  # nothing is expired over a gap in the metadata
+        exc = gap_error(st)
+        st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+        return 0, [exc]
+    try:
+        deleted, errors = run_expiration(rlm, st)
+    except Exception as exc:
+        deleted, errors = 0, [exc]
+    st.last_expiration_error = (f"{type(errors[-1]).__name__}: {errors[-1]}"
+                                if errors else None)
+    return deleted, errors
+
+
 def _put_partition_state(rlm, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
     try:
         rlm.rlmm.put_remote_partition_delete_metadata(
@@ -288,3 +334,51 @@ def delete_remote_partition(rlm, tip: TopicIdPartition) -> int:
         rlm.mark_delete_finished(md)
     _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
     return len(updates)
+
+
+def delete_disabled(rlm, pending: list[PartitionState], wait_s: float
+                    ) -> tuple[list[str], list[PartitionState]]:
+    """Deletes the remote data of the partitions whose tiering was disabled with
+    remote.log.delete.on.disable: the log start offset moves to the local log start
+    first (no reader is sent to the tier), then the partition deletion runs
+    (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors and the partitions
+    whose deletion failed: a later pass retries them, after the retry backoff."""
+    errors, retry = [], []
+    for st in pending:
+        if rlm.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
+            retry.append(st)
+            errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+            continue
+        try:
+            wait_for_tasks(st, wait_s)
+            unified = st.log
+            if unified.local_log_start_offset > unified.log_start_offset:
+                unified.maybe_increment_log_start_offset(unified.local_log_start_offset,
+                                                         "SegmentDeletion")
+            deleted = delete_remote_partition(rlm, st.tip)
+            rlm.rlmm.on_stop_partitions([st.tip])
+            log.info("%s: tiering disabled: %d remote segment(s) deleted", st.name,
+                     deleted)
+        except Exception as exc:
+            retry.append(st)
+            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+            delay = rlm.backoff.backoff(st.expiration_failures)
+            st.expiration_failures += 1
+            st.next_expiration_attempt_ms = rlm.clock() + delay
+            errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+            log.warning("Deleting the remote data of %s (tiering disabled) failed "
+                        "(attempt %d; retry in %d ms): %s", st.name,
+                        st.expiration_failures, delay, exc)
+    return errors, retry
+
+
+def wait_for_tasks(st: PartitionState, wait_s: float) -> None:
+    """Waits (bounded) for the partition's running copy and expiration runs: a running
+    copy sees deleted_partition and stops after its current segment; one stuck in the
+    RSM is not waited for."""
+    for lock, what in ((st.copy_lock, "copy"), (st.expiration_lock, "expiration")):
+        if lock.acquire(timeout=wait_s):
+            lock.release()
+        else:
+            log.warning("Deleting the remote data of %s while its %s run is still in "
+                        "progress", st.name, what)

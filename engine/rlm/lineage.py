@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.log.checkpoint import EpochEntry
+from engine.log.checkpoint import EpochEntry, leader_epoch_checkpoint_text
 from engine.remote.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -136,12 +136,3 @@ def find_log_start_offset(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition,
             if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
                 return md.start_offset
     return None
-
-
-def leader_epoch_checkpoint_text(entries: Sequence[EpochEntry], up_to_offset: int) -> bytes:
-    """A leader-epoch checkpoint (version 0) of the entries starting before `up_to_offset`:
-    what a tiered segment carries (entries from the log start up to the next segment)."""
-    kept = [e for e in entries if e.start_offset < up_to_offset]
-    lines = ["0", str(len(kept)), *(f"{int(e.epoch)} {int(e.start_offset)}" for e in kept)]
-    return ("\n".join(lines) + "\n").encode()
-

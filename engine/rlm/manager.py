@@ -7,7 +7,8 @@ copy task on the copier pool and an expiration task on the expiration pool, each
 `remote.log.manager.task.interval.ms` after the previous one ended (the first at once).
 After each copy run the log's own retention runs (`UnifiedLog.delete_old_segments`, which
 deletes a tiered segment locally only once its copy is FINISHED): the engine has no separate
-log-cleanup scheduler. Partitions created later are picked up by the next scheduling pass.
+log-cleanup scheduler. Partitions created later are picked up by the next scheduling pass
+(the registry of partitions, tiering turned off and deletion: engine.rlm.partitions).
 `on_leadership_change` sets leaders (with their epochs) and followers explicitly. A topic
 whose `remote.storage.enable` is turned off stops tiering; with
 `remote.log.delete.on.disable=true` the next pass moves the log start offset to the local
@@ -16,15 +17,16 @@ A partition whose remote deletion began is never tiered again (under that topic 
 
 A failed copy run is retried after Kafka's exponential backoff
 (`remote.log.manager.task.retry.backoff.ms` doubling up to `...backoff.max.ms`, jitter
-`...retry.jitter`); so are a failed expiration run and a failed deletion of a partition
-whose tiering was turned off, each logged once per attempt (a full or read-only tier fails
-every retry alike: without the backoff it would log, and record, at every interval). A
-segment already DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that
-hangs holds one copier (or reader) thread and that
-partition's task only: appends, local reads and other partitions go on; remote reads give
-up after `remote.fetch.max.wait.ms` with RemoteFetchTimeoutError (the reader thread stays
-blocked in the plugin until it returns: Python cannot interrupt it). `status()` shows a copy
-in progress and since when.
+`...retry.jitter`; the copier's per-partition state and backoff live in engine.rlm.copier);
+so are a failed expiration run and a failed deletion of a partition whose tiering was
+turned off, each logged once per attempt (a full or read-only tier fails every retry alike:
+without the backoff it would log, and record, at every interval). A segment already
+DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that hangs
+holds one copier (or reader) thread and that partition's task only: appends, local reads
+and other partitions go on; remote reads give up after `remote.fetch.max.wait.ms` with
+RemoteFetchTimeoutError (the reader thread stays blocked in the plugin until it returns:
+Python cannot interrupt it). `status()` shows a copy in progress and since when. Reads are
+planned and run by engine.rlm.fetch.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
@@ -51,28 +53,25 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.common import TopicPartition, Uuid
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import (
-    CorruptRemoteLogMetadataError,
-    OffsetOutOfRangeError,
     RemoteFetchTimeoutError,
-    RemoteLogMetadataGapError,
     UnknownTopicOrPartitionError,
 )
-from engine.log.checkpoint import TopicPartition, Uuid
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    TopicIdPartition,
 )
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, expiration, follower, offsets, reader
-from engine.rlm.lineage import find_highest_remote_offset, find_log_start_offset
+from engine.rlm import copier, expiration, fetch, follower, offsets, state
+from engine.rlm.lineage import find_highest_remote_offset
 from engine.rlm.metrics import RLMMetrics
+from engine.rlm.partitions import PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
 from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
 from engine.rlm.reader import RemoteFetchResult
@@ -83,7 +82,6 @@ __all__ = ["RemoteLogManager", "RunSummary"]
 
 log = logging.getLogger(__name__)
 
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 #: how long run_once waits for a scheduled run of the same task to end
 _RUN_ONCE_LOCK_WAIT_S = 30.0
 #: a copy running longer than this is reported once (Kafka has no per-copy timeout either)
@@ -123,7 +121,7 @@ def _validate(config: BrokerConfig) -> None:
                           "must be at least 1")
 
 
-class RemoteLogManager:
+class RemoteLogManager(PartitionRegistry):
     """See the module docstring.
 
     Args:
@@ -255,166 +253,12 @@ class RemoteLogManager:
         rlm._owns_plugins = True
         return rlm
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (a running copy stops after its current segment)."""
+        return self._closed
+
     # -- partitions ------------------------------------------------------------------------
-
-    def _partition_list(self) -> list[TopicPartition]:
-        parts = self.log_manager.partitions
-        return list(parts() if callable(parts) else parts)
-
-    @staticmethod
-    def _topic_id(unified) -> Uuid:
-        metadata = unified.partition_metadata
-        if metadata.exists():
-            return metadata.read().topic_id
-        topic_id = Uuid.random()
-        metadata.write(topic_id)
-        log.info("Partition %s had no topic id: wrote %s to %s", unified.dir, topic_id,
-                 metadata.file)
-        return topic_id
-
-    def _new_state(self, tp: TopicPartition, unified, epoch: int | None,
-                   is_leader: bool) -> PartitionState:
-        if epoch is None:
-            latest = unified.leader_epoch_cache.latest_epoch
-            epoch = 0 if latest is None else latest
-        tip = TopicIdPartition(self._topic_id(unified), tp[0], int(tp[1]))
-        return PartitionState(tp[0], int(tp[1]), tip, unified, int(epoch), is_leader)
-
-    def _sync_partitions(self) -> list[PartitionState]:
-        """Adds the tiered partitions not known yet as leaders (single engine); forgets
-        those whose log went away. Returns the states, sorted."""
-        added = []
-        with self._lock:
-            present = set()
-            for tp in self._partition_list():
-                present.add(tp)
-                known = self._partitions.get(tp)
-                if known is not None:
-                    if not known.log.remote_log_enabled:
-                        self._stop_tiering(tp, known)
-                    continue
-                unified = self.log_manager.get_log(tp[0], tp[1])
-                if unified is None or not unified.remote_log_enabled or \
-                        self._is_deleting(tp, unified):
-                    continue
-                st = self._new_state(tp, unified, None, True)
-                try:
-                    deletion_recorded = self._remote_deletion_recorded(st.tip)
-                except CorruptRemoteLogMetadataError as exc:
-                    # offline for good (until restarted): known, reported, never tiered
-                    deletion_recorded, st.offline_error = False, exc
-                except OSError as exc:
-                    # its metadata cannot be read now: whether its deletion began is
-                    # unknown, so it is left out until a later pass (partition_error logs
-                    # why, once; run_once reports it)
-                    self.rlmm.partition_error(st.tip)
-                    self._unreadable[tp] = f"{type(exc).__name__}: {exc}"
-                    continue
-                self._unreadable.pop(tp, None)
-                if deletion_recorded:
-                    self._deleting[tp] = st.tip.topic_id
-                    log.warning("%s: its remote data is being deleted "
-                                "(DELETE_PARTITION_MARKED or later): it is not tiered; "
-                                "delete_partition resumes the deletion", st.name)
-                    continue
-                self._partitions[tp] = st
-                added.append(st)
-            for tp in [t for t in self._partitions if t not in present]:
-                self._forget(tp)
-            for tp in [t for t in self._unreadable if t not in present]:
-                del self._unreadable[tp]
-            states = [self._partitions[tp] for tp in sorted(self._partitions)]
-        if added:
-            self.rlmm.on_partition_leadership_changes([st.tip for st in added], [])
-            if self._scheduler is not None:
-                for st in added:
-                    self._schedule(st)
-        return states
-
-    def _stop_tiering(self, tp: TopicPartition, st: PartitionState) -> None:
-        """remote.storage.enable turned off on the partition's topic (call under _lock):
-        its tasks stop; with remote.log.delete.on.disable the remote data is deleted by the
-        next pass (Kafka's stopPartitions with deleteRemoteLog), else it is left."""
-        self._forget(tp)
-        self._explicit_roles.discard(tp)
-        if st.log.config["remote.log.delete.on.disable"]:
-            self._deleting[tp] = st.tip.topic_id
-            self._disabled.append(st)
-            log.info("%s: tiering disabled with remote.log.delete.on.disable: its remote data "
-                     "is deleted", st.name)
-        else:
-            log.info("%s: tiering disabled: its remote data is left in place", st.name)
-
-    def _delete_disabled(self) -> list[str]:
-        """Deletes the remote data of the partitions whose tiering was disabled with
-        remote.log.delete.on.disable: the log start offset moves to the local log start
-        first (no reader is sent to the tier), then the partition deletion runs
-        (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors; a failed
-        deletion is retried by a later pass, after the retry backoff."""
-        with self._lock:
-            pending, self._disabled = self._disabled, []
-        errors, retry = [], []
-        for st in pending:
-            if self.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
-                retry.append(st)
-                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
-                continue
-            try:
-                self._wait_for_tasks(st)
-                unified = st.log
-                if unified.local_log_start_offset > unified.log_start_offset:
-                    unified.maybe_increment_log_start_offset(unified.local_log_start_offset,
-                                                             "SegmentDeletion")
-                deleted = expiration.delete_remote_partition(self, st.tip)
-                self.rlmm.on_stop_partitions([st.tip])
-                log.info("%s: tiering disabled: %d remote segment(s) deleted", st.name,
-                         deleted)
-            except Exception as exc:
-                retry.append(st)
-                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
-                delay = self.backoff.backoff(st.expiration_failures)
-                st.expiration_failures += 1
-                st.next_expiration_attempt_ms = self.clock() + delay
-                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
-                log.warning("Deleting the remote data of %s (tiering disabled) failed "
-                            "(attempt %d; retry in %d ms): %s", st.name,
-                            st.expiration_failures, delay, exc)
-        if retry:
-            with self._lock:
-                self._disabled.extend(retry)
-        return errors
-
-    def _wait_for_tasks(self, st: PartitionState) -> None:
-        """Waits (bounded) for the partition's running copy and expiration runs: a running
-        copy sees deleted_partition and stops after its current segment; one stuck in the
-        RSM is not waited for."""
-        for lock, what in ((st.copy_lock, "copy"), (st.expiration_lock, "expiration")):
-            if lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-                lock.release()
-            else:
-                log.warning("Deleting the remote data of %s while its %s run is still in "
-                            "progress", st.name, what)
-
-    def _is_deleting(self, tp: TopicPartition, unified) -> bool:
-        topic_id = self._deleting.get(tp)
-        if topic_id is None:
-            return False
-        metadata = unified.partition_metadata  # a topic created again has a new id
-        return metadata.exists() and metadata.read().topic_id == topic_id
-
-    def _remote_deletion_recorded(self, tip: TopicIdPartition) -> bool:
-        state_of = getattr(self.rlmm, "partition_delete_state", None)
-        return state_of is not None and state_of(tip) is not None
-
-    def _forget(self, tp: TopicPartition) -> None:
-        st = self._partitions.pop(tp, None)
-        if st is None:
-            return
-        st.deleted_partition = True
-        if self._scheduler is not None:
-            for kind in ("copy", "expiration", "follower"):
-                self._scheduler.cancel(f"{kind}:{st.name}")
-        self.metrics.remove_partition(st.topic, st.partition)
 
     def on_leadership_change(self, leaders: Mapping[tuple[str, int], int],
                              followers: Mapping[tuple[str, int], int] | Iterable = ()) -> None:
@@ -439,7 +283,7 @@ class RemoteLogManager:
                         continue
                     if old is not None:
                         self._forget(tp)
-                    st = self._new_state(tp, unified, epoch, is_leader)
+                    st = state.new_state(tp, unified, epoch, is_leader)
                     if old is not None:
                         # the old state's copy may still be running (it stops after its
                         # current segment): sharing its locks makes the new runs wait for
@@ -560,14 +404,14 @@ class RemoteLogManager:
         if not self._ready(st):
             return self.interval_ms
         with st.copy_lock:
-            delay, _, _ = self._copy_once(st, honour_backoff=False)
+            delay, _, _ = copier.copy_once(self, st, honour_backoff=False)
         self._delete_local(st)
         return delay
 
     def _scheduled_expiration(self, st: PartitionState) -> int:
         if self._ready(st):
             with st.expiration_lock:
-                self._expire_once(st)
+                expiration.expire_once(self, st)
             if st.expiration_failures:
                 return max(0, st.next_expiration_attempt_ms - self.clock())
         return self.interval_ms
@@ -578,102 +422,6 @@ class RemoteLogManager:
         return self.interval_ms
 
     # -- task bodies -----------------------------------------------------------------------
-
-    def _initialise_leader(self, st: PartitionState) -> None:
-        """First copy run as leader: the log start offset from the remote tier, and the
-        highest copied offset of the lineage (no duplicate uploads after a leader change).
-
-        A log start offset below the local one that the remote metadata does not cover
-        (`_metadata_gap`) is left as it is: `st.metadata_gap` says why, the state stays
-        uninitialised (every run checks again: restoring the metadata and restarting
-        resumes tiering) and the copy, expiration and remote reads refuse the partition."""
-        unified = st.log
-        entries = unified.leader_epoch_cache.entries
-        offset, epoch = find_highest_remote_offset(self.rlmm, st.tip, entries,
-                                                   unified.log_end_offset)
-        gap = self._metadata_gap(st, offset)
-        if gap != st.metadata_gap and gap is not None:
-            log.error("%s: %s", st.name, gap)
-        elif gap != st.metadata_gap:
-            log.info("%s: the remote log metadata covers the log start offset again",
-                     st.name)
-        st.metadata_gap = gap
-        if gap is not None:  # what the copy run would fail with, for status in any process
-            exc = self._gap_error(st)
-            st.last_copy_error = f"{type(exc).__name__}: {exc}"
-            return
-        st.truncation_epoch = unified.truncation_epoch
-        if entries and entries[0].start_offset > unified.log_start_offset:
-            # the cache does not reach back to the log start offset: a lost log-start
-            # checkpoint, or a lost leader-epoch-checkpoint rebuilt from the local segments
-            # (older epochs unknown). The earliest copied segment of any epoch is the start.
-            start = min((md.start_offset for md in self.rlmm.list_remote_log_segments(st.tip)
-                         if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
-                        default=None)
-        else:
-            start = find_log_start_offset(self.rlmm, st.tip, entries)
-        if start is None:  # Kafka's findLogStartOffset falls back to the local one
-            start = unified.local_log_start_offset
-        if start > unified.log_start_offset:
-            unified.maybe_increment_log_start_offset(start, "SegmentDeletion")
-        st.copied_offset, st.copied_epoch = offset, epoch
-        unified.update_highest_offset_in_remote_storage(offset)
-        st.initialised = True
-        log.info("%s: leader epoch %d, highest copied offset %d (epoch %d)", st.name,
-                 st.leader_epoch, offset, epoch)
-
-    def _metadata_gap(self, st: PartitionState, highest_copied: int) -> str | None:
-        """Why the log start offset is not covered, or None: it lies below the local log
-        start offset and no copied segment the remote metadata knows of (finished, being
-        deleted, or counted in an epoch's highest offset, which outlives deletion) reaches
-        the local start. Raising the log start offset to the local one then (Kafka's
-        fallback) would make the lost metadata's segments unreachable for good."""
-        unified = st.log
-        start, local = unified.log_start_offset, unified.local_log_start_offset
-        if start >= local:
-            return None
-        reach = highest_copied
-        for md in self.rlmm.list_remote_log_segments(st.tip):
-            if md.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-                            RemoteLogSegmentState.DELETE_SEGMENT_STARTED):
-                reach = max(reach, md.end_offset)
-        if reach >= local - 1:
-            return None
-        return (f"the log start offset {start} is below the local log start offset {local} "
-                f"but the remote log metadata of {st.tip} reaches only offset {reach}: "
-                f"offsets [{max(start, reach + 1)}, {local - 1}] are in neither tier (the "
-                f"partition's metadata lost or replaced, e.g. its directory under "
-                f"__remote_log_metadata); the partition is not tiered or expired and its log "
-                f"start offset is kept until the metadata is restored, or DeleteRecords to "
-                f"{local} accepts the loss")
-
-    def _gap_error(self, st: PartitionState, offset: int | None = None
-                   ) -> RemoteLogMetadataGapError:
-        return RemoteLogMetadataGapError(f"{st.name}: {st.metadata_gap}", offset=offset,
-                                         partition=(st.topic, st.partition))
-
-    def _copy_once(self, st: PartitionState, honour_backoff: bool) -> tuple[int, int, int]:
-        """One copy run with error handling. Returns (delay ms before the next run, segments
-        copied, bytes copied)."""
-        now = self.clock()
-        if honour_backoff and now < st.next_copy_attempt_ms:
-            return st.next_copy_attempt_ms - now, 0, 0
-        progress = [0, 0]
-        try:
-            copier.run_copy(self, st, progress)
-        except Exception as exc:
-            self.metrics.mark("RemoteCopyErrorsPerSec", st.topic)
-            st.last_copy_error = f"{type(exc).__name__}: {exc}"
-            delay = self.backoff.backoff(st.copy_failures)
-            st.copy_failures += 1
-            st.next_copy_attempt_ms = self.clock() + delay
-            log.warning("Copy task of %s failed (attempt %d; retry in %d ms): %s", st.name,
-                        st.copy_failures, delay, st.last_copy_error)
-            return delay, progress[0], progress[1]
-        st.copy_failures = 0
-        st.next_copy_attempt_ms = 0
-        st.last_copy_error = None
-        return self.interval_ms, progress[0], progress[1]
 
     def _delete_local(self, st: PartitionState) -> int:
         try:
@@ -688,45 +436,7 @@ class RemoteLogManager:
 
     def _expire_once(self, st: PartitionState,
                      honour_backoff: bool = False) -> tuple[int, list[Exception]]:
-        """One expiration run. A run with errors is retried after the copy's exponential
-        backoff (each retry of a failing tier would otherwise log and record again at every
-        interval), and logged once for all its failed deletes."""
-        if honour_backoff and self.clock() < st.next_expiration_attempt_ms:
-            return 0, []
-        deleted, errors = self._expire_run(st)
-        if not errors:
-            st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
-            return deleted, errors
-        delay = self.backoff.backoff(st.expiration_failures)
-        st.expiration_failures += 1
-        st.next_expiration_attempt_ms = self.clock() + delay
-        log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
-                    "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
-                    len(errors), deleted, st.last_expiration_error)
-        return deleted, errors
-
-    def _expire_run(self, st: PartitionState) -> tuple[int, list[Exception]]:
-        if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
-            # a running copy initialises the state itself; till then size retention waits
-            try:
-                if st.needs_initialisation:
-                    self._initialise_leader(st)
-            except Exception as exc:
-                st.copy_lock.release()
-                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
-                return 0, [exc]
-            st.copy_lock.release()
-        if st.metadata_gap is not None:  # nothing is expired over a gap in the metadata
-            exc = self._gap_error(st)
-            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
-            return 0, [exc]
-        try:
-            deleted, errors = expiration.run_expiration(self, st)
-        except Exception as exc:
-            deleted, errors = 0, [exc]
-        st.last_expiration_error = (f"{type(errors[-1]).__name__}: {errors[-1]}"
-                                    if errors else None)
-        return deleted, errors
+        return expiration.expire_once(self, st, honour_backoff)
 
     def _follow_once(self, st: PartitionState) -> None:
         """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current so
@@ -805,7 +515,7 @@ class RemoteLogManager:
                 continue
             if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    _, copied, nbytes = self._copy_once(st, honour_backoff=True)
+                    _, copied, nbytes = copier.copy_once(self, st, honour_backoff=True)
                 finally:
                     st.copy_lock.release()
                 summary.copied_segments += copied
@@ -817,7 +527,7 @@ class RemoteLogManager:
             summary.deleted_local_segments += self._delete_local(st)
             if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    deleted, errors = self._expire_once(st, honour_backoff=True)
+                    deleted, errors = expiration.expire_once(self, st, honour_backoff=True)
                 finally:
                     st.expiration_lock.release()
                 summary.deleted_remote_segments += deleted
@@ -870,7 +580,7 @@ class RemoteLogManager:
             return False
         try:
             if st.needs_initialisation:
-                self._initialise_leader(st)
+                copier.initialise_leader(self, st)
         finally:
             st.copy_lock.release()
         return True
@@ -909,79 +619,12 @@ class RemoteLogManager:
             self._check_online(st)
         return unified, st
 
-    @staticmethod
-    def _check_read_args(max_bytes: int, isolation: str) -> None:
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
-        if isolation not in ISOLATION_LEVELS:
-            raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, got {isolation!r}")
-
-    def _plan_read(self, topic, partition, offset, max_bytes, min_one_message, isolation):
-        """A local result, or (state, callable) for a remote read."""
-        self._check_read_args(max_bytes, isolation)
+    def _plan_read(self, topic, partition, offset, max_bytes, min_one_message,
+                   isolation) -> fetch.ReadPlan:
+        fetch.check_read_args(max_bytes, isolation)
         unified, st = self._log_and_state(topic, partition)
-        start, end = unified.log_start_offset, unified.log_end_offset
-        if offset < start or offset > end:
-            raise OffsetOutOfRangeError(
-                f"fetch offset {offset} of partition {topic}-{partition} is out of range: "
-                f"valid offsets are [{start}, {end}] (log start offset, log end offset)",
-                offset=offset, log_start_offset=start, log_end_offset=end)
-        if st is not None and st.metadata_gap is not None and \
-                offset < unified.local_log_start_offset:
-            raise self._gap_error(st, offset)
-        if offset >= unified.local_log_start_offset or st is None:
-            try:
-                return reader.read_local(unified, topic, partition, offset, max_bytes,
-                                         min_one_message, isolation)
-            except OffsetOutOfRangeError:
-                if st is None or offset < unified.log_start_offset:
-                    raise  # else local retention just removed it: read it remotely
-        throttle = self.fetch_rate.throttle_time_ms()
-        if throttle > 0:
-            self.fetch_quota_sensor.record(throttle)
-            return RemoteFetchResult(topic, int(partition), offset, b"", offset, True,
-                                     throttle_time_ms=throttle)
-        return st, lambda: self._read_remote(st, offset, max_bytes, min_one_message,
-                                             isolation)
-
-    def _read_remote(self, st: PartitionState, offset, max_bytes, min_one_message,
-                     isolation, nonblocking: bool = False) -> RemoteFetchResult:
-        started = time.perf_counter()
-        try:
-            data, next_offset, aborted = reader.read_remote(self, st, offset, max_bytes,
-                                                            min_one_message, isolation,
-                                                            nonblocking)
-        except reader.WouldBlock:
-            raise
-        except Exception as exc:
-            self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
-            st.last_fetch_error = f"{type(exc).__name__}: {exc}"
-            raise
-        self.metrics.mark("RemoteFetchRequestsPerSec", st.topic)
-        nbytes = memoryview(data).nbytes
-        self.metrics.mark("RemoteFetchBytesPerSec", st.topic, nbytes)
-        self.metrics.fetch_time.observe((time.perf_counter() - started) * 1000)
-        self.fetch_rate.record(nbytes)
-        return RemoteFetchResult(st.topic, st.partition, offset, data, next_offset, True,
-                                 aborted)
-
-    def _submit(self, st: PartitionState, work) -> concurrent.futures.Future:
-        try:
-            return self.reader_pool.submit(work)
-        except Exception:
-            self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
-            raise
-
-    def _await(self, st: PartitionState, future, timeout_s: float, offset: int):
-        try:
-            return future.result(timeout=max(0.0, timeout_s))
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            self.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
-            raise RemoteFetchTimeoutError(
-                f"remote read of partition {st.name} at offset {offset} did not finish within "
-                f"remote.fetch.max.wait.ms ({self.fetch_max_wait_ms} ms)",
-                offset=offset) from None
+        return fetch.plan_read(self, unified, st, topic, partition, offset, max_bytes,
+                               min_one_message, isolation)
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
              min_one_message: bool = True,
@@ -1000,19 +643,16 @@ class RemoteLogManager:
             UnknownTopicOrPartitionError: no such partition. ValueError: bad max_bytes or
                 isolation.
         """
-        planned = self._plan_read(topic, partition, offset, max_bytes, min_one_message,
-                                  isolation)
-        if isinstance(planned, RemoteFetchResult):
-            return planned
-        st, work = planned
+        plan = self._plan_read(topic, partition, offset, max_bytes, min_one_message, isolation)
+        if plan.answer is not None:
+            return plan.answer
         if self._inline_reads and isolation == "read_uncommitted":
-            try:
-                return self._read_remote(st, offset, max_bytes, min_one_message, isolation,
-                                         nonblocking=True)
-            except reader.WouldBlock:
-                pass  # it needs storage I/O: on the reader pool, bounded by the wait
-        future = self._submit(st, work)
-        return self._await(st, future, self.fetch_max_wait_ms / 1000.0, offset)
+            answer = fetch.read_remote(self, plan, nonblocking=True)
+            if answer is not None:
+                return answer
+            # else it needs storage I/O: on the reader pool, bounded by the wait
+        future = fetch.submit_read(self, plan)
+        return fetch.await_result(self, plan, future, self.fetch_max_wait_ms / 1000.0)
 
     def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
@@ -1028,22 +668,21 @@ class RemoteLogManager:
             topic, partition, offset, max_bytes = request[:4]
             one = request[4] if len(request) > 4 else min_one_message
             try:
-                planned = self._plan_read(topic, partition, offset, max_bytes, one, isolation)
-                if not isinstance(planned, RemoteFetchResult):
-                    st, work = planned
-                    pending.append((i, st, offset, self._submit(st, work)))
-                    planned = None
-                results.append(planned)
+                plan = self._plan_read(topic, partition, offset, max_bytes, one, isolation)
+                if plan.answer is None:
+                    pending.append((i, plan, fetch.submit_read(self, plan)))
+                results.append(plan.answer)
             except Exception as exc:
                 results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
                                                  error=exc))
         deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
-        for i, st, offset, future in pending:
+        for i, plan, future in pending:
+            st = plan.state
             try:
-                results[i] = self._await(st, future, deadline - time.monotonic(), offset)
+                results[i] = fetch.await_result(self, plan, future, deadline - time.monotonic())
             except Exception as exc:
-                results[i] = RemoteFetchResult(st.topic, st.partition, offset, b"", offset,
-                                               True, error=exc)
+                results[i] = RemoteFetchResult(st.topic, st.partition, plan.offset, b"",
+                                               plan.offset, True, error=exc)
         return results
 
     def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
@@ -1059,9 +698,10 @@ class RemoteLogManager:
             # the earliest offset, and a timestamp search that starts in the tier, would
             # answer from offsets no tier holds
             if st.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
-                raise self._gap_error(st, st.log.log_start_offset)
+                raise copier.gap_error(st, st.log.log_start_offset)
         if spec >= 0 and st is not None:
-            future = self._submit(st, lambda: offsets.list_offsets(self, unified, st, spec))
+            future = fetch.submit(self, st.topic,
+                                  lambda: offsets.list_offsets(self, unified, st, spec))
             timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
             try:
                 return future.result(timeout=timeout)
@@ -1090,44 +730,6 @@ class RemoteLogManager:
             if st.is_leader:  # a damaged next segment shows in any process's status
                 copier.check_next_segment(self, st)
         return [partition_status(self, st) for st in states]
-
-    def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:
-        """Deletes the partition's remote data (DELETE_PARTITION_MARKED -> STARTED -> every
-        segment deleted -> FINISHED) and, with `delete_local`, its local log
-        (LogManager.delete_partition). Returns the remote segments deleted. Calling again
-        after a failure resumes."""
-        tp = TopicPartition(topic, int(partition))
-        with self._lock:
-            st = self._partitions.get(tp)
-            self._forget(tp)
-            self._explicit_roles.discard(tp)
-            # kept even after a failure: tiering must not add segments to a partition whose
-            # deletion is under way (calling again resumes it)
-            if st is not None:
-                self._deleting[tp] = st.tip.topic_id
-        if st is not None:
-            tip = st.tip
-            self._wait_for_tasks(st)
-        else:
-            tip = self._find_tip(topic, int(partition))
-            with self._lock:
-                self._deleting[tp] = tip.topic_id
-        deleted = expiration.delete_remote_partition(self, tip)
-        self.rlmm.on_stop_partitions([tip])
-        if delete_local and self.log_manager.get_log(topic, partition) is not None:
-            self.log_manager.delete_partition(topic, partition)
-        log.info("Deleted partition %s: %d remote segment(s)", tip, deleted)
-        return deleted
-
-    def _find_tip(self, topic: str, partition: int) -> TopicIdPartition:
-        unified = self.log_manager.get_log(topic, partition)
-        if unified is not None and unified.partition_metadata.exists():
-            return TopicIdPartition(unified.partition_metadata.read().topic_id, topic, partition)
-        for tip in getattr(self.rlmm, "list_partitions", list)():
-            if (tip.topic, tip.partition) == (topic, partition):
-                return tip
-        raise UnknownTopicOrPartitionError.no_log(
-            topic, partition, " with a topic id, and no remote metadata")
 
     def close(self) -> None:
         """Stops the scheduler and pools (a thread stuck in a plugin call is abandoned: the

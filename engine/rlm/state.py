@@ -1,14 +1,19 @@
-"""What the RemoteLogManager keeps per partition it serves."""
+"""What the RemoteLogManager keeps per partition it serves, and how it is created."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 
+from engine.common import TopicPartition, Uuid
 from engine.log.unified_log import UnifiedLog
 from engine.remote.metadata import RemoteLogSegmentId, TopicIdPartition
 
-__all__ = ["PartitionState"]
+__all__ = ["PartitionState", "new_state", "topic_id_of"]
+
+# the log records of every part of the RemoteLogManager keep its logger name
+log = logging.getLogger("engine.rlm.manager")
 
 
 @dataclass(eq=False)
@@ -77,3 +82,26 @@ class PartitionState:
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+def topic_id_of(unified) -> Uuid:
+    """The topic id in the partition's `partition.metadata`; one is created and written when
+    it has none (Kafka always has one)."""
+    metadata = unified.partition_metadata
+    if metadata.exists():
+        return metadata.read().topic_id
+    topic_id = Uuid.random()
+    metadata.write(topic_id)
+    log.info("Partition %s had no topic id: wrote %s to %s", unified.dir, topic_id,
+             metadata.file)
+    return topic_id
+
+
+def new_state(tp: TopicPartition, unified, epoch: int | None,
+              is_leader: bool) -> PartitionState:
+    """The state of a partition the RLM starts to serve (`epoch` None: its latest epoch)."""
+    if epoch is None:
+        latest = unified.leader_epoch_cache.latest_epoch
+        epoch = 0 if latest is None else latest
+    tip = TopicIdPartition(topic_id_of(unified), tp[0], int(tp[1]))
+    return PartitionState(tp[0], int(tp[1]), tip, unified, int(epoch), is_leader)

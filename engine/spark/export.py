@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.common import fsync_dir, write_file_atomically
 from engine.config import ConfigError
 from engine.errors import OffsetOutOfRangeError
-from engine.log.checkpoint import fsync_dir, write_file_atomically
 from engine.spark.planning import ChainLink, tier_bounds
 
 __all__ = ["STATE_FILE", "ExportState", "plan_round", "run_export"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.log.checkpoint import Uuid
+from engine.common import Uuid
 from engine.remote.metadata import RemoteLogSegmentMetadata
 
 __all__ = [

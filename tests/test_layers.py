@@ -16,7 +16,7 @@ ENGINE = ROOT / "engine"
 #: architecture.md's layers, lowest first: a module may import its own layer and lower ones
 LAYERS = {
     "engine._native": 1,
-    "engine.errors": 2, "engine.config": 2, "engine.checksums": 2,
+    "engine.errors": 2, "engine.config": 2, "engine.checksums": 2, "engine.common": 2,
     "engine.records": 3,
     "engine.log": 4,
     "engine.remote": 5,
@@ -24,15 +24,6 @@ LAYERS = {
     "engine.protocol": 7, "engine.spark": 7, "engine.arrow": 7,
     "engine.cli": 8, "engine.__main__": 8,
 }
-
-#: (importer prefix, imported module) edges allowed against the rule until the module split
-#: that removes them, each with its reason
-UPWARD_EXCEPTIONS = {
-    # Uuid and TopicPartition move from engine.log.checkpoint to layer 2
-    ("engine.remote", "engine.log.checkpoint"): "Uuid, TopicPartition and atomic file writes",
-    ("engine.spark", "engine.log.checkpoint"): "Uuid and TopicPartition",
-}
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -91,9 +82,6 @@ def test_no_module_imports_a_higher_layer(graph):
             high = layer_of(target)
             if low is None or high is None or high <= low:
                 continue
-            if any(importer.startswith(prefix) and target == imported
-                   for prefix, imported in UPWARD_EXCEPTIONS):
-                continue
             upward.append(f"{importer} (layer {low}) imports {target} (layer {high})")
     assert upward == []
 
@@ -110,13 +98,6 @@ def test_the_native_layer_imports_nothing_above_it():
     engine = {(f, m) for f, m in imported if m == "engine" or m.startswith("engine.")}
     assert engine, "the native modules import their errors from engine._native.errors"
     assert {(f, m) for f, m in engine if not m.startswith("engine._native")} == set()
-
-
-def test_exceptions_are_still_needed(graph):
-    """An exception the code no longer needs goes from the list too."""
-    for prefix, imported in UPWARD_EXCEPTIONS:
-        assert any(m.startswith(prefix) and imported in t for m, t in graph.items()), \
-            (prefix, imported)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -154,6 +154,13 @@ class RemoteStorageManager(abc.ABC):
         with self.fetch_index(metadata, index_type) as stream:
             return stream.read()
 
+    # -- hooks the engine calls, no-ops by default ---------------------------------------
+
+    def register_metrics(self, registry) -> None:
+        """Adds the plugin's own metrics to `registry` (a prometheus_client
+        CollectorRegistry: the RemoteLogManager's), so that one scrape of the RLM's metrics
+        port sees them too. Called once per RLM; the default has none to add."""
+
     def close(self) -> None:
         """Releases resources. Idempotent."""
 

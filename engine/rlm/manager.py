@@ -169,6 +169,9 @@ class RemoteLogManager(PartitionRegistry):
         #: read now (-> why)
         self._unreadable: dict[TopicPartition, str] = {}
         self.metrics = RLMMetrics()
+        # the plugin's own metrics (an object store's requests, errors, caches) are served
+        # on the same port
+        rsm.register_metrics(self.metrics.registry)
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
         self.fetch_max_wait_ms = broker_config["remote.fetch.max.wait.ms"]

@@ -42,6 +42,10 @@ most 1 MiB fetches them all in one GET (a remote read wants the offset and trans
 indexes), a larger one takes one ranged GET per index. When the segment's
 custom metadata names an object prefix or key, reads of `.log` and `.indexes` use them.
 
+Metrics (engine.remote.objectstore.metrics) live in the store's registry;
+`register_metrics` adds a collector of them to another registry (the RLM's), which follows
+the store across a reconfiguration.
+
 Thread-safety: every method may be called from any number of threads.
 """
 
@@ -54,6 +58,7 @@ import hashlib
 import io
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -285,6 +290,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._config: RsmConfig | None = None
         self._closed = False
         self._keys = ObjectKeyFactory("")
+        self._hint_lock = threading.Lock()
+        self._metric_registries: list = []
         if store is not None:
             self._setup(store, config or RsmConfig(), key_ring)
 
@@ -336,6 +343,16 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         """The chunk cache, or None when `fetch.chunk.cache.class` is not set."""
         self._check_open()
         return self._chunk_cache
+
+    def register_metrics(self, registry) -> None:
+        """Adds the store's metrics (object uploads and fetches, requests, errors by kind,
+        the caches') to `registry`, through a collector that reads whichever store this
+        manager has at collection time. Idempotent per registry."""
+        with self._hint_lock:
+            if any(r is registry for r in self._metric_registries):
+                return
+            self._metric_registries.append(registry)
+        registry.register(_StoreMetricsCollector(self))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -656,6 +673,20 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 f"chunk.size={self._config.chunk_size}, "
                 f"compression={self._config.compression}, "
                 f"encryption={self._config.encryption})")
+
+
+class _StoreMetricsCollector:
+    """The metrics of a manager's current store, for another registry (prometheus_client's
+    custom-collector protocol: `collect`)."""
+
+    def __init__(self, rsm: ObjectStorageRemoteStorageManager):
+        self._rsm = rsm
+
+    def collect(self):
+        store = self._rsm._store
+        if store is None:
+            return iter(())
+        return store.metrics.registry.collect()
 
 
 class _RangeStream(io.RawIOBase):

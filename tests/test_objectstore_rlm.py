@@ -6,6 +6,7 @@ boundaries on read-ahead."""
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 
 import pytest
@@ -59,3 +60,85 @@ def test_store_metrics_are_served_on_the_rlm_metrics_port(broker):
     # the RLM's registry itself holds them (what `RLMMetrics.value` reads)
     assert broker.rlm.metrics.registry.get_sample_value(
         "object_upload_total", {"object_type": "log"}) == copied
+
+
+class _Proxied:
+    """The S3 server as the broker file sees it through the fault proxy (which records
+    every request)."""
+
+    def __init__(self, s3_server, proxy):
+        self.s3_server, self.proxy = s3_server, proxy
+
+    def config(self):
+        return self.s3_server.config(endpoint=self.proxy.endpoint)
+
+    def raw_store(self):
+        return self.s3_server.raw_store()
+
+
+def _ranges(requests) -> list[tuple[int, int]]:
+    out = []
+    for r in requests:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", r.range or "")
+        assert m, f"a GET of a whole .log object: {r}"
+        out.append((int(m.group(1)), int(m.group(2)) + 1))
+    return out
+
+
+def wait_for(predicate, what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_sequential_rlm_read_crosses_a_segment_boundary_without_a_get(
+        tmp_path, s3_server, fault_proxy):
+    extra = ("log.local.retention.bytes=1\n"
+             "rsm.config.fetch.chunk.cache.class="
+             "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache\n"
+             "rsm.config.fetch.chunk.cache.size=-1\n"
+             "rsm.config.fetch.chunk.cache.prefetch.max.size=1000\n")
+    broker = Broker(tmp_path, extra, s3_server=_Proxied(s3_server, fault_proxy))
+    try:
+        broker.create("ahead", remote_storage_enable=True, segment_bytes=3000)
+        broker.produce("ahead", batches=80, records=3)
+        broker.tier()
+        first, second = broker.remote_segments("ahead")[:2]
+        assert first.segment_size_in_bytes > 2000 and second.segment_size_in_bytes > 2000
+        broker.restart()  # nothing cached: every byte read comes from the store
+        rsm = broker.rlm.rsm
+        assert rsm.reads_ahead
+        second_path = f"{second.start_offset:020d}-{second.remote_log_segment_id.id}"
+
+        # a consumer reads the first segment forward in small fetches
+        offset = 0
+        while offset <= first.end_offset:
+            result = broker.rlm.read("ahead", 0, offset, 256)
+            assert result.from_remote and result.next_offset > offset
+            offset = result.next_offset
+        assert offset == second.start_offset
+        # read-ahead went on into the second segment: its manifest, indexes and first
+        # chunks were fetched in the background
+        wait_for(lambda: fault_proxy.requests("GET", second_path + ".log")
+                 and rsm.read_ahead_pending_bytes == 0, "read-ahead into the next segment")
+        before = len(fault_proxy.requests())
+        result = broker.rlm.read("ahead", 0, offset, 256)
+        assert result.from_remote and result.next_offset > offset
+        crossing = fault_proxy.requests()[before:]
+        # the read itself needed no request: whatever followed it is read-ahead past it
+        assert not [r for r in crossing if second_path + ".rsm-manifest" in r.path
+                    or second_path + ".indexes" in r.path]
+        # the read touched bytes [0, 256 + 64) (max_bytes and the header probe): chunks
+        # 0-3 of 100 bytes; read-ahead fetches from chunk 4 on
+        assert all(a >= 400 for a, _ in _ranges(
+            r for r in crossing if second_path + ".log" in r.path))
+        got = [(rec.offset, rec.value) for rec in _records(result.records)]
+        assert got == expected("ahead", 0, offset, result.next_offset)
+    finally:
+        broker.close()
+
+
+def _records(view):
+    from engine.records import MemoryRecords
+    return [r for batch in MemoryRecords(bytes(view)).batches() for r in batch]

@@ -161,6 +161,18 @@ class RemoteStorageManager(abc.ABC):
         CollectorRegistry: the RemoteLogManager's), so that one scrape of the RLM's metrics
         port sees them too. Called once per RLM; the default has none to add."""
 
+    #: whether `read_forward` has any effect (the store reads ahead): a caller skips finding
+    #: the next segment when it has none
+    reads_ahead: bool = False
+
+    def read_forward(self, metadata: RemoteLogSegmentMetadata,
+                     next_segment: RemoteLogSegmentMetadata | None) -> None:
+        """Says that the caller reads `metadata`'s `.log` forward (a consumer fetch walking
+        on, a Spark task's ranges, export) and, past its end, continues into `next_segment`
+        (the next segment of the lineage; None when there is none or it is unknown). A
+        store with read-ahead uses it to prefetch past the segment's end; the default does
+        nothing, and reads are correct either way."""
+
     def close(self) -> None:
         """Releases resources. Idempotent."""
 

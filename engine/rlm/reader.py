@@ -140,6 +140,8 @@ def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
     epoch, md = _segment_for(rlm, st, offset)
     if md is None:
         raise _out_of_range(st, offset, epoch)
+    if rlm.rsm.reads_ahead:  # a consumer reads on: read-ahead may cross into the next segment
+        rlm.rsm.read_forward(md, _segment_for(rlm, st, md.end_offset + 1)[1])
     data, next_offset = _read_segment(rlm, md, offset, max_bytes, min_one_message, nonblocking)
     aborted = []
     if isolation == "read_committed" and len(data):

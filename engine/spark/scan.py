@@ -187,13 +187,26 @@ def scan_ranges(ranges: Sequence[SegmentRange], props: Mapping[str, str], schema
         rsm = (rsm_factory or remote_storage_for)(props)
         buffer = _take_buffer(max((r.size for r in ranges), default=0))
         try:
-            for r in ranges:
+            for i, r in enumerate(ranges):
+                if rsm.reads_ahead:  # the task reads on: prefetch its next segment too
+                    rsm.read_forward(r.segment, _next_segment(ranges, i))
                 # decoded columns are copies: the buffer is free once a range is done
                 yield from scan_range(read_bytes(rsm, r, buffer), r, schema)
         finally:
             _give_back(buffer)
 
     return _one_ahead(batches()) if decode_ahead else batches()
+
+
+def _next_segment(ranges: Sequence[SegmentRange], i: int):
+    """The segment the task reads after range i's, in the same partition, or None."""
+    r = ranges[i]
+    for later in ranges[i + 1:]:
+        if (later.topic, later.partition) != (r.topic, r.partition):
+            return None
+        if later.segment.remote_log_segment_id != r.segment.remote_log_segment_id:
+            return later.segment
+    return None
 
 
 _END = object()

@@ -207,6 +207,29 @@ class RangeReader:
         view[:len(data)] = data
         return len(data)
 
+    def note_read(self, seg: SegmentObject, start: int, end: int, *,
+                  next_segment: SegmentObject | None = None,
+                  sequential: bool | None = None) -> None:
+        """Lets read-ahead follow a read of original bytes [start, end) that the caller
+        served itself from the cache's memory, as it follows `read` (same arguments). Only
+        queues prefetches: never blocks on I/O."""
+        end = min(end, seg.size)
+        if self.prefetch_max_bytes <= 0 or start >= end:
+            return
+        chunks = seg.index.chunks_for(start, end)
+        if self._follows(seg, chunks, end, sequential):
+            self._prefetch_after(seg, chunks[-1], next_segment)
+
+    def read_ahead_from(self, seg: SegmentObject, end: int,
+                        next_segment: SegmentObject | None = None) -> None:
+        """Queues the read-ahead that a sequential read ending at original byte `end` of
+        `seg` gets (continuing into `next_segment`), without a read: for a caller that
+        learns the next segment after the read. Never blocks on I/O."""
+        end = min(end, seg.size)
+        if self.prefetch_max_bytes <= 0 or end <= 0:
+            return
+        self._prefetch_after(seg, seg.index.chunks_for(end - 1, end)[-1], next_segment)
+
     @property
     def prefetch_pending_bytes(self) -> int:
         """Original bytes of read-ahead queued or running."""

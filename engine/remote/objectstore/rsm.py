@@ -42,6 +42,13 @@ most 1 MiB fetches them all in one GET (a remote read wants the offset and trans
 indexes), a larger one takes one ranged GET per index. When the segment's
 custom metadata names an object prefix or key, reads of `.log` and `.indexes` use them.
 
+Read-ahead (`fetch.chunk.cache.prefetch.max.size` > 0, with a chunk cache) follows the
+reads of a segment a reader said it reads forward (`read_forward`), those served from the
+chunk cache's memory (`map_range_if_open`) included: once the read-ahead window reaches past
+the segment's end, the next segment's manifest and indexes are loaded in the background, and
+the read-ahead continues into the first chunks of that segment, so that the reader crosses
+the boundary without a GET. Nothing of it blocks a read.
+
 Metrics (engine.remote.objectstore.metrics) live in the store's registry;
 `register_metrics` adds a collector of them to another registry (the RLM's), which follows
 the store across a reconfiguration.
@@ -128,6 +135,10 @@ _WHOLE_INDEXES_BYTES = 1 << 20
 # chunk transforms run on a small pool, this many chunks ahead of the upload
 _TRANSFORM_WORKERS = min(4, os.cpu_count() or 1)
 _TRANSFORM_AHEAD = _TRANSFORM_WORKERS + 1
+# the indexes a remote read of a segment fetches (engine.remote.index_cache)
+_READ_INDEXES = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)
+# segments a reader said it reads forward, remembered (with their next segment) at most
+_FORWARD_KEPT = 4096
 
 
 # ---- configuration -----------------------------------------------------------------------
@@ -291,6 +302,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._closed = False
         self._keys = ObjectKeyFactory("")
         self._hint_lock = threading.Lock()
+        # segment id -> [the next segment's metadata or None, its indexes warmed]
+        self._forward: collections.OrderedDict[object, list] = collections.OrderedDict()
         self._metric_registries: list = []
         if store is not None:
             self._setup(store, config or RsmConfig(), key_ring)
@@ -353,6 +366,85 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 return
             self._metric_registries.append(registry)
         registry.register(_StoreMetricsCollector(self))
+
+    def read_forward(self, metadata: RemoteLogSegmentMetadata,
+                     next_segment: RemoteLogSegmentMetadata | None) -> None:
+        """Reads of `metadata` are sequential from now on, and read-ahead continues into
+        `next_segment` past its end (see the module docstring)."""
+        if not self.reads_ahead:
+            return
+        key = metadata.remote_log_segment_id.id
+        with self._hint_lock:
+            entry = self._forward.pop(key, None)
+            same = entry is not None and (entry[0] is next_segment or (
+                entry[0] is not None and next_segment is not None
+                and entry[0].remote_log_segment_id == next_segment.remote_log_segment_id))
+            self._forward[key] = entry if same else [next_segment, False]
+            if len(self._forward) > _FORWARD_KEPT:
+                self._forward.popitem(last=False)
+
+    @property
+    def read_ahead_pending_bytes(self) -> int:
+        """Original bytes of read-ahead queued or running."""
+        return self._reader.prefetch_pending_bytes if self._store is not None else 0
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether `read_forward` has an effect: read-ahead is configured."""
+        return self._store is not None and self._reader.prefetch_max_bytes > 0
+
+    def _read_ahead(self, metadata: RemoteLogSegmentMetadata, seg: SegmentObject,
+                    end: int) -> tuple[bool | None, SegmentObject | None]:
+        """(sequential, next segment) for the range reader: (None, None) for a segment no
+        reader said it reads forward. Once the read-ahead window from `end` reaches past
+        this segment's end, the next segment: when its manifest is cached; else its
+        manifest and indexes are loaded in the background, and a later read continues into
+        it. Never blocks on I/O."""
+        with self._hint_lock:
+            entry = self._forward.get(metadata.remote_log_segment_id.id)
+            if entry is None:
+                return None, None
+            next_md, warming = entry
+            if next_md is None or seg.size - end >= self._reader.prefetch_max_bytes:
+                return True, None
+            entry[1] = True
+        segment = self._manifests.peek(self._keys.key(next_md, MANIFEST))
+        if segment is not None:
+            return True, self._segment_object(next_md, segment)
+        if not warming:
+            try:
+                self._transform_pool.submit(self._warm, next_md, seg, end)
+            except RuntimeError:  # closing: no read-ahead any more
+                return True, None
+        return True, None
+
+    def _warm(self, metadata: RemoteLogSegmentMetadata, previous: SegmentObject,
+              end: int) -> None:
+        """Loads the segment's manifest and the indexes a remote read wants (offset, time,
+        transaction: one GET when `.indexes` is small) into their caches, ahead of a reader
+        crossing into it from `previous`, whose read ended at `end`; then queues the
+        read-ahead from there into the segment's first chunks."""
+        try:
+            for index_type in _READ_INDEXES:
+                if index_type is IndexType.TRANSACTION and metadata.txn_idx_empty:
+                    continue
+                try:
+                    self.fetch_index_bytes(metadata, index_type)
+                except RemoteResourceNotFoundError:
+                    continue  # a transaction index the segment does not have
+            segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+            if segment is not None:
+                self._reader.read_ahead_from(previous, end,
+                                             self._segment_object(metadata, segment))
+        except (KafkaEngineError, OSError) as e:
+            # read-ahead is an optimisation: the reader loads them itself when it gets there
+            log.debug("read-ahead: the manifest and indexes of %s not loaded: %s",
+                      metadata.remote_log_segment_id, e)
+            with self._hint_lock:
+                for entry in self._forward.values():
+                    if entry[0] is not None and (entry[0].remote_log_segment_id
+                                                 == metadata.remote_log_segment_id):
+                        entry[1] = False  # a later read may try again
 
     def _check_open(self) -> None:
         if self._closed:
@@ -519,7 +611,10 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def _log_object(self, metadata: RemoteLogSegmentMetadata) -> SegmentObject:
         """The segment's `.log` as the range reader takes it."""
-        segment = self._segment(metadata)
+        return self._segment_object(metadata, self._segment(metadata))
+
+    def _segment_object(self, metadata: RemoteLogSegmentMetadata,
+                        segment: _Segment) -> SegmentObject:
         key = self._read_key(metadata, LOG)
         index = segment.manifest.chunk_index
         transform = segment.transform
@@ -539,7 +634,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         CorruptRemoteObjectError when its manifest holds fewer bytes than its metadata."""
         seg = self._log_object(metadata)
         _check_range(metadata, seg, start, end_exclusive)
-        data = self._reader.read(seg, start, end_exclusive)
+        sequential, next_seg = self._read_ahead(metadata, seg, end_exclusive)
+        data = self._reader.read(seg, start, end_exclusive, sequential=sequential,
+                                 next_segment=next_seg)
         return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -547,15 +644,19 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         """Fills `buffer` with `.log` bytes from `start` (the range must lie inside the
         segment); returns len(buffer)."""
         seg = self._log_object(metadata)
-        _check_range(metadata, seg, start, start + memoryview(buffer).nbytes)
-        return self._reader.read_into(seg, start, buffer)
+        end = start + memoryview(buffer).nbytes
+        _check_range(metadata, seg, start, end)
+        sequential, next_seg = self._read_ahead(metadata, seg, end)
+        return self._reader.read_into(seg, start, buffer, sequential=sequential,
+                                      next_segment=next_seg)
 
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
                           end_exclusive: int) -> memoryview | None:
         """`.log` bytes [start, end_exclusive) when they need no storage I/O: the manifest
         cached and every chunk of the range in the chunk cache's memory tier (plain chunks
         of one chunk are handed out without a copy); else None, and the caller reads through
-        `read_range` on a thread that may block."""
+        `read_range` on a thread that may block. Read-ahead follows a range served here as
+        it follows `read_range`."""
         if self._closed or self._store is None or self._chunk_cache is None:
             return None
         segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
@@ -575,6 +676,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             parts.append((i, data))
         if not parts:
             return memoryview(b"")
+        if self._reader.prefetch_max_bytes > 0:
+            seg = self._segment_object(metadata, segment)
+            sequential, next_seg = self._read_ahead(metadata, seg, end_exclusive)
+            self._reader.note_read(seg, start, end_exclusive, sequential=sequential,
+                                   next_segment=next_seg)
         if len(parts) == 1:
             lo = index.original_range(parts[0][0])[0]
             return memoryview(parts[0][1]).toreadonly()[start - lo:end_exclusive - lo]

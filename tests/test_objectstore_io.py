@@ -443,6 +443,30 @@ def test_a_damaged_disk_entry_is_dropped_and_refetched(tmp_path, s3_server, faul
         assert reopened.metrics.value("cache_misses", cache="chunk-cache") == 2
 
 
+def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path):
+    """A disk hit is a read-only view of the mapped entry, its CRC checked once; an entry
+    file replaced under the cache (another inode) is checked again, and damage dropped."""
+    dirs = [str(tmp_path / "c")]
+    writer = ChunkCache(memory_bytes=0, disk_paths=dirs)
+    key = ChunkKey("obj.log", "id-1", 0)
+    writer.put(key, b"x" * 5000)
+    assert writer.flush(30)
+    writer.close()
+    cache = ChunkCache(memory_bytes=0, disk_paths=dirs)
+    first = cache.get(key)
+    assert isinstance(first, memoryview) and first.readonly and bytes(first) == b"x" * 5000
+    assert bytes(cache.get(key)) == b"x" * 5000
+    entry = next(Path(dirs[0]).rglob("*.chunk"))
+    raw = bytearray(entry.read_bytes())
+    raw[-1] ^= 0x01
+    replaced = entry.with_suffix(".new")
+    replaced.write_bytes(raw)
+    os.replace(replaced, entry)  # as a rewrite would: a new file under the name
+    assert cache.get(key) is None and not entry.exists()
+    assert bytes(first) == b"x" * 5000  # a view handed out earlier stays valid
+    cache.close()
+
+
 def test_cache_is_bounded_by_bytes_and_keys_never_alias(tmp_path):
     cache = ChunkCache(memory_bytes=3000, disk_paths=[str(tmp_path / "a"),
                                                       str(tmp_path / "b")], disk_bytes=5000)

@@ -25,9 +25,14 @@ the chunk is in memory, so a cold read never waits for a disk; if more than
 
 **Kept across restarts** (the plugin wipes its cache at start): opening the cache lists the
 directories (names and sizes, not contents), deletes leftover temporary files, and serves
-the entries again. Each disk read checks the whole file (header, key, length, CRC) before
-the bytes are used; a damaged or mismatched entry is deleted and counted as a miss (the
-caller refetches it), never served.
+the entries again. An entry is checked whole (header, key, length, CRC) before its bytes
+are first used; a damaged or mismatched entry is deleted and counted as a miss (the caller
+refetches it), never served. Disk hits are read-only views of a mapping of the entry file,
+not copies; the CRC verdict is kept per entry while the file's identity (inode, size,
+mtime) stays the same, as the filesystem tier keeps its verdict per segment file: an entry
+is never rewritten in place (a new one replaces it by rename), so a later read of an entry
+already checked costs a mapping, not a pass over its bytes. An entry this process wrote is
+checked by construction.
 
 **Never a failed or partial fetch.** Only `put` fills the cache, and the reader calls it
 with a complete, detransformed chunk; failures are never stored (`LoadingCache` likewise
@@ -45,6 +50,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
+import mmap
 import os
 import struct
 import threading
@@ -216,6 +222,8 @@ class ChunkCache:
         # disk index: digest -> (path, file size, last access); LRU order
         self._disk: OrderedDict[str, tuple[Path, int, float]] = OrderedDict()
         self._disk_bytes = 0
+        # digest -> (inode, size, mtime_ns) of the entry file whose whole content checked out
+        self._verified: dict[str, tuple[int, int, int]] = {}
         self._dirs = [Path(p) for p in disk_paths]
         self._writing_bytes = 0
         self._write_queue_cap = write_queue_bytes
@@ -384,6 +392,7 @@ class ChunkCache:
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, final)
+                st = os.stat(final)
             except OSError:
                 # a full or failing disk makes the entry memory-only; the read is unaffected
                 with contextlib.suppress(OSError):
@@ -396,6 +405,7 @@ class ChunkCache:
                     self._disk_bytes -= old[1]
                 self._disk[digest] = (final, size, self._clock())
                 self._disk_bytes += size
+                self._verified[digest] = (st.st_ino, st.st_size, st.st_mtime_ns)
                 victims = self._evict_disk_locked()
             for path in victims:
                 with contextlib.suppress(OSError):
@@ -411,7 +421,8 @@ class ChunkCache:
         if self._disk_cap < 0:
             return victims
         while self._disk_bytes > self._disk_cap and self._disk:
-            _, (path, size, _) = self._disk.popitem(last=False)
+            digest, (path, size, _) = self._disk.popitem(last=False)
+            self._verified.pop(digest, None)
             self._disk_bytes -= size
             victims.append(path)
             self.metrics.cache_event(self.CACHE, "cache_eviction")
@@ -419,6 +430,7 @@ class ChunkCache:
         return victims
 
     def _drop_disk_locked(self, digest: str, *, evicted: bool) -> None:
+        self._verified.pop(digest, None)
         path, size, _ = self._disk.pop(digest)
         self._disk_bytes -= size
         with contextlib.suppress(OSError):
@@ -427,25 +439,34 @@ class ChunkCache:
             self.metrics.cache_event(self.CACHE, "cache_eviction")
             self.metrics.cache_event(self.CACHE, "cache_eviction_weight", size)
 
-    def _read_entry(self, path: Path, key: ChunkKey) -> bytes | None:
-        """The entry's data if the whole file checks out, else None."""
+    def _read_entry(self, path: Path, key: ChunkKey) -> memoryview | None:
+        """A read-only view of the entry's data (a mapping of the file) if the whole file
+        checks out, or checked out before under the same file identity; else None."""
         try:
             with open(path, "rb") as f:
-                raw = f.read()
-        except OSError:
-            return None
-        if len(raw) < _HEADER.size:
+                st = os.fstat(f.fileno())
+                if st.st_size < _HEADER.size:
+                    return None
+                raw = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        except (OSError, ValueError):
             return None
         magic, version, key_len, data_len, crc = _HEADER.unpack_from(raw)
         if magic != _MAGIC or version != _VERSION or \
                 len(raw) != _HEADER.size + key_len + data_len:
             return None
-        key_bytes = raw[_HEADER.size:_HEADER.size + key_len]
-        if key_bytes != key.text().encode():
+        if raw[_HEADER.size:_HEADER.size + key_len] != key.text().encode():
             return None
-        body = memoryview(raw)[_HEADER.size:]
-        if crc32c(body[key_len:], crc32c(body[:key_len])) != crc:
-            return None
+        digest = key.digest()
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            checked = self._verified.get(digest) == identity
+        if not checked:
+            body = raw[_HEADER.size:]
+            if crc32c(body[key_len:], crc32c(body[:key_len])) != crc:
+                return None
+            with self._lock:
+                if digest in self._disk:
+                    self._verified[digest] = identity
         return raw[_HEADER.size + key_len:]
 
     def _reopen(self) -> None:

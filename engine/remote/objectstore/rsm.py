@@ -384,6 +384,13 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 self._forward.popitem(last=False)
 
     @property
+    def zero_copy_ranges(self) -> bool:
+        """With a chunk cache, `map_range` of cached chunks is a view of the chunk in memory
+        or of the mapped cache entry (one join when a range spans chunks), so a reader may
+        redo ranges rather than keep and stitch them."""
+        return self._store is not None and self._chunk_cache is not None
+
+    @property
     def read_ahead_pending_bytes(self) -> int:
         """Original bytes of read-ahead queued or running."""
         return self._reader.prefetch_pending_bytes if self._store is not None else 0

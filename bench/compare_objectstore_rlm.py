@@ -57,9 +57,9 @@ from bench.compare_log import split_batches, touch
 from bench.compare_objectstore import peak_rss_growth, write_random
 from bench.compare_records import Report
 from bench.segment import segment
+from engine.common import Uuid
 from engine.config import BrokerConfig
 from engine.log import LogManager
-from engine.log.checkpoint import Uuid
 from engine.remote import LogSegmentData
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.filesystem import FileSystemRemoteStorageManager

@@ -444,26 +444,30 @@ def test_a_damaged_disk_entry_is_dropped_and_refetched(tmp_path, s3_server, faul
 
 
 def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path):
-    """A disk hit is a read-only view of the mapped entry, its CRC checked once; an entry
-    file replaced under the cache (another inode) is checked again, and damage dropped."""
+    """A disk hit is a read-only view (of the mapped entry for one of 1 MiB or more), its
+    CRC checked once; an entry file replaced under the cache (another inode) is checked
+    again, and damage dropped."""
     dirs = [str(tmp_path / "c")]
+    big, small = ChunkKey("obj.log", "id-1", 0), ChunkKey("obj.log", "id-1", 1)
+    data = os.urandom(2 * MiB)
     writer = ChunkCache(memory_bytes=0, disk_paths=dirs)
-    key = ChunkKey("obj.log", "id-1", 0)
-    writer.put(key, b"x" * 5000)
+    writer.put(big, data)
+    writer.put(small, b"s" * 100)
     assert writer.flush(30)
     writer.close()
     cache = ChunkCache(memory_bytes=0, disk_paths=dirs)
-    first = cache.get(key)
-    assert isinstance(first, memoryview) and first.readonly and bytes(first) == b"x" * 5000
-    assert bytes(cache.get(key)) == b"x" * 5000
-    entry = next(Path(dirs[0]).rglob("*.chunk"))
+    for key, want in ((big, data), (small, b"s" * 100)):
+        got = cache.get(key)
+        assert isinstance(got, memoryview) and got.readonly and bytes(got) == want
+    first = cache.get(big)
+    entry = next(Path(dirs[0]).rglob(f"{big.digest()}.chunk"))
     raw = bytearray(entry.read_bytes())
     raw[-1] ^= 0x01
     replaced = entry.with_suffix(".new")
     replaced.write_bytes(raw)
     os.replace(replaced, entry)  # as a rewrite would: a new file under the name
-    assert cache.get(key) is None and not entry.exists()
-    assert bytes(first) == b"x" * 5000  # a view handed out earlier stays valid
+    assert cache.get(big) is None and not entry.exists()
+    assert bytes(first) == data  # a view handed out earlier stays valid
     cache.close()
 
 

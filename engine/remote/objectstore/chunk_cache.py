@@ -27,12 +27,12 @@ the chunk is in memory, so a cold read never waits for a disk; if more than
 directories (names and sizes, not contents), deletes leftover temporary files, and serves
 the entries again. An entry is checked whole (header, key, length, CRC) before its bytes
 are first used; a damaged or mismatched entry is deleted and counted as a miss (the caller
-refetches it), never served. Disk hits are read-only views of a mapping of the entry file,
-not copies; the CRC verdict is kept per entry while the file's identity (inode, size,
-mtime) stays the same, as the filesystem tier keeps its verdict per segment file: an entry
-is never rewritten in place (a new one replaces it by rename), so a later read of an entry
-already checked costs a mapping, not a pass over its bytes. An entry this process wrote is
-checked by construction.
+refetches it), never served. Disk hits of entries of 1 MiB or more are read-only views of a
+mapping of the entry file, not copies. The CRC verdict is kept per entry while the file's
+identity (inode, size, mtime) stays the same, as the filesystem tier keeps its verdict per
+segment file: an entry is never rewritten in place (a new one replaces it by rename), so a
+later read of an entry already checked costs a mapping, not a pass over its bytes. An entry
+this process wrote is checked by construction.
 
 **Never a failed or partial fetch.** Only `put` fills the cache, and the reader calls it
 with a complete, detransformed chunk; failures are never stored (`LoadingCache` likewise
@@ -78,6 +78,10 @@ MiB = 1024 * 1024
 _MAGIC = b"KTCC"
 _VERSION = 1
 _HEADER = struct.Struct(">4sBHQI")
+# entries at least this large are mapped rather than read: a mapping holds a file
+# descriptor while any view of it lives, so small entries (many per MiB of memory tier)
+# are read into memory instead
+_MAP_MIN_BYTES = 1 << 20
 _SUFFIX = ".chunk"
 
 CACHE_CLASS_ALIASES = {
@@ -447,7 +451,10 @@ class ChunkCache:
                 st = os.fstat(f.fileno())
                 if st.st_size < _HEADER.size:
                     return None
-                raw = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                if st.st_size < _MAP_MIN_BYTES:
+                    raw = memoryview(f.read())
+                else:
+                    raw = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
         except (OSError, ValueError):
             return None
         magic, version, key_len, data_len, crc = _HEADER.unpack_from(raw)

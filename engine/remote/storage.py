@@ -8,7 +8,10 @@ The contract: Kafka's four abstract methods, plus every other read the engine ma
 RSM (ranged reads into a buffer, read-only views, whole index files), each declared here
 with a default built on `fetch_log_segment` / `fetch_index`. A plugin that implements only
 Kafka's interface therefore works everywhere (the RLM, `fetch`, the Spark source, export);
-a store that can do better overrides the defaults. Callers never probe for methods.
+a store that can do better overrides the defaults. Two hooks the engine calls do nothing by
+default: `register_metrics` (the plugin's metrics into the RLM's registry) and
+`read_forward` (a sequential reader names the next segment, for read-ahead across segment
+boundaries). Callers never probe for methods.
 """
 
 from __future__ import annotations

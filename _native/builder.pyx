@@ -1,4 +1,17 @@
-# v2 batch builder (included by records.pyx): what the local log and the tests write.
+# distutils: sources = [_native/src/crc32c.c]
+# cython: language_level=3
+"""The v2 record batch builder: what the local log and the tests write."""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+from batch cimport *
+from checksums cimport eng_crc32c
+from engine._native.codecs cimport compress
+from engine._native.decode cimport _wrap_sub
+
+from engine._native.errors import UnsupportedCompressionTypeError
 
 
 cdef inline bytes _as_bytes(object v):

@@ -1,6 +1,7 @@
-# Columnar decode: a range of batches straight into Arrow-layout column buffers
-# (included by records.pyx).
-#
+# distutils: sources = [_native/src/batch.c, _native/src/bigbuf.c, _native/src/crc32c.c]
+# cython: language_level=3
+"""Columnar decode: a range of batches straight into Arrow-layout column buffers."""
+
 # Layout of the result (all numpy arrays; the memory is allocated here and owned by them):
 #   offset int64[n], timestamp int64[n], timestamp_type int8[n], batch_index int32[n]
 #   key / value:   <name>_offsets int32[n+1], <name>_data uint8[...], <name>_validity uint8
@@ -11,9 +12,34 @@
 # which is exactly what pyarrow's Array.from_buffers takes for binary, string and list
 # arrays, so wrapping them copies nothing.
 
+cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.stdint cimport INT64_MIN
-from libc.string cimport memset
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+from batch cimport *
+from engine._native.decode cimport (
+    Record,
+    RecordBatch,
+    _alloc_views,
+    _check_headers,
+    _legacy_records,
+    _make_batch,
+    _parse_views,
+    _record_timestamp,
+    _v2_section,
+    _wrap_add,
+)
+from engine._native.scan cimport BufferView, _view
+
+import numpy as np
+
+from engine._native.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES
+from engine._native.errors import RecordSizeLimitError
+from engine._native.scan import scan
+
+cnp.import_array()
 
 cdef size_t _INT32_LIMIT = 0x7FFFFFFF
 

@@ -1,5 +1,9 @@
-# Kafka's compression codecs (included by records.pyx).
-#
+# distutils: sources = [_native/src/crc32c.c]
+# cython: language_level=3
+"""Kafka's compression codecs: bounded decompression of a records stream, and compression the
+way Kafka's producers write it (engine._native.codecs).
+"""
+
 # The heavy lifting is done by the codec libraries, which release the GIL while they run;
 # framing is parsed here so that every output size is known and bounded before it is
 # allocated (no decompression bombs):
@@ -13,7 +17,19 @@
 #          except that magic-0 writers hashed from the frame magic, so magic 0 skips the check.
 #   zstd   standard frames (zstd-jni streams without content size; concatenated frames allowed).
 
-from libc.stdint cimport uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
+
+from batch cimport kb_load_i32, kb_read_uvarint
+from checksums cimport eng_xxh32
+
+import enum
+
+from engine._native.errors import (
+    CorruptRecordError,
+    KafkaEngineError,
+    RecordSizeLimitError,
+    UnsupportedCompressionTypeError,
+)
 
 cdef object _zstd = None
 cdef object _lz4_block = None
@@ -86,6 +102,23 @@ def codec_name(int codec):
 cdef object _codec_shown(int codec):
     """The codec's name, or its id when it has none (for a repr, which must not raise)."""
     return codec_name(codec) if 0 <= codec <= 4 else codec
+
+
+cdef uint32_t xxh32(const uint8_t[::1] data, uint32_t seed):
+    return eng_xxh32(&data[0] if data.shape[0] else NULL, data.shape[0], seed)
+
+
+class CompressionType(enum.IntEnum):
+    """Codec ids of the attributes' low 3 bits (Kafka's CompressionType)."""
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @property
+    def name_kafka(self):
+        return codec_name(self.value)
 
 
 cpdef object decompress(int codec, object data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED_BYTES,

@@ -19,6 +19,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 from batch cimport *
+from engine._native.codecs cimport Scratch, give_scratch, take_scratch
 from engine._native.decode cimport (
     Record,
     RecordBatch,
@@ -346,6 +347,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     cdef int rc
     cdef int32_t j
     cdef eng_batch_header *h
+    cdef Scratch scratch = take_scratch()  # every compressed section is decompressed here
     if _columns_init(&c) != 0:
         raise MemoryError()
     try:
@@ -367,7 +369,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
                     if rec.offset >= min_offset and (max_offset < 0 or rec.offset < max_offset):
                         _append_record(&c, rec, <int32_t>i)
                 continue
-            owner = _v2_section(b, &sec, &sec_len)
+            owner = _v2_section(b, &sec, &sec_len, scratch)
             if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
                 free(_alloc_views(b, sec_len))  # raises the typed error
             if <size_t>h.record_count > views_cap:
@@ -425,3 +427,4 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
         free(views)
         free(hbuf)
         _columns_free(&c)
+        give_scratch(scratch)

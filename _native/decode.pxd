@@ -3,6 +3,7 @@ cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 
 from batch cimport eng_batch_header, eng_record_view
+from engine._native.codecs cimport Scratch
 from engine._native.scan cimport BufferView
 
 
@@ -47,7 +48,8 @@ cdef RecordBatch _make_batch(BufferView v, const eng_batch_header *h, bint crc_c
                              Py_ssize_t limit)
 cdef int _check_headers(cnp.ndarray headers, BufferView v, Py_ssize_t start=*,
                         Py_ssize_t stop=*) except -1
-cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len)
+cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len,
+                        Scratch scratch=*)
 cdef int _parse_views(RecordBatch b, const uint8_t *sec, size_t sec_len,
                       eng_record_view *views) except -1
 cdef eng_record_view *_alloc_views(RecordBatch b, size_t sec_len) except NULL

@@ -20,7 +20,14 @@ from libc.string cimport memcpy
 
 from batch cimport *
 from checksums cimport eng_crc32, eng_crc32c
-from engine._native.codecs cimport _codec_shown, decompress
+from engine._native.codecs cimport (
+    Scratch,
+    _codec_shown,
+    decompress,
+    decompress_section,
+    give_scratch,
+    take_scratch,
+)
 from engine._native.scan cimport BufferView, _raise_error, _view
 
 import enum
@@ -337,8 +344,10 @@ cdef int _check_headers(cnp.ndarray headers, BufferView v, Py_ssize_t start=0,
     return 0
 
 
-cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
-    """Points `sec` at the batch's records; returns the object that owns the bytes."""
+cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len,
+                        Scratch scratch=None):
+    """Points `sec` at the batch's records; returns the object that owns the bytes. A
+    compressed section is decompressed into `scratch` when given (and the codec can)."""
     cdef const eng_batch_header *h = &b.h
     cdef BufferView hv
     if h.record_count == 0:
@@ -357,6 +366,11 @@ cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
             offset=h.base_offset)
     raw = memoryview(b.buffer.obj).cast("B")[
         h.position + ENG_RECORD_BATCH_OVERHEAD:h.position + h.size]
+    if scratch is not None:
+        return decompress_section(
+            h.compression, raw, b.buffer.ptr + h.position + ENG_RECORD_BATCH_OVERHEAD,
+            h.size - ENG_RECORD_BATCH_OVERHEAD, scratch, b.max_decompressed_bytes, 2,
+            h.position, h.base_offset, sec, sec_len)
     hv = BufferView(decompress(h.compression, raw, b.max_decompressed_bytes, 2,
                                h.position, h.base_offset))
     sec[0] = hv.ptr
@@ -426,8 +440,11 @@ cdef list _v2_records(RecordBatch b, object section=None):
     cdef size_t sec_len
     cdef const eng_batch_header *h = &b.h
     cdef BufferView sv
+    cdef Scratch scratch = None
     if section is None or h.compression == 0 or h.record_count == 0:
-        owner = _v2_section(b, &sec, &sec_len)
+        if h.compression != 0 and h.record_count != 0:
+            scratch = take_scratch()  # records copy out of it, so the next batch may reuse it
+        owner = _v2_section(b, &sec, &sec_len, scratch)
     else:
         sv = owner = BufferView(section)
         sec = sv.ptr
@@ -453,6 +470,7 @@ cdef list _v2_records(RecordBatch b, object section=None):
         return out
     finally:
         free(views)
+        give_scratch(scratch)
 
 
 # ---- legacy v0/v1 ---------------------------------------------------------------------

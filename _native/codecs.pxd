@@ -11,6 +11,7 @@ cdef object _codec_shown(int codec)
 cdef class Scratch:
     cdef uint8_t *data
     cdef size_t cap
+    cdef Py_ssize_t length
 
     cdef int reserve(self, size_t n, size_t keep=*) except -1
 

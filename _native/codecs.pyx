@@ -17,7 +17,7 @@ way Kafka's producers write it (engine._native.codecs).
 #          except that magic-0 writers hashed from the frame magic, so magic 0 skips the check.
 #   zstd   standard frames (zstd-jni streams without content size; concatenated frames allowed).
 
-from cpython.buffer cimport PyBUF_WRITE
+from cpython.buffer cimport PyBUF_WRITE, PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
@@ -551,10 +551,15 @@ def _codec_c_api(enabled=None):
 
 
 cdef class Scratch:
-    """A grow-only output buffer reused across batches (one per thread, see take_scratch)."""
+    """A grow-only output buffer reused across batches (one per thread, see take_scratch).
+    A fresh one, never handed back, may also own one decompressed section for good: it
+    exports its first `length` bytes (read-only) to whatever keeps views into them."""
 
     def __dealloc__(self):
         free(self.data)
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, self.data, self.length, 1, flags)
 
     cdef int reserve(self, size_t n, size_t keep=0) except -1:
         """Room for `n` bytes, keeping the first `keep` (growth doubles, so a frame of many
@@ -721,6 +726,7 @@ cdef object decompress_section(int codec, object raw, const uint8_t *p, Py_ssize
                                   out, out_len)
         out[0] = s.data
         out_len[0] = <size_t>total
+        s.length = total
         return s
     return _owned_section(decompress(codec, raw, limit, magic, position, offset), out, out_len)
 

@@ -8,7 +8,8 @@ shared, inline helpers are inlined in every user):
     engine._native.scan      BufferView, scan(): one nogil pass to BATCH_HEADER_DTYPE rows
     engine._native.codecs    bounded decompression, producer-style compression
     engine._native.decode    RecordBatch and Record: v2 and legacy (magic 0/1) decode
-    engine._native.columnar  decode_columns(): batches into Arrow-layout column buffers
+    engine._native.columnar  decode_columns(): batches into Arrow-layout column buffers, or
+                             Arrow binary views into the source (decode_view_columns)
     engine._native.builder   build_v2_batch()
     engine._native.append    leader appends over scan rows (offsets, epochs, pwritev)
 
@@ -31,7 +32,7 @@ from engine._native.codecs import (
     compress,
     decompress,
 )
-from engine._native.columnar import decode_columns
+from engine._native.columnar import decode_columns, decode_view_columns
 from engine._native.decode import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -60,5 +61,5 @@ __all__ = [
     "Record", "RecordBatch", "RecordSizeLimitError", "TimestampType",
     "UnsupportedCompressionTypeError", "append_summary", "assign_offsets", "batches",
     "batches_from_headers", "build_v2_batch", "codec_name", "compress", "decode_columns",
-    "decompress", "epoch_rises", "scan", "scan_for_append", "write_batches",
+    "decode_view_columns", "decompress", "epoch_rises", "scan", "scan_for_append", "write_batches",
 ]

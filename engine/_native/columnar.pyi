@@ -10,3 +10,8 @@ def decode_columns(data: Buffer, headers: npt.NDArray[np.void] | None = None, st
                    stop: int = -1, min_offset: int = -1, max_offset: int = -1,
                    include_control: bool = True, verify_crc: bool = True,
                    max_decompressed_bytes: int = ...) -> dict[str, Any]: ...
+def decode_view_columns(data: Buffer, headers: npt.NDArray[np.void] | None = None,
+                        start: int = 0, stop: int = -1, min_offset: int = -1,
+                        max_offset: int = -1, include_control: bool = True,
+                        verify_crc: bool = True,
+                        max_decompressed_bytes: int = ...) -> dict[str, Any]: ...

@@ -30,6 +30,7 @@ from engine._native.codecs import (
     decompress as decompress,
 )
 from engine._native.columnar import decode_columns as decode_columns
+from engine._native.columnar import decode_view_columns as decode_view_columns
 from engine._native.decode import (
     NO_PARTITION_LEADER_EPOCH as NO_PARTITION_LEADER_EPOCH,
 )
@@ -92,5 +93,5 @@ __all__ = [
     "Record", "RecordBatch", "RecordSizeLimitError", "TimestampType",
     "UnsupportedCompressionTypeError", "append_summary", "assign_offsets", "batches",
     "batches_from_headers", "build_v2_batch", "codec_name", "compress", "decode_columns",
-    "decompress", "epoch_rises", "scan", "scan_for_append", "write_batches",
+    "decode_view_columns", "decompress", "epoch_rises", "scan", "scan_for_append", "write_batches",
 ]

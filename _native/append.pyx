@@ -132,7 +132,7 @@ def write_batches(int fd, object data, cnp.ndarray headers, int64_t position):
             raise ValueError(f"file position must be >= 0, got {position}")
         raise ValueError(f"headers do not tile the {v.nbytes}-byte buffer exactly")
     if rc != 0:
-        errno = rc
+        errno = rc  # no-cython-lint (C's errno, read by PyErr_SetFromErrno)
         PyErr_SetFromErrno(OSError)
     return written
 

@@ -18,7 +18,6 @@ way Kafka's producers write it (engine._native.codecs).
 #   zstd   standard frames (zstd-jni streams without content size; concatenated frames allowed).
 
 from cpython.buffer cimport PyBUF_WRITE, PyBuffer_FillInfo
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from libc.stdint cimport int64_t, uint8_t, uint32_t

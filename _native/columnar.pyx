@@ -379,7 +379,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
                     if rec.offset >= min_offset and (max_offset < 0 or rec.offset < max_offset):
                         _append_record(&c, rec, <int32_t>i)
                 continue
-            owner = _v2_section(b, &sec, &sec_len, scratch)
+            _owner = _v2_section(b, &sec, &sec_len, scratch)  # holds `sec` while parsed
             if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
                 free(_alloc_views(b, sec_len))  # raises the typed error
             if <size_t>h.record_count > views_cap:

@@ -34,11 +34,7 @@ import enum
 
 import numpy as np
 
-from engine._native.codecs import (
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
-    CompressionType,
-    codec_name,
-)
+from engine._native.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, CompressionType
 from engine._native.errors import (
     CorruptRecordError,
     InvalidRecordError,

@@ -1,8 +1,11 @@
 from typing_extensions import Buffer
 
-from engine._native.errors import KafkaEngineError
+from engine._native.errors import ImplementationUnavailableError as ImplementationUnavailableError
 
-class ImplementationUnavailableError(KafkaEngineError, RuntimeError): ...
+__all__ = [
+    "crc32c", "crc32c_combine", "crc32c_implementation", "crc32c_implementations",
+    "crc32c_with", "crc32", "xxh32", "murmur2", "ImplementationUnavailableError",
+]
 
 def crc32c(data: Buffer, value: int = 0) -> int: ...
 def crc32c_with(name: str, data: Buffer, value: int = 0) -> int: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import sys
 import threading
 
 import cramjam
@@ -31,6 +32,7 @@ def c_api(request):
     native_codecs._codec_c_api(before["lz4"] or before["zstd"])
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="symbols resolve through dlopen/dlsym")
 def test_the_c_api_resolves_from_the_installed_wheels():
     assert native_codecs._codec_c_api() == {"lz4": True, "zstd": True}
 

@@ -1,6 +1,9 @@
 """Build the native core: every `_native/<name>.pyx` becomes `engine._native.<name>`.
 
 Each .pyx lists the C files it links in a `# distutils: sources = _native/src/...` header line.
+A `_native/<name>.pxd` next to a .pyx shares its C-level declarations with the other modules,
+which cimport it as `engine._native.<name>`: Cython looks that up as `engine/_native/<name>.pxd`
+on its include path, so the build mirrors those .pxd files into such a tree under build/.
 
 CPU-specific code (SSE4.2, PCLMULQDQ, AVX-512 VPCLMULQDQ, ARMv8 CRC) is chosen at run time
 inside the C sources through function target attributes, so the build itself stays portable:
@@ -10,6 +13,7 @@ ENGINE_NATIVE_ONLY=name1,name2 limits the build to some modules (handy while ite
 ENGINE_NATIVE_DEBUG=1 builds with -O0 -g and assertions.
 """
 import os
+import shutil
 import sys
 from glob import glob
 
@@ -28,6 +32,18 @@ else:
     COMPILE_ARGS = ["-O0", "-g", "-UNDEBUG"] if DEBUG else ["-O3", "-g0"]
     COMPILE_ARGS += ["-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function",
                      "-Wno-unreachable-code"]
+
+
+def mirror_pxds():
+    """Copies every `_native/<name>.pxd` that belongs to a module to
+    build/pxd/engine/_native/, where a qualified cimport finds it; returns build/pxd."""
+    root = os.path.join(HERE, "build", "pxd")
+    tree = os.path.join(root, "engine", "_native")
+    os.makedirs(tree, exist_ok=True)
+    for pxd in glob(os.path.join(NATIVE, "*.pxd")):
+        if os.path.exists(pxd[:-4] + ".pyx"):
+            shutil.copy2(pxd, tree)
+    return root
 
 
 def extensions():
@@ -50,7 +66,7 @@ setup(
     ext_modules=cythonize(
         extensions(),
         language_level=3,
-        include_path=[NATIVE],
+        include_path=[NATIVE, mirror_pxds()],
         compiler_directives={
             "boundscheck": DEBUG, "wraparound": False, "cdivision": True,
             "initializedcheck": DEBUG, "embedsignature": True,

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from engine._native.index import (
     IndexFullError,
     OffsetIndexCore,
@@ -20,9 +23,6 @@ from engine._native.index import (
     offset_index_slots,
     time_index_slots,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from engine.errors import CorruptIndexError, InvalidOffsetError
 from engine.log import AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 

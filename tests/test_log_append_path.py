@@ -8,11 +8,11 @@ import struct
 
 import numpy as np
 import pytest
-from engine._native.index import IndexFullError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine._native import records as _records
+from engine._native.index import IndexFullError
 from engine.errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError
 from engine.log import LogSegment, OffsetIndex, TimeIndex, UnifiedLog
 from engine.records import MemoryRecords, RecordBatchBuilder, scan_batches

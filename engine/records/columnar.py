@@ -39,9 +39,21 @@ class RecordColumns:
     def __getitem__(self, name: str):
         return self._c[name]
 
+    @property
+    def views(self) -> bool:
+        """True when keys and values are Arrow binary views (decode_columns(views=True))."""
+        return "key_views" in self._c
+
     def _binary(self, name: str, pa_type=None):
         pa = _pyarrow()
         c = self._c
+        if f"{name}_views" in c:
+            nulls = c[f"{name}_null_count"]
+            buffers = [pa.py_buffer(c[f"{name}_validity"]) if nulls else None,
+                       pa.py_buffer(c[f"{name}_views"])]
+            buffers += [pa.py_buffer(b) for b in c["buffers"]]
+            view_type = pa.string_view() if pa_type == pa.string() else pa.binary_view()
+            return pa.Array.from_buffers(view_type, self.num_records, buffers, null_count=nulls)
         n = self.num_records if not name.startswith("header_") else c["num_headers"]
         validity = c.get(f"{name}_validity")
         nulls = c.get(f"{name}_null_count", 0)
@@ -50,7 +62,7 @@ class RecordColumns:
         return pa.Array.from_buffers(pa_type or pa.binary(), n, buffers, null_count=nulls)
 
     def keys(self):
-        """Keys as a pyarrow BinaryArray (zero-copy)."""
+        """Keys as a pyarrow BinaryArray, or BinaryViewArray with views (zero-copy)."""
         return self._binary("key")
 
     def values(self):

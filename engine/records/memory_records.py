@@ -122,12 +122,20 @@ class MemoryRecords:
 
     def decode_columns(self, start: int = 0, stop: int | None = None, *,
                        min_offset: int = -1, max_offset: int = -1,
-                       include_control: bool = True, verify_crc: bool = True) -> RecordColumns:
+                       include_control: bool = True, verify_crc: bool = True,
+                       views: bool = False) -> RecordColumns:
         """Records of batches [start, stop) as column buffers (see RecordColumns). CRCs are
-        checked batch by batch just before decoding, while the bytes are in cache."""
+        checked batch by batch just before decoding, while the bytes are in cache.
+
+        With `views`, keys and values are not copied: they become Arrow binary views into
+        this buffer (uncompressed batches) or into each batch's decompressed section, which
+        the arrays keep alive, for consumers that take view types (pyarrow, Polars, DuckDB).
+        A FileRecords mapping then outlives close() and the file's deletion for as long as
+        the arrays exist; the file must not be truncated meanwhile (sealed segments only)."""
         headers = self.scan()
+        decode = _records.decode_view_columns if views else _records.decode_columns
         try:
-            cols = _records.decode_columns(
+            cols = decode(
                 self._view, headers, start, -1 if stop is None else stop, min_offset,
                 max_offset, include_control, verify_crc, self.max_decompressed_bytes)
         except KafkaEngineError as exc:
@@ -197,8 +205,13 @@ class FileRecords(MemoryRecords):
         if self._mmap is not None:
             self._view = _records.BufferView(b"")
             self._headers = None
-            self._mmap.close()
-            self._mmap = None
+            mapping, self._mmap = self._mmap, None
+            try:
+                mapping.close()
+            except BufferError:
+                # view columns (decode_columns(views=True)) still export the mapping: it is
+                # unmapped when the last array using it is collected
+                del mapping
 
     def __enter__(self):
         return self

@@ -1,6 +1,7 @@
-# Columnar decode: a range of batches straight into Arrow-layout column buffers
-# (included by records.pyx).
-#
+# distutils: sources = [_native/src/batch.c, _native/src/bigbuf.c, _native/src/crc32c.c]
+# cython: language_level=3
+"""Columnar decode: a range of batches straight into Arrow-layout column buffers."""
+
 # Layout of the result (all numpy arrays; the memory is allocated here and owned by them):
 #   offset int64[n], timestamp int64[n], timestamp_type int8[n], batch_index int32[n]
 #   key / value:   <name>_offsets int32[n+1], <name>_data uint8[...], <name>_validity uint8
@@ -11,9 +12,35 @@
 # which is exactly what pyarrow's Array.from_buffers takes for binary, string and list
 # arrays, so wrapping them copies nothing.
 
+cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.stdint cimport INT64_MIN
-from libc.string cimport memset
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+from batch cimport *
+from engine._native.codecs cimport Scratch, give_scratch, take_scratch
+from engine._native.decode cimport (
+    Record,
+    RecordBatch,
+    _alloc_views,
+    _check_headers,
+    _legacy_records,
+    _make_batch,
+    _parse_views,
+    _record_timestamp,
+    _v2_section,
+    _wrap_add,
+)
+from engine._native.scan cimport BufferView, _view
+
+import numpy as np
+
+from engine._native.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES
+from engine._native.errors import RecordSizeLimitError
+from engine._native.scan import scan
+
+cnp.import_array()
 
 cdef size_t _INT32_LIMIT = 0x7FFFFFFF
 
@@ -137,7 +164,7 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *vie
                     int64_t max_offset, eng_header_view *hbuf) noexcept nogil:
     """Appends the records of one parsed v2 batch whose offsets lie in
     [min_offset, max_offset). Returns 0, -1 (out of memory) or -2 (int32 offsets overflow)."""
-    cdef int32_t i, j, count = h.record_count
+    cdef int32_t i, count = h.record_count
     cdef size_t kbytes = 0, vbytes = 0, hbytes = 0, nh = 0
     cdef const eng_record_view *r
     cdef int64_t off
@@ -176,22 +203,32 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *vie
         if rc != 0:
             return rc
         if r.headers_count:
-            eng_parse_headers(sec, r, hbuf)
-            for j in range(r.headers_count):
-                if c.hk_data.len + <size_t>hbuf[j].key_len > _INT32_LIMIT:
-                    return -2
-                if hbuf[j].key_len:
-                    memcpy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off,
-                           hbuf[j].key_len)
-                c.hk_data.len += hbuf[j].key_len
-                _put_i32(&c.hk_off, <int32_t>c.hk_data.len)
-                rc = _append_binary(&c.hv_off, &c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls,
-                                    sec + hbuf[j].value_off, hbuf[j].value_len)
-                if rc != 0:
-                    return rc
-                c.nh += 1
+            rc = _append_headers(c, sec, r, hbuf)
+            if rc != 0:
+                return rc
         _put_i32(&c.hdr_off, <int32_t>c.nh)
         c.n += 1
+    return 0
+
+
+cdef int _append_headers(ColumnSet *c, const uint8_t *sec, const eng_record_view *r,
+                         eng_header_view *hbuf) noexcept nogil:
+    """Appends one record's headers (space reserved by the caller); 0 or -2 as above."""
+    cdef int32_t j
+    cdef int rc
+    eng_parse_headers(sec, r, hbuf)
+    for j in range(r.headers_count):
+        if c.hk_data.len + <size_t>hbuf[j].key_len > _INT32_LIMIT:
+            return -2
+        if hbuf[j].key_len:
+            memcpy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off, hbuf[j].key_len)
+        c.hk_data.len += hbuf[j].key_len
+        _put_i32(&c.hk_off, <int32_t>c.hk_data.len)
+        rc = _append_binary(&c.hv_off, &c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls,
+                            sec + hbuf[j].value_off, hbuf[j].value_len)
+        if rc != 0:
+            return rc
+        c.nh += 1
     return 0
 
 
@@ -320,6 +357,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     cdef int rc
     cdef int32_t j
     cdef eng_batch_header *h
+    cdef Scratch scratch = take_scratch()  # every compressed section is decompressed here
     if _columns_init(&c) != 0:
         raise MemoryError()
     try:
@@ -341,7 +379,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
                     if rec.offset >= min_offset and (max_offset < 0 or rec.offset < max_offset):
                         _append_record(&c, rec, <int32_t>i)
                 continue
-            owner = _v2_section(b, &sec, &sec_len)
+            _owner = _v2_section(b, &sec, &sec_len, scratch)  # holds `sec` while parsed
             if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
                 free(_alloc_views(b, sec_len))  # raises the typed error
             if <size_t>h.record_count > views_cap:
@@ -395,6 +433,253 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
             "header_value_null_count": c.hv_nulls,
         }
         return out
+    finally:
+        free(views)
+        free(hbuf)
+        _columns_free(&c)
+        give_scratch(scratch)
+
+
+# ---- view columns: keys and values as Arrow binary views into the source -------------------
+#
+# Arrow's BinaryView layout, 16 bytes a value: int32 length, then for up to 12 bytes the value
+# itself (zero-padded), else a 4-byte prefix, int32 buffer index and int32 offset into that
+# buffer. Values of uncompressed batches point into the source buffer (buffer 0), values of a
+# compressed batch into that batch's own decompressed section (one buffer each, kept alive by
+# the arrays), so nothing is copied but values of 12 bytes or less and legacy (magic 0/1)
+# records, which are copied into one buffer of their own.
+
+cdef inline void _put_view(GrowBuf *g, const uint8_t *src, int32_t length, int32_t buffer,
+                           int64_t offset) noexcept nogil:
+    cdef uint8_t *v = g.data + g.len
+    cdef int32_t at = <int32_t>offset  # (checked to fit int32)
+    memset(v, 0, 16)
+    memcpy(v, &length, 4)
+    if length <= 12:
+        if length > 0:
+            memcpy(v + 4, src, length)
+    else:
+        memcpy(v + 4, src, 4)
+        memcpy(v + 8, &buffer, 4)
+        memcpy(v + 12, &at, 4)
+    g.len += 16
+
+
+cdef inline void _view_value(GrowBuf *views, GrowBuf *valid, int64_t index, int64_t *nulls,
+                             const uint8_t *sec, int32_t off, int32_t length, int32_t buffer,
+                             int64_t base) noexcept nogil:
+    if length < 0:
+        nulls[0] += 1
+        _put_view(views, NULL, 0, 0, 0)
+    else:
+        _put_view(views, sec + off, length, buffer, base + off)
+        _set_bit(valid, index)
+
+
+cdef int _append_v2_views(ColumnSet *c, const uint8_t *sec, const eng_record_view *views,
+                          const eng_batch_header *h, int32_t batch_index, int64_t min_offset,
+                          int64_t max_offset, eng_header_view *hbuf, int32_t buffer,
+                          int64_t base) noexcept nogil:
+    """_append_v2 with keys and values as views into buffer `buffer`, whose byte `base` is
+    the section's first (c.key_data / c.val_data hold the views)."""
+    cdef int32_t i, count = h.record_count
+    cdef size_t hbytes = 0, nh = 0
+    cdef const eng_record_view *r
+    cdef int64_t off
+    cdef int rc
+    for i in range(count):
+        hbytes += views[i].headers_bytes
+        nh += views[i].headers_count
+    if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
+            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)
+            or gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.key_data, 16 * count)
+            or gb_reserve(&c.val_data, 16 * count) or gb_reserve(&c.hk_off, 4 * nh)
+            or gb_reserve(&c.hv_off, 4 * nh) or gb_reserve(&c.hk_data, hbytes)
+            or gb_reserve(&c.hv_data, hbytes)
+            or _reserve_bits(&c.key_valid, c.n + count) or _reserve_bits(&c.val_valid, c.n + count)
+            or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
+        return -1
+    for i in range(count):
+        r = &views[i]
+        off = _wrap_add(h.base_offset, r.offset_delta)
+        if off < min_offset or (max_offset >= 0 and off >= max_offset):
+            continue
+        _put_i64(&c.offset, off)
+        _put_i64(&c.timestamp, _record_timestamp(h, r.timestamp_delta))
+        c.ts_type.data[c.ts_type.len] = <uint8_t>h.timestamp_type
+        c.ts_type.len += 1
+        _put_i32(&c.batch_index, batch_index)
+        _view_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, sec, r.key_off, r.key_len,
+                    buffer, base)
+        _view_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, sec, r.value_off,
+                    r.value_len, buffer, base)
+        if r.headers_count:
+            rc = _append_headers(c, sec, r, hbuf)
+            if rc != 0:
+                return rc
+        _put_i32(&c.hdr_off, <int32_t>c.nh)
+        c.n += 1
+    return 0
+
+
+cdef int _view_py_value(GrowBuf *views, GrowBuf *valid, int64_t index, int64_t *nulls,
+                        object value, bytearray arena, int32_t buffer) except -1:
+    """A legacy record's key or value: copied to the end of `arena` (buffer `buffer`)."""
+    cdef const uint8_t[::1] mv
+    cdef Py_ssize_t at = len(arena)
+    if gb_reserve(views, 16) != 0:
+        raise MemoryError()
+    if value is None:
+        _view_value(views, valid, index, nulls, NULL, 0, -1, 0, 0)
+        return 0
+    if at + len(value) > <Py_ssize_t>_INT32_LIMIT:
+        raise RecordSizeLimitError("Legacy keys or values exceed 2 GiB: decode a smaller range")
+    arena += value
+    mv = arena
+    _view_value(views, valid, index, nulls, &mv[0], <int32_t>at, <int32_t>len(value), buffer,
+                0)
+    return 0
+
+
+def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
+                        Py_ssize_t stop=-1, int64_t min_offset=-1, int64_t max_offset=-1,
+                        bint include_control=True, bint verify_crc=True,
+                        Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """decode_columns() with keys and values as Arrow binary views (see above) instead of
+    copies: "key_views" / "value_views" (uint8, 16 bytes a record) index into "buffers", a
+    list of buffer-protocol objects (the source first) that the arrays must keep alive.
+    Header columns are as in decode_columns(). The source must not change while the views
+    are used (a sealed segment: a mapping whose file is deleted stays readable; one whose
+    file is truncated does not)."""
+    cdef BufferView v = _view(data)
+    if headers is None:
+        headers, _ = scan(v, False)
+    cdef Py_ssize_t n = headers.shape[0], i
+    if stop < 0 or stop > n:
+        stop = n
+    if start < 0 or start > stop:
+        raise ValueError(f"start {start} outside [0, {stop}]")
+    _check_headers(headers, v, start, stop)
+    if min_offset < 0:
+        min_offset = INT64_MIN
+    cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
+    cdef ColumnSet c
+    cdef RecordBatch b
+    cdef const uint8_t *sec
+    cdef size_t sec_len
+    cdef eng_record_view *views = NULL
+    cdef size_t views_cap = 0
+    cdef eng_header_view *hbuf = NULL
+    cdef size_t hbuf_cap = 0, max_h
+    cdef int rc
+    cdef int32_t j, buffer, legacy_buffer = -1
+    cdef int64_t base
+    cdef eng_batch_header *h
+    cdef Record rec
+    cdef list buffers = [v.obj]
+    cdef bytearray arena = bytearray()
+    if _columns_init(&c) != 0:
+        raise MemoryError()
+    try:
+        for i in range(start, stop):
+            h = &rows[i]
+            if h.is_control and not include_control:
+                continue
+            if max_offset >= 0 and h.base_offset >= max_offset and h.magic == 2:
+                continue
+            if h.last_offset < min_offset:
+                continue
+            b = _make_batch(v, h, False, max_decompressed_bytes)
+            if verify_crc:
+                b.ensure_valid()
+            if h.magic < 2:
+                if legacy_buffer < 0:
+                    legacy_buffer = len(buffers)
+                    buffers.append(arena)
+                for item in _legacy_records(b):
+                    rec = <Record>item
+                    if rec.offset < min_offset or (max_offset >= 0 and rec.offset >= max_offset):
+                        continue
+                    if (gb_reserve(&c.offset, 8) or gb_reserve(&c.timestamp, 8)
+                            or gb_reserve(&c.ts_type, 1) or gb_reserve(&c.batch_index, 4)
+                            or gb_reserve(&c.hdr_off, 4) or _reserve_bits(&c.key_valid, c.n + 1)
+                            or _reserve_bits(&c.val_valid, c.n + 1)):
+                        raise MemoryError()
+                    _put_i64(&c.offset, rec.offset)
+                    _put_i64(&c.timestamp, rec.timestamp)
+                    c.ts_type.data[c.ts_type.len] = <uint8_t>rec._timestamp_type
+                    c.ts_type.len += 1
+                    _put_i32(&c.batch_index, <int32_t>i)
+                    _view_py_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key, arena,
+                                   legacy_buffer)
+                    _view_py_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, rec.value,
+                                   arena, legacy_buffer)
+                    _put_i32(&c.hdr_off, <int32_t>c.nh)
+                    c.n += 1
+                continue
+            # a compressed section gets a buffer of its own, which the arrays keep
+            owner = _v2_section(b, &sec, &sec_len, Scratch() if h.compression else None)
+            if owner is v:
+                buffer, base = 0, sec - v.ptr
+            else:
+                buffer, base = len(buffers), 0
+                buffers.append(owner)
+            if base + <int64_t>sec_len > <int64_t>_INT32_LIMIT:
+                raise RecordSizeLimitError(
+                    "Batch lies beyond 2 GiB into the buffer (Arrow view offsets are int32): "
+                    "decode a slice of the segment", position=h.position, offset=h.base_offset)
+            if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
+                free(_alloc_views(b, sec_len))  # raises the typed error
+            if <size_t>h.record_count > views_cap:
+                free(views)
+                views_cap = max(<size_t>h.record_count, 2 * views_cap)
+                views = <eng_record_view *>malloc(views_cap * sizeof(eng_record_view))
+                if views == NULL:
+                    views_cap = 0
+                    raise MemoryError()
+            _parse_views(b, sec, sec_len, views)
+            max_h = 0
+            for j in range(h.record_count):
+                max_h = max(max_h, <size_t>views[j].headers_count)
+            if max_h > hbuf_cap:
+                free(hbuf)
+                hbuf_cap = max(max_h, 2 * hbuf_cap)
+                hbuf = <eng_header_view *>malloc(hbuf_cap * sizeof(eng_header_view))
+                if hbuf == NULL:
+                    hbuf_cap = 0
+                    raise MemoryError()
+            with nogil:
+                rc = _append_v2_views(&c, sec, views, h, <int32_t>i, min_offset, max_offset,
+                                      hbuf, buffer, base)
+            if rc == -1:
+                raise MemoryError()
+            if rc == -2:
+                raise RecordSizeLimitError(
+                    "Decoded headers exceed 2 GiB (Arrow int32 offsets): decode a smaller range",
+                    position=h.position, offset=h.base_offset)
+        nrec, nhdr = c.n, c.nh
+        return {
+            "num_records": nrec,
+            "num_headers": nhdr,
+            "buffers": buffers,
+            "offset": _take_array(&c.offset, np.int64, nrec),
+            "timestamp": _take_array(&c.timestamp, np.int64, nrec),
+            "timestamp_type": _take_array(&c.ts_type, np.int8, nrec),
+            "batch_index": _take_array(&c.batch_index, np.int32, nrec),
+            "key_views": _take_array(&c.key_data, np.uint8, 16 * nrec),
+            "key_validity": _take_array(&c.key_valid, np.uint8, (nrec + 7) // 8),
+            "key_null_count": c.key_nulls,
+            "value_views": _take_array(&c.val_data, np.uint8, 16 * nrec),
+            "value_validity": _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8),
+            "value_null_count": c.val_nulls,
+            "header_offsets": _take_array(&c.hdr_off, np.int32, nrec + 1),
+            "header_key_offsets": _take_array(&c.hk_off, np.int32, nhdr + 1),
+            "header_key_data": _take_array(&c.hk_data, np.uint8, c.hk_data.len),
+            "header_value_offsets": _take_array(&c.hv_off, np.int32, nhdr + 1),
+            "header_value_data": _take_array(&c.hv_data, np.uint8, c.hv_data.len),
+            "header_value_validity": _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8),
+            "header_value_null_count": c.hv_nulls,
+        }
     finally:
         free(views)
         free(hbuf)

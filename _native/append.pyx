@@ -1,7 +1,20 @@
-# Leader appends: checked scans, offset assignment, stamped writes (included by records.pyx).
+# distutils: sources = [_native/src/append.c, _native/src/batch.c, _native/src/crc32c.c]
+# cython: language_level=3
+"""Leader appends over scan rows: checked scans, offset assignment, stamped writes."""
 
+cimport numpy as cnp
 from cpython.exc cimport PyErr_SetFromErrno
 from libc.errno cimport errno
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+
+from batch cimport *
+from engine._native.scan cimport BufferView, _HEADER_DESCR, _view
+
+from engine._native.errors import InvalidRecordError
+from engine._native.scan import BATCH_HEADER_DTYPE, scan
+
+cnp.import_array()
 
 
 cdef extern from "append.h" nogil:
@@ -119,7 +132,7 @@ def write_batches(int fd, object data, cnp.ndarray headers, int64_t position):
             raise ValueError(f"file position must be >= 0, got {position}")
         raise ValueError(f"headers do not tile the {v.nbytes}-byte buffer exactly")
     if rc != 0:
-        errno = rc
+        errno = rc  # no-cython-lint (C's errno, read by PyErr_SetFromErrno)
         PyErr_SetFromErrno(OSError)
     return written
 

@@ -1,4 +1,17 @@
-# v2 batch builder (included by records.pyx): what the local log and the tests write.
+# distutils: sources = [_native/src/crc32c.c]
+# cython: language_level=3
+"""The v2 record batch builder: what the local log and the tests write."""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+from batch cimport *
+from checksums cimport eng_crc32c
+from engine._native.codecs cimport compress
+from engine._native.decode cimport _wrap_sub
+
+from engine._native.errors import UnsupportedCompressionTypeError
 
 
 cdef inline bytes _as_bytes(object v):
@@ -21,9 +34,9 @@ def build_v2_batch(list records, int64_t base_offset=0, int compression=0, int l
     `delete_horizon_ms` when given, with the delete-horizon bit set), the max timestamp the
     largest (or `log_append_time` for LogAppendTime); the CRC-32C is computed here.
     """
-    cdef Py_ssize_t n = len(records), i, total = 0, pos = 0
+    cdef Py_ssize_t n = len(records), i, total = 0
     cdef int64_t base_ts = -1, max_ts = -1, ts
-    cdef int32_t delta, last_delta = 0, size, hsize
+    cdef int32_t delta, last_delta = 0, size
     cdef list keys = [None] * n, values = [None] * n, hdrs = [None] * n
     cdef int32_t *sizes
     cdef object key, value, headers
@@ -101,7 +114,6 @@ cdef void _write_records(bytearray section, list records, list keys, list values
                          int32_t *sizes, int64_t base_ts):
     cdef uint8_t *p = section
     cdef Py_ssize_t i, n = len(records)
-    cdef const uint8_t[::1] mv
     for i in range(n):
         delta = records[i][0]
         ts = records[i][1]

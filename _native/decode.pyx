@@ -1,16 +1,122 @@
-# RecordBatch, v2 record decode and legacy (magic 0/1) messages (included by records.pyx).
+# distutils: sources = [_native/src/batch.c, _native/src/crc32c.c]
+# cython: language_level=3
+"""Kafka record batches decoded to Python objects: RecordBatch (a v2 batch or a v0/v1
+message, field names Kafka's), Record, v2 record decode and legacy (magic 0/1) messages.
 
-from libc.stdint cimport uint64_t
+Parsing runs with the GIL released; each record's key, value and headers are built straight
+from the batch's bytes (or its decompressed records section). Objects returned here keep the
+buffer they were decoded from alive.
+"""
+
+cimport cython
+cimport numpy as cnp
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+from batch cimport *
+from checksums cimport eng_crc32, eng_crc32c
+from engine._native.codecs cimport (
+    Scratch,
+    _codec_shown,
+    decompress,
+    decompress_section,
+    give_scratch,
+    take_scratch,
+)
+from engine._native.scan cimport BufferView, _raise_error, _view
+
+import enum
+
+import numpy as np
+
+from engine._native.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, CompressionType
+from engine._native.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    UnsupportedCompressionTypeError,
+)
+from engine._native.scan import BATCH_HEADER_DTYPE, scan
+
+cnp.import_array()
 
 
-cdef inline int64_t _wrap_add(int64_t a, int64_t b) noexcept nogil:
-    """a + b wrapping as Java's longs do (offsets and timestamps come from the data, so the
-    sum may overflow: signed overflow is undefined in C, unsigned wraps)."""
-    return <int64_t>(<uint64_t>a + <uint64_t>b)
+class TimestampType(enum.IntEnum):
+    """Kafka's TimestampType; magic 0 data has none."""
+    NO_TIMESTAMP_TYPE = -1
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+    @property
+    def name_kafka(self):
+        return ("NoTimestampType", "CreateTime", "LogAppendTime")[self.value + 1]
 
 
-cdef inline int64_t _wrap_sub(int64_t a, int64_t b) noexcept nogil:
-    return <int64_t>(<uint64_t>a - <uint64_t>b)
+cdef tuple _TIMESTAMP_TYPES = (TimestampType.NO_TIMESTAMP_TYPE, TimestampType.CREATE_TIME,
+                               TimestampType.LOG_APPEND_TIME)
+cdef tuple _COMPRESSION_TYPES = tuple(CompressionType)
+cdef tuple _NO_HEADERS = ()
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+
+@cython.freelist(256)
+cdef class Record:
+    """One record with Kafka's field names. `headers` is a tuple of (str, bytes | None);
+    header keys are decoded as UTF-8 with surrogateescape so any bytes round-trip."""
+    @property
+    def timestamp_type(self):
+        return _TIMESTAMP_TYPES[self._timestamp_type + 1]
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self._astuple() == (<Record>other)._astuple()
+
+    def __hash__(self):
+        return hash(self._astuple())
+
+    cdef tuple _astuple(self):
+        return (self.offset, self.timestamp, self._timestamp_type, self.key, self.value,
+                self.headers, self.sequence, self.is_control)
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
+                f"key={self.key!r}, value={_short(self.value)}, headers={self.headers!r})")
+
+
+cdef str _short(object value):
+    if value is None or len(value) <= 32:
+        return repr(value)
+    return repr(value[:32]) + f"...({len(value)} bytes)"
+
+
+cdef inline Record _new_record(int64_t offset, int64_t timestamp, int8_t ts_type, object key,
+                               object value, tuple headers, int32_t sequence, bint control):
+    cdef Record r = Record.__new__(Record)
+    r.offset = offset
+    r.timestamp = timestamp
+    r._timestamp_type = ts_type
+    r.key = key
+    r.value = value
+    r.headers = headers
+    r.sequence = sequence
+    r.is_control = control
+    return r
+
+
+cdef inline object _bytes_or_none(const uint8_t *base, int32_t off, int32_t length):
+    if length < 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char *>base + off, length)
 
 
 cdef class RecordBatch:
@@ -20,12 +126,6 @@ cdef class RecordBatch:
     `records()` decodes (and decompresses) on demand; nothing is cached, so a batch object
     is cheap to create from a scan row. Not thread-safe to mutate; safe to read from threads.
     """
-    cdef readonly BufferView buffer
-    cdef eng_batch_header h
-    cdef bint crc_checked
-    cdef readonly Py_ssize_t max_decompressed_bytes
-    cdef object _legacy_base_offset
-
     @property
     def position(self): return self.h.position
 
@@ -240,14 +340,10 @@ cdef int _check_headers(cnp.ndarray headers, BufferView v, Py_ssize_t start=0,
     return 0
 
 
-cdef inline int64_t _record_timestamp(const eng_batch_header *h, int64_t delta) noexcept nogil:
-    if h.timestamp_type == 1:
-        return h.max_timestamp
-    return _wrap_add(h.base_timestamp, delta)
-
-
-cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
-    """Points `sec` at the batch's records; returns the object that owns the bytes."""
+cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len,
+                        Scratch scratch=None):
+    """Points `sec` at the batch's records; returns the object that owns the bytes. A
+    compressed section is decompressed into `scratch` when given (and the codec can)."""
     cdef const eng_batch_header *h = &b.h
     cdef BufferView hv
     if h.record_count == 0:
@@ -266,6 +362,11 @@ cdef object _v2_section(RecordBatch b, const uint8_t **sec, size_t *sec_len):
             offset=h.base_offset)
     raw = memoryview(b.buffer.obj).cast("B")[
         h.position + ENG_RECORD_BATCH_OVERHEAD:h.position + h.size]
+    if scratch is not None:
+        return decompress_section(
+            h.compression, raw, b.buffer.ptr + h.position + ENG_RECORD_BATCH_OVERHEAD,
+            h.size - ENG_RECORD_BATCH_OVERHEAD, scratch, b.max_decompressed_bytes, 2,
+            h.position, h.base_offset, sec, sec_len)
     hv = BufferView(decompress(h.compression, raw, b.max_decompressed_bytes, 2,
                                h.position, h.base_offset))
     sec[0] = hv.ptr
@@ -335,8 +436,11 @@ cdef list _v2_records(RecordBatch b, object section=None):
     cdef size_t sec_len
     cdef const eng_batch_header *h = &b.h
     cdef BufferView sv
+    cdef Scratch scratch = None
     if section is None or h.compression == 0 or h.record_count == 0:
-        owner = _v2_section(b, &sec, &sec_len)
+        if h.compression != 0 and h.record_count != 0:
+            scratch = take_scratch()  # records copy out of it, so the next batch may reuse it
+        owner = _v2_section(b, &sec, &sec_len, scratch)
     else:
         sv = owner = BufferView(section)
         sec = sv.ptr
@@ -362,6 +466,7 @@ cdef list _v2_records(RecordBatch b, object section=None):
         return out
     finally:
         free(views)
+        give_scratch(scratch)
 
 
 # ---- legacy v0/v1 ---------------------------------------------------------------------

@@ -57,7 +57,7 @@ from engine.log import LogManager
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import RemoteLogManager
+from engine.rlm import RemoteLogManager, fetch
 from engine.rlm.reader import read_remote
 
 PARTITIONS = 4
@@ -169,8 +169,8 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
     def run_remote_inline():
         # RemoteLogManager.read's own work (plan, quota, metrics) without the pool hand-off
         for o in starts:
-            _, work = rlm._plan_read("tiered", 0, o, MAX_BYTES, True, "read_uncommitted")
-            touch(work().records)
+            plan = rlm._plan_read("tiered", 0, o, MAX_BYTES, True, "read_uncommitted")
+            touch(fetch.read_remote(rlm, plan).records)
 
     def run_remote_direct():
         for o in starts:

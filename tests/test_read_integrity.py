@@ -472,3 +472,35 @@ def test_local_list_offsets_by_timestamp_refuses_a_damaged_base_offset(tmp_path)
         assert env.rlm.list_offsets(TOPIC, 0, T0)[0] == 0
     finally:
         env.close()
+
+
+def test_a_sequential_local_consumer_checks_each_batch_once_and_still_sees_later_damage(
+        tmp_path):
+    """Reads continuing a segment's verified prefix check only the bytes past it; damage
+    past the prefix is found, and a truncation that cuts the prefix makes the rewritten
+    bytes be checked again."""
+    env = Env(tmp_path, topic_config={"segment.bytes": 1 << 20})
+    try:
+        env.produce(10)
+        unified = env.log()
+        segment = unified.segments[0]
+        rows = _rows(segment.log_file)
+        got = read_all(env.rlm, TOPIC, 0, 0, int(rows["last_offset"][5]) + 1, max_bytes=400)
+        assert [o for o, _ in got] == list(range(int(rows["last_offset"][5]) + 1))
+        assert segment.verified_prefix == (int(rows["position"][6]),
+                                           int(rows["last_offset"][5]))
+        row = rows[8]
+        _patch(segment.log_file, int(row["position"] + row["size"]) - 3, b"\xee")
+        with pytest.raises(CorruptRecordError, match="CRC"):
+            read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset, max_bytes=400)
+        assert segment.verified_prefix[0] <= int(row["position"])
+        # a truncation below the prefix forgets it: offsets written again are checked
+        unified.truncate_to(int(rows["base_offset"][3]))
+        assert segment.verified_prefix == (0, segment.base_offset - 1)
+        env.produce(4)
+        rows = _rows(segment.log_file)
+        _patch(segment.log_file, int(rows["position"][4]), (10**6).to_bytes(8, "big"))
+        with pytest.raises(CorruptRecordError, match="do not continue the log"):
+            read_all(env.rlm, TOPIC, 0, 0, unified.log_end_offset, max_bytes=400)
+    finally:
+        env.close()

@@ -230,11 +230,18 @@ class LocalLog:
 
     def read(self, offset: int, max_bytes: int,
              min_one_message: bool = True) -> tuple[memoryview, int]:
+        view, next_offset, _, _ = self.read_located(offset, max_bytes, min_one_message)
+        return view, next_offset
+
+    def read_located(self, offset: int, max_bytes: int, min_one_message: bool = True
+                     ) -> tuple[memoryview, int, LogSegment | None, int]:
         """Whole batches from the one holding `offset`, up to `max_bytes` (the first batch
         whole even if larger when `min_one_message`), from one segment as Kafka does.
 
-        Returns (zero-copy view, next fetch offset hint): the offset after the last batch
-        returned, or `offset` when nothing is (at the log end, or `max_bytes` too small).
+        `read` returns (zero-copy view, next fetch offset hint): the offset after the last
+        batch returned, or `offset` when nothing is (at the log end, or `max_bytes` too
+        small); `read_located` adds the segment read and the view's byte position in it
+        (None, 0 when nothing is read).
 
         Raises:
             OffsetOutOfRangeError: `offset` outside [local_log_start_offset,
@@ -249,7 +256,7 @@ class LocalLog:
             if offset < self.local_log_start_offset or offset > end:
                 raise self._out_of_local_range(offset)
             if offset == end:
-                return memoryview(b""), offset
+                return memoryview(b""), offset, None, 0
             i = max(0, bisect.bisect_right(self._bases, offset) - 1)
             for j in range(i, len(self._segments)):
                 segment = self._segments[j]
@@ -266,16 +273,16 @@ class LocalLog:
                             # Nothing framed at the batch holding `offset`: damage, never
                             # an empty answer that would stall the consumer there.
                             self._diagnose_unreadable(segment, offset)
-                        return view, offset
+                        return view, offset, None, 0
                     headers, _ = _records.scan(view, False)
-                    return view, int(headers["last_offset"][-1]) + 1
+                    return view, int(headers["last_offset"][-1]) + 1, segment, info.position
                 # No batch at or after `offset` in this segment: go on to the next one only
                 # if the segment really ends below it (a gap between segments), never past
                 # damage that hides the batches holding it.
                 upper = self._bases[j + 1] if j + 1 < len(self._bases) else end
                 if offset < upper:
                     self._diagnose_unreadable(segment, offset)
-            return memoryview(b""), offset
+            return memoryview(b""), offset, None, 0
 
     @staticmethod
     def _check_framing(segment: LogSegment, what: str, offset: int) -> np.ndarray:

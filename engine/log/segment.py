@@ -146,6 +146,9 @@ class LogSegment:
         self._max_timestamp = _NO_TIMESTAMP
         self._shallow_offset_of_max_timestamp = self.base_offset
         self._next_offset: int | None = None
+        # bytes [0, end) whose batches a consumer-facing read checked in this process (CRC,
+        # offsets continuing from the base offset), and the last offset in them
+        self._verified_prefix = (0, self.base_offset - 1)
         if self._size:
             self._load_largest_timestamp()
 
@@ -422,8 +425,23 @@ class LogSegment:
 
     # -- truncation, recovery --------------------------------------------------------------
 
+    @property
+    def verified_prefix(self) -> tuple[int, int]:
+        """(end, last offset) of the bytes [0, end) checked by a consumer-facing read in
+        this process (see engine.rlm.reader.read_local): reads inside it need no check."""
+        return self._verified_prefix
+
+    def extend_verified_prefix(self, from_end: int, to_end: int, last_offset: int) -> None:
+        """Records bytes [from_end, to_end) as checked after [0, from_end) (ignored when
+        another read moved the prefix meanwhile, or a truncation cut it)."""
+        with self._lock:
+            if self._verified_prefix[0] == from_end and to_end <= self._size:
+                self._verified_prefix = (to_end, last_offset)
+
     def _truncate_log(self, size: int) -> int:
         removed = self._size - size
+        if self._verified_prefix[0] > size:  # offsets written again must be checked again
+            self._verified_prefix = (0, self.base_offset - 1)
         if removed > 0:
             self._release_map()
             os.ftruncate(self._fd, size)

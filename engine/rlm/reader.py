@@ -169,22 +169,45 @@ def read_local(unified, topic: str, partition: int, offset: int, max_bytes: int,
                min_one_message: bool, isolation: str) -> RemoteFetchResult:
     """A read from the local log, checked as a remote one is; read_committed stops at the
     last stable offset and lists the aborted transactions of what it returns."""
-    view, next_offset = unified.read(offset, max_bytes, min_one_message)
+    view, next_offset, segment, position = unified.read_located(offset, max_bytes,
+                                                                min_one_message)
     if view.nbytes:
-        headers, _ = _records.scan(view, True)
-        # a compacted log has gaps between batches; any other one has none
-        contiguous = "compact" not in unified.config["cleanup.policy"]
-        where = f"log {unified.dir}"
-        check_batches(headers, where, first_offset=offset, contiguous=contiguous,
-                      max_offset=unified.log_end_offset - 1)
-        if contiguous:
-            _check_local_batch_before(unified, headers, where)
+        _check_local(unified, segment, position, view, offset)
     aborted = []
     if isolation == "read_committed" and view.nbytes:
         view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
         if view.nbytes:
             aborted = unified.collect_aborted_transactions(offset, next_offset)
     return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False, aborted)
+
+
+def _check_local(unified, segment, position: int, view: memoryview, offset: int) -> None:
+    """The consumer's checks of a local read of `view` (bytes from `position` of `segment`).
+    Bytes of the segment's verified prefix were checked by an earlier read in this process
+    (CRC, and offsets continuing from the segment's base offset): a read within it costs
+    nothing, a read continuing it checks only the bytes past it, against its last batch,
+    and extends it. Any other read is checked whole, with the batch before it (a damaged
+    base offset of its first batch shows only there)."""
+    # a compacted log has gaps between batches; any other one has none
+    contiguous = "compact" not in unified.config["cleanup.policy"]
+    where = f"log {unified.dir}"
+    last_offset = unified.log_end_offset - 1
+    end = position + view.nbytes
+    verified_end, verified_last = segment.verified_prefix
+    if end <= verified_end and contiguous:
+        return
+    if contiguous and position <= verified_end:
+        headers, _ = _records.scan(view[verified_end - position:], True)
+        check_batches(headers, where, first_offset=verified_last + 1,
+                      min_offset=verified_last + 1, max_offset=last_offset,
+                      position=verified_end)
+        segment.extend_verified_prefix(verified_end, end, int(headers["last_offset"][-1]))
+        return
+    headers, _ = _records.scan(view, True)
+    check_batches(headers, where, first_offset=offset, contiguous=contiguous,
+                  max_offset=last_offset)
+    if contiguous:
+        _check_local_batch_before(unified, headers, where)
 
 
 def _check_local_batch_before(unified, headers, where: str) -> None:

@@ -1,6 +1,7 @@
 """RemoteIndexCache: Kafka's lookups, files, eviction, restart reuse, loads and failures."""
 
 import gc
+import os
 import threading
 from collections import Counter
 
@@ -304,3 +305,32 @@ def test_lookups_stay_correct_while_another_thread_evicts(tmp_path, local, remot
     cache.remove_all()
     gc.collect()
     assert not list((tmp_path / "cache").iterdir())
+
+
+def test_downloads_are_not_fsynced_and_a_set_torn_by_a_crash_is_dropped(tmp_path, remote,
+                                                                       monkeypatch):
+    """A download syncs nothing (the first remote read of a segment waits for it); what an
+    unsynced write can leave after a power loss (names in place, contents lost) is dropped
+    at the next start by the .checksums check and downloaded again."""
+    rsm, mds = remote
+    cache_dir = tmp_path / "cache"
+    real_fsync, synced = os.fsync, []
+
+    def counting_fsync(fd):
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    with RemoteIndexCache(rsm, cache_dir) as cache:
+        positions = [cache.lookup_offset(md, md.end_offset) for md in mds]
+    assert synced == []
+    monkeypatch.undo()
+    ids = [str(m.remote_log_segment_id.id) for m in mds]
+    index = cache_dir / f"300_{ids[1]}.index"
+    index.write_bytes(bytes(index.stat().st_size))  # same size, the data never reached disk
+    rsm.fetches.clear()
+    cache = RemoteIndexCache(rsm, cache_dir)
+    assert mds[1].remote_log_segment_id.id not in cache._entries and len(cache) == 2
+    assert [cache.lookup_offset(md, md.end_offset) for md in mds] == positions
+    assert rsm.fetches[IndexType.OFFSET] == 1
+    cache.close()

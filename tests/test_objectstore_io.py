@@ -556,6 +556,29 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
         reader.close()
 
 
+def test_read_ahead_is_in_flight_with_the_read_it_follows(s3_server, fault_proxy,
+                                                          plain_object):
+    """A sequential read's read-ahead is queued before its own GET, so a cold reader has
+    both in flight at once rather than one after the other."""
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK, identity="overlap")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, max_in_flight=1, fetch_max_wait_ms=20_000,
+                             prefetch_max_bytes=2 * CHUNK)
+        fault_proxy.add(Fault("delay", method="GET", delay_s=1.0, times=None))
+        assert bytes(reader.read(seg, 0, 100)) == data[:100]
+        # the proxy logs a GET when it arrives: the read-ahead's arrived during the read's
+        starts = sorted(int(r.range[6:].split("-")[0]) for r in fault_proxy.requests("GET", key))
+        assert starts[0] == 0 and CHUNK in starts[1:], starts
+        deadline = time.monotonic() + 20
+        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cache.contains(seg.chunk_key(1)) and cache.contains(seg.chunk_key(2))
+        assert bytes(reader.read(seg, 100, 3 * CHUNK)) == data[100:3 * CHUNK]
+        reader.close()
+
+
 def test_read_ahead_follows_sequential_reads_only(s3_server, fault_proxy, plain_object):
     key, data = plain_object
     seg = plain_segment(key, len(data), CHUNK, identity="seq")

@@ -11,9 +11,12 @@ Files, in `cache_dir` (the RLM passes `<first log dir>/remote-log-index-cache`):
     <startOffset>_<segmentUuidBase64>.checksums   CRC-32C and size of each of the three,
                                                   written last
 
-A download goes to `<file>.tmp`, is fsynced and renamed into place, so a complete name is a
-complete file; the RSM verified what it downloaded (`fetch_index_bytes`), and the
-`.checksums` file records what was written. On startup the directory is created, leftover
+A download goes to `<file>.tmp` and is renamed into place, so a complete name is a complete
+file; the RSM verified what it downloaded (`fetch_index_bytes`), and the `.checksums` file
+records what was written. Nothing is fsynced (as Kafka's cache, which moves its files into
+place without a flush): the files are a copy of the remote tier, the startup check below
+drops any set a crash left torn, and fsyncs of four files and the directory would sit on
+the first remote read of every segment. On startup the directory is created, leftover
 `.tmp` and `.deleted` files are removed, complete sets whose files still match their
 `.checksums` and pass the indexes' sanity checks are registered again (reused after a
 restart), and incomplete, changed or corrupt sets are removed (downloaded again on use):
@@ -291,11 +294,11 @@ class RemoteIndexCache:
             written = {}
             for index_type, path in paths.items():
                 data = index_bytes(self._rsm, metadata, index_type)
-                write_file_atomically(path, data)
+                write_file_atomically(path, data, sync=False)
                 written[_SUFFIXES[index_type]] = (crc32c(data), len(data))
             # the files are in place before the record of them: a crash leaves no .checksums
             # (the set is dropped at the next start) or a complete, matching one
-            write_file_atomically(sums, _encode_checksums(written))
+            write_file_atomically(sums, _encode_checksums(written), sync=False)
             return self._open_entry(metadata.remote_log_segment_id.id, metadata.start_offset,
                                     paths)
         except BaseException:

@@ -26,7 +26,8 @@ the range. Each GET is also bounded by the store's own timeouts and retries.
 (`fetch.chunk.cache.prefetch.max.size`), a sequential read (one that starts in a segment's
 first chunk or where the reader's previous read of the segment ended, or one the caller
 flags) schedules the chunks that follow it, up to that many original bytes, in the
-background; random reads (index probes, timestamp searches) fetch only what they ask. When
+background, queued before the read's own GETs so that both are in flight together; random
+reads (index probes, timestamp searches) fetch only what they ask. When
 the read-ahead reaches the segment's end and
 the caller names the segment that comes next in the lineage (`next_segment`), the read-ahead
 continues into that segment's first chunks (the plugin stops at the segment's end).
@@ -181,11 +182,13 @@ class RangeReader:
         if start >= end:
             return b""
         chunks = seg.index.chunks_for(start, end)
-        follows = self._follows(seg, chunks, end, sequential)
+        if self._follows(seg, chunks, end, sequential):
+            # queued before this read's own GETs, so they run alongside it: a cold reader's
+            # next chunks are in flight while it waits for this one, as a raw reader keeps
+            # its GETs in flight back to back
+            self._prefetch_after(seg, chunks[-1], next_segment)
         plain = self._fetch(seg, list(chunks), deadline, what=f"bytes [{start}, {end})")
         self.store.metrics.requested(end - start)
-        if follows:
-            self._prefetch_after(seg, chunks[-1], next_segment)
         if len(chunks) == 1:
             lo = seg.index.original_range(chunks[0])[0]
             return memoryview(plain[chunks[0]])[start - lo:end - lo]

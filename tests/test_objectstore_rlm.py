@@ -10,6 +10,7 @@ import time
 import urllib.request
 
 import pytest
+from fault_proxy import Fault
 from test_tiered_scenarios import Broker, expected
 
 
@@ -143,3 +144,42 @@ def test_sequential_rlm_read_crosses_a_segment_boundary_without_a_get(
 def _records(view):
     from engine.records import MemoryRecords
     return [r for batch in MemoryRecords(bytes(view)).batches() for r in batch]
+
+
+def test_read_ahead_into_the_next_segment_does_not_wait_for_its_indexes(
+        tmp_path, s3_server, fault_proxy):
+    """The next segment's chunk GETs need only its manifest: they go out while its
+    `.indexes` GET is still held."""
+    extra = ("log.local.retention.bytes=1\n"
+             "rsm.config.fetch.chunk.cache.class="
+             "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache\n"
+             "rsm.config.fetch.chunk.cache.size=-1\n"
+             "rsm.config.fetch.chunk.cache.prefetch.max.size=1000\n"
+             "remote.fetch.max.wait.ms=30000\n")
+    broker = Broker(tmp_path, extra, s3_server=_Proxied(s3_server, fault_proxy))
+    try:
+        broker.create("held", remote_storage_enable=True, segment_bytes=3000)
+        broker.produce("held", batches=80, records=3)
+        broker.tier()
+        first, second = broker.remote_segments("held")[:2]
+        broker.restart()
+        second_path = f"{second.start_offset:020d}-{second.remote_log_segment_id.id}"
+        fault_proxy.add(Fault("delay", method="GET", path_contains=second_path + ".indexes",
+                              delay_s=4.0))
+        # one read at the first segment's end, by a reader going forward: the only thing
+        # that may load the second segment from here is the read-ahead it queues
+        rsm = broker.rlm.rsm
+        rsm.read_forward(first, second)
+        size = first.segment_size_in_bytes
+        assert len(rsm.read_range(first, size - 10, size)) == 10
+        offset = second.start_offset
+        wait_for(lambda: fault_proxy.requests("GET", second_path + ".indexes"),
+                 "the next segment's .indexes GET")
+        wait_for(lambda: fault_proxy.requests("GET", second_path + ".log"),
+                 "read-ahead GETs of the next segment's chunks", timeout_s=3.0)
+        assert fault_proxy.requests("GET", second_path + ".indexes")[0].fault == "delay"
+        result = broker.rlm.read("held", 0, offset, 256)  # waits for the held indexes
+        got = [(rec.offset, rec.value) for rec in _records(result.records)]
+        assert got == expected("held", 0, offset, result.next_offset)
+    finally:
+        broker.close()

@@ -45,9 +45,9 @@ custom metadata names an object prefix or key, reads of `.log` and `.indexes` us
 Read-ahead (`fetch.chunk.cache.prefetch.max.size` > 0, with a chunk cache) follows the
 reads of a segment a reader said it reads forward (`read_forward`), those served from the
 chunk cache's memory (`map_range_if_open`) included: once the read-ahead window reaches past
-the segment's end, the next segment's manifest and indexes are loaded in the background, and
-the read-ahead continues into the first chunks of that segment, so that the reader crosses
-the boundary without a GET. Nothing of it blocks a read.
+the segment's end, the next segment's manifest is loaded in the background, the read-ahead
+continues into the first chunks of that segment, and its indexes are loaded while those GETs
+run, so that the reader crosses the boundary without a GET. Nothing of it blocks a read.
 
 Metrics (engine.remote.objectstore.metrics) live in the store's registry;
 `register_metrics` adds a collector of them to another registry (the RLM's), which follows
@@ -427,11 +427,15 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def _warm(self, metadata: RemoteLogSegmentMetadata, previous: SegmentObject,
               end: int) -> None:
-        """Loads the segment's manifest and the indexes a remote read wants (offset, time,
-        transaction: one GET when `.indexes` is small) into their caches, ahead of a reader
-        crossing into it from `previous`, whose read ended at `end`; then queues the
-        read-ahead from there into the segment's first chunks."""
+        """Loads the segment's manifest, ahead of a reader crossing into it from
+        `previous`, whose read ended at `end`, and queues the read-ahead from there into
+        the segment's first chunks (their GETs need only the manifest); then loads the
+        indexes a remote read wants (offset, time, transaction: one GET when `.indexes` is
+        small) while those GETs run."""
         try:
+            self._reader.read_ahead_from(previous, end,
+                                         self._segment_object(metadata,
+                                                              self._segment(metadata)))
             for index_type in _READ_INDEXES:
                 if index_type is IndexType.TRANSACTION and metadata.txn_idx_empty:
                     continue
@@ -439,10 +443,6 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                     self.fetch_index_bytes(metadata, index_type)
                 except RemoteResourceNotFoundError:
                     continue  # a transaction index the segment does not have
-            segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
-            if segment is not None:
-                self._reader.read_ahead_from(previous, end,
-                                             self._segment_object(metadata, segment))
         except (KafkaEngineError, OSError) as e:
             # read-ahead is an optimisation: the reader loads them itself when it gets there
             log.debug("read-ahead: the manifest and indexes of %s not loaded: %s",

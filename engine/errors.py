@@ -9,6 +9,7 @@ subclass and its fields.
 
 from __future__ import annotations
 
+from os import PathLike
 from typing import Any
 
 from engine._native.errors import (
@@ -52,7 +53,7 @@ class ConfigError(KafkaEngineError, ValueError):
     """
 
     def __init__(self, key: str | None, value: Any, rule: str, *,
-                 file: str | None = None) -> None:
+                 file: str | PathLike[str] | None = None) -> None:
         self.key = key
         self.value = value
         self.rule = rule

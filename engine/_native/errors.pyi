@@ -16,11 +16,12 @@ __all__ = [
 
 class KafkaEngineError(Exception):
     reason: str
-    file: str | None
+    # the constructor keeps `file` as given (a path or its string); with_file stores str()
+    file: str | PathLike[str] | None
     position: int | None
     offset: int | None
-    def __init__(self, message: str, *, file: str | None = None, position: int | None = None,
-                 offset: int | None = None) -> None: ...
+    def __init__(self, message: str, *, file: str | PathLike[str] | None = None,
+                 position: int | None = None, offset: int | None = None) -> None: ...
     def with_file(self, file: str | PathLike[str]) -> Self: ...
     def with_context(self, prefix: str, *, position_base: int | None = None) -> Self: ...
 

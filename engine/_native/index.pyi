@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from os import PathLike
 from typing import Final, TypeAlias
 
 import numpy as np
@@ -91,7 +92,7 @@ class TimeIndexCore(_IndexCore):
     def _count_below(self, offset: int) -> int: ...
 
 def append_status_message(status: int) -> str: ...
-def status_error(status: int, message: str, *, file: str | None = None,
+def status_error(status: int, message: str, *, file: str | PathLike[str] | None = None,
                  position: int | None = None,
                  offset: int | None = None) -> IndexFullError | InvalidOffsetError | ValueError: ...
 def rebuild_entries(sizes: _I64, last_offsets: _I64, max_timestamps: _I64, base_offset: int,

@@ -55,7 +55,7 @@ def parse_add_config(text: str) -> dict[str, str]:
 def _describe(store: TopicConfigStore, broker, topics: list[str], show_all: bool,
               as_json: bool) -> None:
     stored = store.read()
-    result = {}
+    result: dict[str, dict] = {}
     for topic in topics:
         overrides = stored.get(topic, {})
         if show_all:

@@ -114,7 +114,7 @@ def _percentiles(values: list[float]) -> str:
     return f"p50 {p50:.2f} ms  p90 {p90:.2f} ms  p99 {p99:.2f} ms  ({len(values)} reads)"
 
 
-def _rate(nbytes: int, seconds: float) -> str:
+def _rate(nbytes: float, seconds: float) -> str:
     return f"{nbytes / seconds / 2**20:.0f} MiB/s" if seconds > 0 and nbytes else "n/a"
 
 
@@ -323,7 +323,7 @@ def run(args) -> int:
                 unified = session.log(TOPIC, p)
                 opened += sum(unified.log_start_offset <= b < unified.local_log_start_offset
                               for b in bases[p])
-            latencies = {"local": [], "remote": []}
+            latencies: dict[str, list[float]] = {"local": [], "remote": []}
             problem = _point_reads(session, references, args.point_reads, args.seed, latencies)
             if problem:
                 print("problem: " + problem)

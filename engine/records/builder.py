@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from engine._native import records as _records
 from engine.records.control import ControlRecordType, control_record_key, end_txn_marker_value
@@ -33,7 +34,7 @@ class RecordBatchBuilder:
             log_append_time = int(time.time() * 1000)
         self.base_offset = base_offset
         self.compression_type = CompressionType(compression_type)
-        self._options = dict(
+        self._options: dict[str, Any] = dict(
             compression=int(compression_type), level=compression_level,
             timestamp_type=int(timestamp_type), producer_id=producer_id,
             producer_epoch=producer_epoch, base_sequence=base_sequence,

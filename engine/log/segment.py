@@ -256,12 +256,7 @@ class LogSegment:
             if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
                 self._ensure_offset_in_range(largest_offset)
             if headers is None:
-                headers, valid = _records.scan(records, False)
-                if valid != size:
-                    raise InvalidRecordError(
-                        f"records appended to {self._log_path} end with a partial batch: "
-                        f"{size - valid} of {size} bytes", file=self._log_path,
-                        position=self._size + valid)
+                headers = self._scan_whole_batches(records, size)
             position = self._size
             max_timestamp = self._max_timestamp
             shallow = self._shallow_offset_of_max_timestamp
@@ -269,26 +264,44 @@ class LogSegment:
                 max_timestamp = largest_timestamp
                 shallow = shallow_offset_of_max_timestamp
             indexed = self._bytes_since_last_index_entry > self.index_interval_bytes
-            offset_entries = self.offset_index.entries
-            time_entries = self.time_index.entries
-            try:
-                if indexed:
-                    self._append_index_entries(largest_offset, position, max_timestamp, shallow)
-                written = _records.write_batches(self._fd, records, headers, position)
-            except BaseException as exc:
-                # Nothing of a failed append may stay: its index entries would point past the
-                # end, and bytes that reached the file would not end on a batch boundary.
-                self.offset_index._truncate_to_entries(offset_entries)
-                self.time_index._truncate_to_entries(time_entries)
-                if isinstance(exc, OSError):
-                    os.ftruncate(self._fd, position)
-                raise
+            written = self._write_or_undo(records, headers, position, indexed, largest_offset,
+                                          max_timestamp, shallow)
             self._max_timestamp = max_timestamp
             self._shallow_offset_of_max_timestamp = shallow
             self._size = position + written
             self._bytes_since_last_index_entry = \
                 written if indexed else self._bytes_since_last_index_entry + written
             self._next_offset = largest_offset + 1  # the last offset of `records`
+
+    def _scan_whole_batches(self, records, size: int):
+        """The scan rows of `records` for an append given none; InvalidRecordError when the
+        bytes do not end on a batch boundary (nothing is written then)."""
+        headers, valid = _records.scan(records, False)
+        if valid != size:
+            raise InvalidRecordError(
+                f"records appended to {self._log_path} end with a partial batch: "
+                f"{size - valid} of {size} bytes", file=self._log_path,
+                position=self._size + valid)
+        return headers
+
+    def _write_or_undo(self, records, headers, position: int, indexed: bool,
+                       largest_offset: int, max_timestamp: int, shallow: int) -> int:
+        """Adds the index entries (when `indexed`) and writes the batches at `position`;
+        returns the bytes written. Called under the lock by `append`."""
+        offset_entries = self.offset_index.entries
+        time_entries = self.time_index.entries
+        try:
+            if indexed:
+                self._append_index_entries(largest_offset, position, max_timestamp, shallow)
+            return _records.write_batches(self._fd, records, headers, position)
+        except BaseException as exc:
+            # Nothing of a failed append may stay: its index entries would point past the
+            # end, and bytes that reached the file would not end on a batch boundary.
+            self.offset_index._truncate_to_entries(offset_entries)
+            self.time_index._truncate_to_entries(time_entries)
+            if isinstance(exc, OSError):
+                os.ftruncate(self._fd, position)
+            raise
 
     def _append_index_entries(self, offset: int, position: int, timestamp: int,
                               timestamp_offset: int) -> None:
@@ -547,18 +560,7 @@ class LogSegment:
 
         n = len(headers)
         if n:
-            crc_bad = np.flatnonzero(~headers["crc_valid"])
-            base, last = headers["base_offset"], headers["last_offset"]
-            v2 = headers["magic"] >= 2
-            step = np.empty(n, dtype=bool)
-            step[0] = base[0] == self.base_offset
-            if n > 1:
-                step[1:] = np.where(v2[1:] & v2[:-1], base[1:] == last[:-1] + 1,
-                                    base[1:] > last[:-1])
-            step &= (last >= base) & (last < end_offset)
-            jump = np.flatnonzero(~step)
-            first_bad = min(int(crc_bad[0]) if len(crc_bad) else n,
-                            int(jump[0]) if len(jump) else n)
+            first_bad = self._first_bad_entry(headers, end_offset)
             if first_bad < n:
                 row = headers[first_bad]
                 position = int(row["position"])
@@ -572,6 +574,23 @@ class LogSegment:
         if framing is not None:
             raise fail(n, framing[0], framing[1])
         return n
+
+    def _first_bad_entry(self, headers, end_offset: int) -> int:
+        """The row of the first entry of `verify_batches`' scan (non-empty) with a bad CRC or
+        offsets that do not continue the previous entry within [base offset, `end_offset`);
+        len(headers) when there is none. Vectorised over the rows."""
+        n = len(headers)
+        crc_bad = np.flatnonzero(~headers["crc_valid"])
+        base, last = headers["base_offset"], headers["last_offset"]
+        v2 = headers["magic"] >= 2
+        step = np.empty(n, dtype=bool)
+        step[0] = base[0] == self.base_offset
+        if n > 1:
+            step[1:] = np.where(v2[1:] & v2[:-1], base[1:] == last[:-1] + 1,
+                                base[1:] > last[:-1])
+        step &= (last >= base) & (last < end_offset)
+        jump = np.flatnonzero(~step)
+        return min(int(crc_bad[0]) if len(crc_bad) else n, int(jump[0]) if len(jump) else n)
 
     def recover(self, producer_state=None) -> int:
         """Rebuilds the indexes from the `.log` and truncates it at the first invalid or

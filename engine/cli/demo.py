@@ -242,6 +242,123 @@ def _point_reads(session, references, count, seed, latencies) -> str | None:
     return None
 
 
+def _produce(session: BrokerSession, args, codec: CompressionType, progress: _Progress):
+    """Produces `args.records` records spread over the partitions; returns each partition's
+    reference batches (see `_reference`) and the totals of `produce_partition`."""
+    manager = session.log_manager
+    topic_id = Uuid.random()
+    references, produced = {}, {"records": 0, "aborted": 0, "transactions": 0}
+    for p in range(args.partitions):
+        n = args.records // args.partitions + (p < args.records % args.partitions)
+        manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
+        stats = produce_partition(manager, TOPIC, p, n, codec, args.seed)
+        for k in produced:
+            produced[k] += stats[k]
+        references[p] = _reference(session, p)
+        unified = session.log(TOPIC, p)
+        progress(f"produced {TOPIC}-{p} in {manager.log_dir_of(TOPIC, p)}: "
+                 f"{stats['records']} records, {len(unified.segments)} segments, "
+                 f"{unified.size_in_bytes / 2**20:.1f} MiB")
+    return references, produced
+
+
+def _warm_same_reads(session: BrokerSession, references, stats, local_timings) -> dict:
+    """The first sweep's read starts read again (warm); the bytes and seconds of those that
+    were remote now and local in the baseline, at the same offset and size."""
+    same = {"bytes": 0, "remote": 0.0, "local": 0.0, "cold": 0.0}
+    for p in sorted(references):
+        cold = stats["starts"][p]
+        warm = _best_of(session, p, 3, list(cold))
+        for offset, (nbytes, seconds, remote) in warm.items():
+            local = local_timings[p].get(offset)
+            if remote and local is not None and local[0] == nbytes:
+                same["bytes"] += nbytes
+                same["remote"] += seconds
+                same["local"] += local[1]
+                same["cold"] += cold[offset]
+    return same
+
+
+def _demo(session: BrokerSession, args, codec: CompressionType, progress: _Progress,
+          server: LocalS3Server | None, base: str, temporary: bool) -> int:
+    """Produce, time local reads, tier, read everything back (cold, warm, point reads) and
+    print the summary. 1 when a read returned something other than what was produced."""
+    t0 = time.perf_counter()
+    references, produced = _produce(session, args, codec, progress)
+    t_produce = time.perf_counter() - t0
+    produced_bytes = sum(session.log(TOPIC, p).size_in_bytes for p in references)
+
+    local_timings, bases = {}, {}
+    for p in sorted(references):  # the local baseline: a warm-up pass, a timed one
+        _timed_pass(session, p)
+        local_timings[p] = _best_of(session, p, 3)
+        bases[p] = [seg.base_offset for seg in session.log(TOPIC, p).segments]
+    progress("local reads timed")
+
+    t0 = time.perf_counter()
+    totals = _tier(session, progress)
+    t_tier = time.perf_counter() - t0
+
+    stats = {"records": 0, "offsets": 0, "local_bytes": 0, "local_seconds": 0.0,
+             "remote_bytes": 0, "remote_seconds": 0.0, "starts": {}}
+    for p in sorted(references):
+        problem = _sweep(session, p, references[p], stats)
+        if problem:
+            print("problem: " + problem)
+            return 1
+        progress(f"read back {TOPIC}-{p}: every offset, batches match")
+    same = _warm_same_reads(session, references, stats, local_timings)
+    opened = 0  # segments read remotely: tiered and gone locally
+    for p in sorted(references):
+        unified = session.log(TOPIC, p)
+        opened += sum(unified.log_start_offset <= b < unified.local_log_start_offset
+                      for b in bases[p])
+    latencies: dict[str, list[float]] = {"local": [], "remote": []}
+    problem = _point_reads(session, references, args.point_reads, args.seed, latencies)
+    if problem:
+        print("problem: " + problem)
+        return 1
+    progress(f"{args.point_reads} random point reads checked")
+
+    local_left = sum(session.log(TOPIC, p).size_in_bytes for p in references)
+    local_segments = sum(len(session.log(TOPIC, p).segments) for p in references)
+    print(f"produced  {produced['records']} records in {args.partitions} partitions "
+          f"over 2 log dirs ({produced_bytes / 2**20:.1f} MiB {codec.name.lower()}, "
+          f"{produced['transactions']} transactions, {produced['aborted']} aborted) "
+          f"in {t_produce:.1f} s")
+    print(f"tiered    {totals['segments']} segments, "
+          f"{totals['bytes'] / 2**20:.1f} MiB in {totals['passes']} passes "
+          f"({t_tier:.1f} s); {totals['deleted_local']} local segments deleted")
+    print(f"local     {local_left / 2**20:.1f} MiB left in {local_segments} segments "
+          f"(local.retention.bytes {args.local_retention_bytes})")
+    print(f"read back {stats['offsets']} offsets ({stats['records']} records incl. "
+          "markers), every batch CRC and position checked")
+    _print_read_summary(same, opened, stats, latencies, server is not None)
+    if server is not None:
+        print(f"tier      s3://{server.bucket}/demo/ on SeaweedFS at "
+              f"{server.endpoint} (stopped at exit)")
+    print(f"files     {base}" + (" (temporary, removed)" if temporary else ""))
+    return 0
+
+
+def _print_read_summary(same: dict, opened: int, stats: dict, latencies, on_s3: bool) -> None:
+    """The read lines of the summary: warm sweep remote vs local, the cost of a remote
+    segment's first read, point-read latencies."""
+    ratio = (f" ({same['local'] / same['remote']:.2f}x local)"
+             if same["remote"] > 0 and same["local"] > 0 else "")
+    print(f"sweep     remote {_rate(same['bytes'], same['remote'])} warm vs local "
+          f"{_rate(same['bytes'], same['local'])}{ratio}: the same "
+          f"{same['bytes'] / 2**20:.1f} MiB read at the same offsets, 1 MiB reads")
+    first_open = same["cold"] - same["remote"]
+    print(f"open      {opened} remote segments read for the first time: "
+          + (f"+{first_open / opened * 1e3:.1f} ms each " if opened else "")
+          + ("(manifest and index fetch)" if on_s3 else
+             "(whole-file CRC check, index fetch)") + "; first sweep "
+          f"{_rate(stats['remote_bytes'], stats['remote_seconds'])}")
+    print(f"point     remote {_percentiles(latencies['remote'])}")
+    print(f"point     local  {_percentiles(latencies['local'])}")
+
+
 def run(args) -> int:
     codec = CompressionType[args.codec.upper()]
     if args.partitions < 1 or args.records < args.partitions:
@@ -270,97 +387,7 @@ def run(args) -> int:
                                         s3_configs)
         broker = load_broker_config(config_path)
         with BrokerSession(broker, config_path) as session:
-            manager = session.log_manager
-            topic_id = Uuid.random()
-            t0 = time.perf_counter()
-            references, produced = {}, {"records": 0, "aborted": 0, "transactions": 0}
-            for p in range(args.partitions):
-                n = args.records // args.partitions + (p < args.records % args.partitions)
-                manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
-                stats = produce_partition(manager, TOPIC, p, n, codec, args.seed)
-                for k in produced:
-                    produced[k] += stats[k]
-                references[p] = _reference(session, p)
-                unified = session.log(TOPIC, p)
-                progress(f"produced {TOPIC}-{p} in {manager.log_dir_of(TOPIC, p)}: "
-                         f"{stats['records']} records, {len(unified.segments)} segments, "
-                         f"{unified.size_in_bytes / 2**20:.1f} MiB")
-            t_produce = time.perf_counter() - t0
-            produced_bytes = sum(session.log(TOPIC, p).size_in_bytes for p in references)
-
-            local_timings, bases = {}, {}
-            for p in sorted(references):  # the local baseline: a warm-up pass, a timed one
-                _timed_pass(session, p)
-                local_timings[p] = _best_of(session, p, 3)
-                bases[p] = [seg.base_offset for seg in session.log(TOPIC, p).segments]
-            progress("local reads timed")
-
-            t0 = time.perf_counter()
-            totals = _tier(session, progress)
-            t_tier = time.perf_counter() - t0
-
-            stats = {"records": 0, "offsets": 0, "local_bytes": 0, "local_seconds": 0.0,
-                     "remote_bytes": 0, "remote_seconds": 0.0, "starts": {}}
-            for p in sorted(references):
-                problem = _sweep(session, p, references[p], stats)
-                if problem:
-                    print("problem: " + problem)
-                    return 1
-                progress(f"read back {TOPIC}-{p}: every offset, batches match")
-            same = {"bytes": 0, "remote": 0.0, "local": 0.0, "cold": 0.0}
-            for p in sorted(references):  # warm: the same reads again
-                cold = stats["starts"][p]
-                warm = _best_of(session, p, 3, list(cold))
-                for offset, (nbytes, seconds, remote) in warm.items():
-                    local = local_timings[p].get(offset)
-                    if remote and local is not None and local[0] == nbytes:
-                        same["bytes"] += nbytes
-                        same["remote"] += seconds
-                        same["local"] += local[1]
-                        same["cold"] += cold[offset]
-            opened = 0  # segments read remotely: tiered and gone locally
-            for p in sorted(references):
-                unified = session.log(TOPIC, p)
-                opened += sum(unified.log_start_offset <= b < unified.local_log_start_offset
-                              for b in bases[p])
-            latencies: dict[str, list[float]] = {"local": [], "remote": []}
-            problem = _point_reads(session, references, args.point_reads, args.seed, latencies)
-            if problem:
-                print("problem: " + problem)
-                return 1
-            progress(f"{args.point_reads} random point reads checked")
-
-            local_left = sum(session.log(TOPIC, p).size_in_bytes for p in references)
-            local_segments = sum(len(session.log(TOPIC, p).segments) for p in references)
-            print(f"produced  {produced['records']} records in {args.partitions} partitions "
-                  f"over 2 log dirs ({produced_bytes / 2**20:.1f} MiB {codec.name.lower()}, "
-                  f"{produced['transactions']} transactions, {produced['aborted']} aborted) "
-                  f"in {t_produce:.1f} s")
-            print(f"tiered    {totals['segments']} segments, "
-                  f"{totals['bytes'] / 2**20:.1f} MiB in {totals['passes']} passes "
-                  f"({t_tier:.1f} s); {totals['deleted_local']} local segments deleted")
-            print(f"local     {local_left / 2**20:.1f} MiB left in {local_segments} segments "
-                  f"(local.retention.bytes {args.local_retention_bytes})")
-            print(f"read back {stats['offsets']} offsets ({stats['records']} records incl. "
-                  "markers), every batch CRC and position checked")
-            ratio = (f" ({same['local'] / same['remote']:.2f}x local)"
-                     if same["remote"] > 0 and same["local"] > 0 else "")
-            print(f"sweep     remote {_rate(same['bytes'], same['remote'])} warm vs local "
-                  f"{_rate(same['bytes'], same['local'])}{ratio}: the same "
-                  f"{same['bytes'] / 2**20:.1f} MiB read at the same offsets, 1 MiB reads")
-            first_open = same["cold"] - same["remote"]
-            print(f"open      {opened} remote segments read for the first time: "
-                  + (f"+{first_open / opened * 1e3:.1f} ms each " if opened else "")
-                  + ("(manifest and index fetch)" if server is not None else
-                     "(whole-file CRC check, index fetch)") + "; first sweep "
-                  f"{_rate(stats['remote_bytes'], stats['remote_seconds'])}")
-            print(f"point     remote {_percentiles(latencies['remote'])}")
-            print(f"point     local  {_percentiles(latencies['local'])}")
-            if server is not None:
-                print(f"tier      s3://{server.bucket}/demo/ on SeaweedFS at "
-                      f"{server.endpoint} (stopped at exit)")
-            print(f"files     {base}" + (" (temporary, removed)" if owner else ""))
-        return 0
+            return _demo(session, args, codec, progress, server, base, owner is not None)
     finally:
         if server is not None:
             server.stop()

@@ -136,3 +136,18 @@ def test_bad_arguments_fail_before_spark_starts(tmp_path):
     clash = export("--config", str(cluster.config), "--topic", TOPIC, "--out",
                    str(tmp_path / "o"))
     assert clash.returncode == 2 and "holds an export of topic 'another'" in clash.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--bucket", "s3://b/p", "--store", "x"], "--store 'x': expected KEY=VALUE"),
+    (["--bucket", "s3://b/p", "--max-bytes-per-round", "0"],
+     "--max-bytes-per-round must be at least 1"),
+    ([], "give --config FILE (the broker's tier) or --bucket URL"),
+    (["--config", "c.properties", "--store", "a=b"], "--store needs --bucket"),
+])
+def test_usage_errors_are_one_line_with_exit_2(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "engine", "export", "--topic", TOPIC,
+                           "--out", str(tmp_path / "o"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2, f"error: {message}\n")
+    assert not (tmp_path / "o").exists()

@@ -45,8 +45,38 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="Spark master when not run by spark-submit (default: local[*])")
 
 
+class _UsageError(Exception):
+    """A bad argument or unreadable --config: one `error: ...` line, exit 2."""
+
+
+def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
+    """The --store settings and the --config properties, after the argument checks that
+    need no Spark and no tier (_UsageError naming the argument otherwise)."""
+    from engine.config import load_properties
+
+    if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
+        raise _UsageError("--max-bytes-per-round must be at least 1")
+    store = {}
+    for item in args.store:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _UsageError(f"--store {item!r}: expected KEY=VALUE")
+        store[key.strip()] = value.strip()
+    if args.config is None and args.bucket is None:
+        raise _UsageError("give --config FILE (the broker's tier) or --bucket URL")
+    if store and args.bucket is None:
+        raise _UsageError("--store needs --bucket")
+    try:
+        props = load_properties(args.config) if args.config is not None else {}
+    except FileNotFoundError:
+        raise _UsageError(f"--config {args.config}: file not found") from None
+    except (OSError, ValueError) as exc:
+        raise _UsageError(f"--config {args.config}: {exc}") from None
+    return store, props
+
+
 def run(args) -> int:
-    from engine.config import ConfigError, load_properties
+    from engine.config import ConfigError
     from engine.errors import KafkaEngineError
     from engine.spark.export import (
         DEFAULT_MAX_BYTES_PER_ROUND,
@@ -56,29 +86,10 @@ def run(args) -> int:
         spark_session,
     )
 
-    if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
-        print("error: --max-bytes-per-round must be at least 1", file=sys.stderr)
-        return 2
-    store = {}
-    for item in args.store:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            print(f"error: --store {item!r}: expected KEY=VALUE", file=sys.stderr)
-            return 2
-        store[key.strip()] = value.strip()
-    if args.config is None and args.bucket is None:
-        print("error: give --config FILE (the broker's tier) or --bucket URL", file=sys.stderr)
-        return 2
-    if store and args.bucket is None:
-        print("error: --store needs --bucket", file=sys.stderr)
-        return 2
     try:
-        props = load_properties(args.config) if args.config is not None else {}
-    except FileNotFoundError:
-        print(f"error: --config {args.config}: file not found", file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as exc:
-        print(f"error: --config {args.config}: {exc}", file=sys.stderr)
+        store, props = _store_and_properties(args)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # bad configuration or topic fails here, before a Spark session is started
         from engine.spark.tier import UnknownTopicError, tier_for_export

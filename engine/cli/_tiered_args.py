@@ -57,7 +57,8 @@ def _offset_spec(text: str) -> str:
     return text
 
 
-def add_tiered_commands(sub) -> None:
+def _add_demo(sub) -> None:
+    """`demo`: its sizes, codec, tier and seed."""
     demo = sub.add_parser(
         "demo", help="produce a topic over two log dirs, tier it, read every offset back")
     demo.add_argument("--records", type=int, default=200_000,
@@ -78,12 +79,9 @@ def add_tiered_commands(sub) -> None:
                            "tier on a local SeaweedFS S3 server the demo starts itself")
     demo.add_argument("--quiet", action="store_true", help="no progress lines")
 
-    run = sub.add_parser("run", help="run the RemoteLogManager over a broker's log dirs")
-    run.add_argument("--config", required=True, metavar="FILE",
-                     help="broker .properties file")
-    run.add_argument("--until-idle", action="store_true",
-                     help="exit once nothing is left to copy or expire")
 
+def _add_reads(sub) -> None:
+    """The consumer-side reads: `fetch` and `list-offsets`."""
     fetch = sub.add_parser("fetch", help="records of a partition, local or remote")
     fetch.add_argument("--config", required=True, metavar="FILE")
     fetch.add_argument("--topic", required=True)
@@ -107,6 +105,18 @@ def add_tiered_commands(sub) -> None:
     offsets.add_argument("--time", required=True, type=_offset_spec,
                          help="earliest, latest, earliest-local, latest-tiered or epoch ms")
     offsets.add_argument("--json", action="store_true")
+
+
+def add_tiered_commands(sub) -> None:
+    _add_demo(sub)
+
+    run = sub.add_parser("run", help="run the RemoteLogManager over a broker's log dirs")
+    run.add_argument("--config", required=True, metavar="FILE",
+                     help="broker .properties file")
+    run.add_argument("--until-idle", action="store_true",
+                     help="exit once nothing is left to copy or expire")
+
+    _add_reads(sub)
 
     serve = sub.add_parser("serve", help="answer Kafka consumers over the local and tiered log")
     serve.add_argument("--config", required=True, metavar="FILE",

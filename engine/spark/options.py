@@ -188,10 +188,10 @@ def _positive_int(opts: Mapping[str, str], name: str, default=None) -> int | Non
     return value
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
-    """Validated options. Names are case-insensitive (Spark lower-cases them). Raises
-    ConfigError naming the option and what is wrong."""
-    opts = {str(k).lower(): v for k, v in options.items()}
+def _topics(opts: dict) -> tuple[tuple[str, ...] | None, str | None,
+                                 tuple[tuple[str, int], ...] | None]:
+    """(subscribe, subscribePattern, assign) from exactly one of those options, the other
+    two None."""
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
     if len(chosen) != 1:
         raise ConfigError("subscribe", None if not chosen else ", ".join(chosen),
@@ -219,16 +219,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         assign = tuple(sorted((t, p) for t, ps in doc.items() for p in ps))
         if not assign:
             raise ConfigError("assign", opts["assign"], "names no partition")
+    return subscribe, pattern, assign
 
-    max_bytes = _positive_int(opts, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION)
-    min_partitions = _positive_int(opts, "minPartitions")
-    max_offsets = _positive_int(opts, "maxOffsetsPerTrigger")
 
-    strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
-    if strategy not in ("error", "latest"):
-        raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
-                          "must be error or latest")
-
+def _engine_properties(opts: dict) -> tuple[dict[str, str], str | None]:
+    """The broker properties the scan reads with (the config file, then dotted options; or
+    a bucket's object-store RSM settings) and the bucket option."""
     props: dict[str, str] = {}
     config_path = opts.get("config")
     if config_path:
@@ -258,6 +254,25 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         raise ConfigError("config", None, "the engine's configuration is missing: give the "
                                           "option config=<properties file> or the broker "
                                           "properties (log.dirs, rsm.config.dirs, ...) as options")
+    return props, bucket
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
+    """Validated options. Names are case-insensitive (Spark lower-cases them). Raises
+    ConfigError naming the option and what is wrong."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    subscribe, pattern, assign = _topics(opts)
+
+    max_bytes = _positive_int(opts, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION)
+    min_partitions = _positive_int(opts, "minPartitions")
+    max_offsets = _positive_int(opts, "maxOffsetsPerTrigger")
+
+    strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
+                          "must be error or latest")
+
+    props, bucket = _engine_properties(opts)
 
     return ScanOptions(
         subscribe=subscribe, subscribe_pattern=pattern, assign=assign,

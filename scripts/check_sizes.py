@@ -7,6 +7,10 @@ A function's length counts its lines from `def` (decorators included) to its las
 docstring included; nested functions count within their parent and on their own. Cython
 sources are not parsed (their compilation units are split by concept, see `_native/`).
 Exit status 1 when something is over budget, 0 otherwise.
+
+`ALLOWED` holds the modules and functions known to be over budget, each capped at its
+recorded size: one that grows past its cap fails, and one back within budget is reported
+as stale so the entry is removed. The list only shrinks.
 """
 
 from __future__ import annotations
@@ -18,25 +22,46 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: (path under the root, function name or None for the module) -> lines allowed. The
+#: object-store RSM's config parsing (from_configs) and upload still await their split.
+ALLOWED: dict[tuple[str, str | None], int] = {
+    ("engine/remote/objectstore/rsm.py", None): 921,
+    ("engine/remote/objectstore/rsm.py", "from_configs"): 90,
+    ("engine/remote/objectstore/store.py", "from_configs"): 73,
+    ("engine/remote/objectstore/store.py", "upload"): 71,
+}
 
-def oversized(paths: list[Path], module_lines: int, function_lines: int) -> list[str]:
-    """One line per module or function over its budget, largest first within each kind."""
-    modules, functions = [], []
+
+def oversized(paths: list[Path], module_lines: int, function_lines: int,
+              allowed: dict[tuple[str, str | None], int] | None = None) -> list[str]:
+    """One line per module or function over its budget and over its `allowed` cap, largest
+    first within each kind, then one per `allowed` entry of a checked file that is within
+    budget again (stale)."""
+    allowed = ALLOWED if allowed is None else allowed
+    modules, functions, within = [], [], set()
     for path in paths:
         text = path.read_text(encoding="utf-8")
         lines = text.count("\n") + (not text.endswith("\n"))
         name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        key = name.as_posix()
+        within.update((k, f) for k, f in allowed if k == key)
         if lines > module_lines:
-            modules.append((lines, f"{name}: {lines} lines (module budget {module_lines})"))
+            within.discard((key, None))
+            if lines > allowed.get((key, None), module_lines):
+                modules.append((lines, f"{name}: {lines} lines (module budget {module_lines})"))
         for node in ast.walk(ast.parse(text, filename=str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 length = node.end_lineno - start + 1
                 if length > function_lines:
-                    functions.append((length, f"{name}:{start}: {node.name} is {length} lines "
-                                              f"(function budget {function_lines})"))
+                    within.discard((key, node.name))
+                    if length > allowed.get((key, node.name), function_lines):
+                        functions.append((length, f"{name}:{start}: {node.name} is {length} "
+                                                  f"lines (function budget {function_lines})"))
+    stale = [f"{k}{'' if f is None else ' ' + f}: within budget, remove it from ALLOWED"
+             for k, f in sorted(within, key=lambda e: (e[0], e[1] or ""))]
     return [m for _, m in sorted(modules, reverse=True)] + \
-        [f for _, f in sorted(functions, reverse=True)]
+        [f for _, f in sorted(functions, reverse=True)] + stale
 
 
 def main(argv: list[str] | None = None) -> int:

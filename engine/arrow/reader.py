@@ -101,7 +101,6 @@ class _BucketSource:
     def __init__(self, url: str, store, props):
         self.bucket = Bucket(url, store, props)
         self.rsm = self.bucket.rsm
-        self._views = {}
 
     def partitions(self, topic):
         return {p: tip for (t, p), tip in self.bucket.partitions(topic).items()}
@@ -166,6 +165,7 @@ class TopicStream:
         self.topic = topic
         self.start_timestamp, self.end_timestamp = start_timestamp, end_timestamp
         props = _props(config)
+        source: _BucketSource | _TierSource
         if bucket is not None:
             source = _BucketSource(bucket, store, props)
         elif props is not None:

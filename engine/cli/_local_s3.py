@@ -80,7 +80,7 @@ class LocalS3Server:
                 "storage.aws.access.key.id": _ACCESS_KEY,
                 "storage.aws.secret.access.key": _SECRET_KEY}
 
-    def start(self) -> LocalS3Server:
+    def start(self) -> Self:
         binary = weed_binary()
         if binary is None:
             raise LocalS3ServerError(f"SeaweedFS `weed` not found: {INSTALL_HINT}")

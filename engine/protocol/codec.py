@@ -30,6 +30,7 @@ from __future__ import annotations
 import struct
 import uuid as _uuid
 from dataclasses import dataclass
+from typing import NoReturn
 
 from engine.errors import InvalidRequestError, UnsupportedVersionError
 from engine.protocol import messages
@@ -218,7 +219,7 @@ class _Reader:
         self.end = end
         self.what = what
 
-    def fail(self, field: str, problem: str):
+    def fail(self, field: str, problem: str) -> NoReturn:
         raise InvalidRequestError(f"{self.what}: field {field}: {problem}", position=self.pos)
 
     def take(self, n: int, field: str) -> int:

@@ -122,7 +122,7 @@ class PlainServer:
 
 
 def _attributes(message: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for item in message.split(","):
         key, sep, value = item.partition("=")
         if not sep or len(key) != 1:

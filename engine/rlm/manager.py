@@ -270,7 +270,8 @@ class RemoteLogManager(PartitionRegistry):
         the highest copied offset again; a cancelled copy task resumes)."""
         followers = dict(followers) if isinstance(followers, Mapping) else {
             tuple(tp): None for tp in followers}
-        lead, follow = [], []
+        lead: list[PartitionState] = []
+        follow: list[PartitionState] = []
         with self._lock:
             for roles, is_leader, out in ((leaders, True, lead), (followers, False, follow)):
                 for (topic, partition), epoch in roles.items():

@@ -117,7 +117,8 @@ def _fsync_file(path: Path) -> None:
 
 def _publish(staging: Path, out: Path, round_no: int) -> int:
     """Moves the round's Parquet files into place (durably). Returns the file count."""
-    moved, dirs = 0, set()
+    moved = 0
+    dirs: set[Path] = set()
     for src in sorted(staging.glob("partition=*/date=*/*.parquet")):
         _fsync_file(src)
         rel = src.relative_to(staging)

@@ -175,7 +175,7 @@ class Tier:
     def aborted_transactions(self, chain) -> list[tuple[int, int, int]]:
         """(producer id, first offset, last offset) of every aborted transaction recorded in
         the transaction indexes of the chain's segments."""
-        out = []
+        out: list[tuple[int, int, int]] = []
         for link in chain:
             rows = aborted_txn_rows(self.rsm, link.segment)
             out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))

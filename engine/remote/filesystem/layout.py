@@ -115,7 +115,8 @@ def _parse_dirs(value) -> list[Path]:
     if value is None:
         raise ConfigError("dirs", None, "required: comma-separated absolute directories")
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    dirs, seen = [], {}
+    dirs: list[Path] = []
+    seen: dict[str, str] = {}  # realpath -> the name given first
     for raw in items:
         text = str(raw).strip()
         if not text:

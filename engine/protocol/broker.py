@@ -155,7 +155,8 @@ class ReadBroker:
         DESCRIBE; a named one it may not gets TOPIC_AUTHORIZATION_FAILED."""
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
-            names = [t for t in self.topics() if allowed("describe", "topic", t)]
+            names: list[str | tuple[None, bytes]] = [
+                t for t in self.topics() if allowed("describe", "topic", t)]
         else:
             names = []
             for t in requested:
@@ -280,6 +281,7 @@ class ReadBroker:
         """[(topic response dict, topic name, None for an unknown id, or an error code,
         [partition request dicts])]"""
         out = []
+        name: str | int | None
         for t in body["topics"]:
             if version >= 13:
                 name = self.topics_by_id.get(bytes(t["topic_id"]))

@@ -289,9 +289,9 @@ def _expire_run(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
             return 0, [exc]
         st.copy_lock.release()
     if st.metadata_gap is not None:  # nothing is expired over a gap in the metadata
-        exc = gap_error(st)
-        st.last_expiration_error = f"{type(exc).__name__}: {exc}"
-        return 0, [exc]
+        gap = gap_error(st)
+        st.last_expiration_error = f"{type(gap).__name__}: {gap}"
+        return 0, [gap]
     try:
         deleted, errors = run_expiration(rlm, st)
     except Exception as exc:

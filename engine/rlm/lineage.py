@@ -16,7 +16,7 @@ segment metadata, so the copier, the expiration task and ListOffsets share one d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from engine.log.checkpoint import EpochEntry, leader_epoch_checkpoint_text
 from engine.remote.metadata import (
@@ -38,13 +38,13 @@ __all__ = [
 NO_PARTITION_LEADER_EPOCH = -1
 
 
-def epochs_with_offsets(entries: Sequence[EpochEntry]) -> dict[int, int]:
+def epochs_with_offsets(entries: Iterable[tuple[int, int]]) -> dict[int, int]:
     """epoch -> start offset, ascending, without the epochs that hold no offset (Kafka's
     buildFilteredLeaderEpochMap)."""
-    entries = sorted((int(e), int(o)) for e, o in entries)
+    pairs = sorted((int(e), int(o)) for e, o in entries)
     out: dict[int, int] = {}
-    for i, (epoch, start) in enumerate(entries):
-        if i + 1 < len(entries) and entries[i + 1][1] == start:
+    for i, (epoch, start) in enumerate(pairs):
+        if i + 1 < len(pairs) and pairs[i + 1][1] == start:
             continue
         out[epoch] = start
     return out

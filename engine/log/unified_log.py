@@ -451,7 +451,7 @@ class UnifiedLog(LogLoader, LogRetention):
             self._append(data, headers)
             return first, int(headers["last_offset"][-1])
 
-    def _append(self, data: bytearray, headers: np.ndarray,
+    def _append(self, data: bytes | bytearray | memoryview, headers: np.ndarray,
                 leader_epoch: int | None = None) -> None:
         """Appends validated batches; `leader_epoch` is the one every batch was stamped with
         (a leader append), None when each keeps its own (a follower append)."""

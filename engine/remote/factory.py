@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from typing import TypeVar
 
 from engine.config import BrokerConfig, ConfigError
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import RemoteStorageManager
+
+#: the two plugin interfaces a broker config names a class for
+_Plugin = TypeVar("_Plugin", RemoteStorageManager, RemoteLogMetadataManager)
 
 __all__ = [
     "DEFAULT_RLMM_CLASS",
@@ -64,7 +68,10 @@ def create_remote_storage_manager(broker_config: BrokerConfig) -> RemoteStorageM
     prefix = broker_config[RSM_PREFIX_KEY]
     configs = broker_config.with_prefix(prefix)
     configs["broker.id"] = str(broker_config.broker_id)
-    return _build(RSM_CLASS_KEY, name, RemoteStorageManager, prefix, configs)
+    # the interface is an ABC on purpose: _build checks the class against it, never
+    # instantiates it (mypy refuses abstract classes as type[T] arguments)
+    return _build(RSM_CLASS_KEY, name, RemoteStorageManager,  # type: ignore[type-abstract]
+                  prefix, configs)
 
 
 def create_remote_log_metadata_manager(broker_config: BrokerConfig,
@@ -78,10 +85,13 @@ def create_remote_log_metadata_manager(broker_config: BrokerConfig,
     configs = broker_config.with_prefix(prefix)
     configs["broker.id"] = str(broker_config.broker_id)
     configs["log.dir"] = str(first_log_dir)
-    return _build(RLMM_CLASS_KEY, name, RemoteLogMetadataManager, prefix, configs)
+    return _build(RLMM_CLASS_KEY, name,
+                  RemoteLogMetadataManager,  # type: ignore[type-abstract]  # as above
+                  prefix, configs)
 
 
-def _build(key: str, name: str, interface: type, prefix: str, configs: Mapping[str, str]):
+def _build(key: str, name: str, interface: type[_Plugin], prefix: str,
+           configs: Mapping[str, str]) -> _Plugin:
     cls = _load_class(key, name)
     if not (isinstance(cls, type) and issubclass(cls, interface)):
         raise ConfigError(key, name, f"is not a {interface.__module__}.{interface.__name__}")

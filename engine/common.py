@@ -74,6 +74,7 @@ class Uuid:
     """
 
     __slots__ = ("_bytes",)
+    _bytes: bytes  # set once in __init__ through object.__setattr__
     ZERO: Uuid
     METADATA_TOPIC_ID: Uuid
 
@@ -86,7 +87,7 @@ class Uuid:
         object.__setattr__(self, "_bytes", value.to_bytes(16, "big"))
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Uuid:
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Uuid:
         """The Uuid of 16 big-endian bytes (ValueError for another length)."""
         data = bytes(data)
         if len(data) != 16:

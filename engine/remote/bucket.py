@@ -184,11 +184,14 @@ def group_listing(keys: Iterable, prefix: str) -> BucketListing:
     for info in keys:
         key = info.key
         directory, _, name = key[n:].rpartition("/")
-        tip = dirs.get(directory, False) if key.startswith(prefix) else None
-        if tip is False:
+        if not key.startswith(prefix):
+            tip = None
+        elif directory in dirs:
+            tip = dirs[directory]
+        else:
             tip = dirs[directory] = _partition_dir(directory)
         m = _NAME_RE.fullmatch(name) if tip is not None else None
-        if m is None or int(m["offset"]) > 2**63 - 1:
+        if tip is None or m is None or int(m["offset"]) > 2**63 - 1:
             listing.unparsed_count += 1
             if len(listing.unparsed) < _KEPT_UNPARSED:
                 listing.unparsed.append(key)

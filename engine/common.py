@@ -105,12 +105,14 @@ class Uuid:
     @classmethod
     def random(cls) -> Uuid:
         """A random (version 4) Uuid that is neither ZERO nor METADATA_TOPIC_ID and whose
-        string does not start with '-' (Kafka's Uuid.randomUuid rules)."""
-        while True:
+        string does not start with '-' (Kafka's Uuid.randomUuid rules). One draw in 64 is
+        refused, so 64 draws all refused would mean a broken random source."""
+        for _ in range(64):
             candidate = cls.from_bytes(_uuid.uuid4().bytes)
             if candidate not in (cls.ZERO, cls.METADATA_TOPIC_ID) \
                     and not str(candidate).startswith("-"):
                 return candidate
+        raise RuntimeError("64 random Uuids in a row were refused: the random source is broken")
 
     @property
     def most_significant_bits(self) -> int:

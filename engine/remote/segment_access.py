@@ -172,8 +172,9 @@ class RemoteSegmentReader:
         batch) of the batches that start at `position` and fit whole in a window of at
         least `window` bytes; the window grows to hold the first batch whole. Raises
         CorruptRecordError for framing the native scan refuses, and for a batch that runs
-        past the segment's end. Never returns zero rows below the end of the segment."""
-        while True:
+        past the segment's end. Never returns zero rows below the end of the segment: a
+        second pass, with the window holding the first batch whole, frames it or fails."""
+        for _ in range(2):
             view = self.read(position, position + window)
             try:
                 headers, valid = _records.scan(view, False)
@@ -194,6 +195,8 @@ class RemoteSegmentReader:
                                     f"past the segment's end at byte {self.size}", position)
             # the window cut the first batch short: widen it to hold that batch whole
             window = claimed
+        raise self._corrupt(f"the batch at byte {position} does not frame within the "
+                            f"{window} bytes its length claims", position)
 
     def find_batch(self, position: int, offset: int, window: int = WALK_WINDOW
                    ) -> tuple[int, int, int] | None:

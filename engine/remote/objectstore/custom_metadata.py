@@ -37,11 +37,12 @@ _MAX_VARLONG_BYTES = 10
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while True:
+    for _ in range(_MAX_VARLONG_BYTES):
         low, value = value & 0x7F, value >> 7
         out.append(low | (0x80 if value else 0))
         if not value:
             return bytes(out)
+    raise ValueError("a custom metadata value over 64 bits cannot be encoded")
 
 
 def _read_varint(data: bytes, pos: int, max_bytes: int, what: str) -> tuple[int, int]:

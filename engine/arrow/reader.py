@@ -28,7 +28,6 @@ earliest (its records are gone).
 
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -41,12 +40,11 @@ from engine.records import MemoryRecords
 from engine.remote.bucket import Bucket, RemoteDataLossError
 from engine.remote.segment_access import RemoteSegmentReader, check_batches
 from engine.spark.planning import SegmentRange, plan_partition
+from engine.spark.scan import ARROW_BATCH_BYTES, batch_runs, timestamp_us
 from engine.spark.schema import arrow_schema
 
 __all__ = ["TopicStream", "read_topic", "record_batch_reader"]
 
-#: remote bytes decoded into one Arrow batch
-ARROW_BATCH_BYTES = 4 << 20
 #: bytes of one planned range (one read of a segment)
 RANGE_BYTES = 64 << 20
 
@@ -274,7 +272,7 @@ class TopicStream:
                 & (headers["base_offset"] < r.max_offset) & ~headers["is_control"]
             if self.start_timestamp is not None:
                 keep &= headers["max_timestamp"] >= self.start_timestamp
-            for a, b in _runs(keep, headers["size"], ARROW_BATCH_BYTES):
+            for a, b in batch_runs(keep, headers["size"], ARROW_BATCH_BYTES):
                 cols = records.decode_columns(a, b, min_offset=r.min_offset,
                                               max_offset=r.max_offset, include_control=False,
                                               verify_crc=True)
@@ -300,7 +298,7 @@ class TopicStream:
             "topic": lambda: pa.repeat(pa.scalar(r.topic, pa.string()), n),
             "partition": lambda: pa.repeat(pa.scalar(r.partition, pa.int32()), n),
             "offset": lambda: pa.array(cols.offset),
-            "timestamp": lambda: _timestamp_us(cols.timestamp),
+            "timestamp": lambda: timestamp_us(cols.timestamp),
             "timestampType": lambda: pa.array(cols.timestamp_type.astype(np.int32)),
             "headers": cols.header_lists,
         }
@@ -316,25 +314,3 @@ class TopicStream:
         if hi is not None:
             mask &= ts < hi
         return batch if mask.all() else batch.filter(pa.array(mask))
-
-
-def _timestamp_us(ms: np.ndarray):
-    import pyarrow as pa
-
-    us = np.multiply(ms, 1000, dtype=np.int64)
-    return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), len(us), [None, pa.py_buffer(us)])
-
-
-def _runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
-    """[start, stop) rows of kept batches, cut into runs of about `chunk_bytes`."""
-    rows = np.flatnonzero(keep)
-    out: list[tuple[int, int]] = []
-    if not len(rows):
-        return out
-    for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
-        a, b = int(run[0]), int(run[-1]) + 1
-        ends = np.cumsum(sizes[a:b], dtype=np.int64)
-        cuts = np.searchsorted(ends, np.arange(chunk_bytes, int(ends[-1]), chunk_bytes))
-        edges = sorted({a, b, *(a + int(c) + 1 for c in cuts)})
-        out += [(x, y) for x, y in itertools.pairwise(edges) if x < y]
-    return out

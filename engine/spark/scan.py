@@ -15,7 +15,8 @@ from engine.records import MemoryRecords
 from engine.remote.segment_access import check_batches
 from engine.spark.planning import SegmentRange
 
-__all__ = ["ARROW_BATCH_BYTES", "columns_to_arrow", "remote_storage_for", "scan_ranges"]
+__all__ = ["ARROW_BATCH_BYTES", "batch_runs", "columns_to_arrow", "remote_storage_for",
+           "scan_ranges", "timestamp_us"]
 
 #: Remote bytes decoded into one Arrow batch: big enough to amortize the per-batch cost
 #: in Spark's Arrow ingestion, small enough to keep a task's memory flat.
@@ -56,7 +57,9 @@ def _describe(r: SegmentRange) -> str:
             f"{r.end_position})")
 
 
-def _timestamp_us(ms: np.ndarray):
+def timestamp_us(ms: np.ndarray):
+    """Kafka's ms timestamps as an Arrow timestamp[us, UTC] array (one multiply, no
+    per-value work); the Spark source and engine.arrow share it."""
     import pyarrow as pa
 
     us = np.multiply(ms, 1000, dtype=np.int64)
@@ -71,7 +74,7 @@ def columns_to_arrow(cols, topic: str, partition: int, schema, mask: np.ndarray 
     n = cols.num_records
     arrays = [cols.keys(), cols.values(), pa.repeat(pa.scalar(topic, pa.string()), n),
               pa.repeat(pa.scalar(partition, pa.int32()), n), pa.array(cols.offset),
-              _timestamp_us(cols.timestamp), pa.array(cols.timestamp_type.astype(np.int32))]
+              timestamp_us(cols.timestamp), pa.array(cols.timestamp_type.astype(np.int32))]
     if len(schema) == 8:
         arrays.append(cols.header_lists())
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -93,7 +96,7 @@ def _aborted_batches(headers: np.ndarray, aborted: Sequence[tuple[int, int, int]
     return out
 
 
-def _runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
+def batch_runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
     """[start, stop) rows of kept batches, cut into runs of about `chunk_bytes`."""
     rows = np.flatnonzero(keep)
     out: list[tuple[int, int]] = []
@@ -126,7 +129,7 @@ def scan_range(data, r: SegmentRange, schema, *, chunk_bytes: int = ARROW_BATCH_
         if r.min_timestamp is not None:
             keep &= headers["max_timestamp"] >= r.min_timestamp
         aborted = _aborted_batches(headers, r.aborted) if r.aborted else None
-        for a, b in _runs(keep, headers["size"], chunk_bytes):
+        for a, b in batch_runs(keep, headers["size"], chunk_bytes):
             cols = records.decode_columns(a, b, min_offset=r.min_offset,
                                           max_offset=r.max_offset, include_control=False,
                                           verify_crc=True)

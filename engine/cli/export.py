@@ -1,9 +1,13 @@
-"""`export`: a topic's tiered history to Parquet, partitioned by partition and date,
-resumable (see engine.spark.export).
+"""`export`: a topic's tiered history to Parquet, partitioned by partition and date
+(Spark, see engine.spark.export), or to an Apache Iceberg table (engine.arrow.iceberg);
+resumable, each record written once.
 
     python -m engine export --config FILE --topic T --out DIR [--format parquet]
     python -m engine export --bucket s3://bucket/prefix [--store k=v ...] --topic T --out DIR
     spark-submit engine/cli/export.py --config FILE --topic T --out DIR
+    python -m engine export --config FILE --topic T --format iceberg \
+        --iceberg-catalog-uri sqlite:////path/catalog.db --iceberg-warehouse DIR \
+        --iceberg-table NAMESPACE.TABLE
 
 Exit status: 0 done (everything tiered so far is exported), 1 a read or write failed
 (rerun to continue), 2 bad arguments or configuration.
@@ -34,19 +38,56 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="with --bucket: a store setting, the plugin's name without "
                         "rsm.config. (repeatable)")
     p.add_argument("--topic", required=True)
-    p.add_argument("--out", required=True, help="output directory (created; resumed if it "
-                                                "holds an earlier export of the topic)")
-    p.add_argument("--format", default="parquet", choices=["parquet"])
+    p.add_argument("--out", default=None, help="parquet: output directory (created; resumed if "
+                                               "it holds an earlier export of the topic)")
+    p.add_argument("--format", default="parquet", choices=["parquet", "iceberg"])
+    p.add_argument("--iceberg-catalog-uri", default=None, metavar="URI",
+                   help="iceberg: the SQL catalog's SQLAlchemy URI (sqlite:////path/cat.db)")
+    p.add_argument("--iceberg-warehouse", default=None, metavar="DIR_OR_URL",
+                   help="iceberg: where a new table puts its files")
+    p.add_argument("--iceberg-table", default=None, metavar="NAMESPACE.TABLE",
+                   help="iceberg: the table (created when missing; resumed otherwise)")
+    p.add_argument("--iceberg-catalog-property", action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="iceberg: a further catalog property, pyiceberg's name (repeatable)")
     p.add_argument("--include-headers", action="store_true",
                    help="add the headers column (array<struct<key,value>>)")
     p.add_argument("--max-bytes-per-round", type=int, default=None,
-                   help="remote bytes per committed round (default 1 GiB)")
+                   help="remote bytes per committed round (default 1 GiB; iceberg, whose "
+                        "round is one in-memory table: 256 MiB)")
     p.add_argument("--master", default=None,
                    help="Spark master when not run by spark-submit (default: local[*])")
 
 
 class _UsageError(Exception):
     """A bad argument or unreadable --config: one `error: ...` line, exit 2."""
+
+
+def _key_values(option: str, items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _UsageError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _check_target(args) -> None:
+    """--out for parquet; the catalog and table for iceberg, and never the other's."""
+    iceberg = [name for name in ("catalog_uri", "warehouse", "table", "catalog_property")
+               if getattr(args, f"iceberg_{name}")]
+    if args.format == "parquet":
+        if iceberg:
+            raise _UsageError(f"--iceberg-{iceberg[0].replace('_', '-')} needs --format iceberg")
+        if args.out is None:
+            raise _UsageError("--format parquet needs --out DIR")
+        return
+    if args.out is not None:
+        raise _UsageError("--out is for --format parquet: iceberg writes to --iceberg-table")
+    for name in ("catalog_uri", "table"):
+        if not getattr(args, f"iceberg_{name}"):
+            raise _UsageError(f"--format iceberg needs --iceberg-{name.replace('_', '-')}")
 
 
 def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
@@ -56,16 +97,12 @@ def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
 
     if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
         raise _UsageError("--max-bytes-per-round must be at least 1")
-    store = {}
-    for item in args.store:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise _UsageError(f"--store {item!r}: expected KEY=VALUE")
-        store[key.strip()] = value.strip()
+    store = _key_values("--store", args.store)
     if args.config is None and args.bucket is None:
         raise _UsageError("give --config FILE (the broker's tier) or --bucket URL")
     if store and args.bucket is None:
         raise _UsageError("--store needs --bucket")
+    _check_target(args)
     try:
         props = load_properties(args.config) if args.config is not None else {}
     except FileNotFoundError:
@@ -99,10 +136,13 @@ def run(args) -> int:
         if args.topic not in topics:
             raise UnknownTopicError(f"unknown topic {args.topic!r}: the remote tier holds "
                                     f"{topics or 'no topic'}")
-        ExportState.load(Path(args.out) / STATE_FILE, args.topic)  # another topic's output?
+        if args.format == "parquet":  # another topic's output?
+            ExportState.load(Path(args.out) / STATE_FILE, args.topic)
     except (ConfigError, KafkaEngineError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.format == "iceberg":
+        return _run_iceberg(args, props, store)
     spark = spark_session(args.master)
     try:
         state = run_export(spark, props, args.config, args.topic, args.out, fmt=args.format,
@@ -119,9 +159,39 @@ def run(args) -> int:
         return 1
     finally:
         spark.stop()
-    print(f"exported {args.topic} to {args.out}: round {state.round}, next offsets " +
-          ", ".join(f"{args.topic}-{p}={o}" for p, o in sorted(state.offsets.items())),
-          flush=True)
+    _report(args.topic, args.out, state)
+    return 0
+
+
+def _report(topic: str, where: str, state) -> None:
+    print(f"exported {topic} to {where}: round {state.round}, next offsets " +
+          ", ".join(f"{topic}-{p}={o}" for p, o in sorted(state.offsets.items())), flush=True)
+
+
+def _run_iceberg(args, props: dict[str, str], store: dict[str, str]) -> int:
+    """The Iceberg export: no Spark (the rounds are read with engine.arrow)."""
+    from engine.arrow.iceberg import DEFAULT_MAX_BYTES_PER_ROUND, IcebergTarget, export_to_iceberg
+    from engine.config import ConfigError
+    from engine.errors import KafkaEngineError
+
+    try:
+        target = IcebergTarget(args.iceberg_catalog_uri, args.iceberg_warehouse,
+                               args.iceberg_table,
+                               _key_values("--iceberg-catalog-property",
+                                           args.iceberg_catalog_property))
+        state = export_to_iceberg(props, args.config, args.topic, target,
+                                  max_bytes_per_round=args.max_bytes_per_round
+                                  or DEFAULT_MAX_BYTES_PER_ROUND,
+                                  include_headers=args.include_headers,
+                                  log=lambda line: print(line, flush=True), bucket=args.bucket,
+                                  store=store)
+    except (_UsageError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _report(args.topic, f"table {args.iceberg_table}", state)
     return 0
 
 

@@ -143,6 +143,36 @@ def test_bad_requests_are_clear_errors(cluster, hand):
         read_topic(TOPIC, bucket="not-a-url")
     with pytest.raises(ConfigError, match="config"):
         read_topic(TOPIC)
+    with pytest.raises(ConfigError, match="isolation_level"):
+        read_topic(TOPIC, config=cluster.config, isolation_level="READ_COMMITTED")
+
+
+@pytest.mark.parametrize("source", ["config", "bucket"])
+def test_read_committed_equals_fetch_read_committed(cluster, source):
+    where = {"config": cluster.config} if source == "config" else {
+        "bucket": cluster.bucket_url, "store": cluster.store}
+    with read_topic(TOPIC, include_headers=True, isolation_level="read_committed",
+                    **where) as stream:
+        got = arrow_rows(stream.read_all())
+    want = sorted((fetch_row(TOPIC, p, r) for p in (0, 1)
+                   for r in cluster.fetch(TOPIC, p, 0, read_committed=True)),
+                  key=lambda r: (r[3], r[4]))
+    assert got == want
+    assert len(want) < len(fetched_rows(cluster))  # the topic has aborted transactions
+
+
+def test_read_committed_stops_at_a_transaction_whose_marker_is_not_tiered(tmp_path):
+    c = TieredCluster(tmp_path)
+    c.tier_with_marker_untiered("txn")
+    every = read_topic("txn", config=c.config, columns=["offset", "value"]).read_all()
+    assert every.column("offset").to_pylist() == list(range(8))  # 3 records of the open txn
+    committed = read_topic("txn", config=c.config, columns=["offset", "value"],
+                           isolation_level="read_committed").read_all()
+    assert committed.column("value").to_pylist() == [b"committed-%d" % i for i in range(5)]
+    assert [r["offset"] for r in c.fetch("txn", 0, 0, read_committed=True)] == list(range(5))
+    later = read_topic("txn", config=c.config, starting_offsets=6,
+                       isolation_level="read_committed").read_all()
+    assert later.num_rows == 0  # past the last stable offset: nothing yet
 
 
 def test_a_hand_built_bucket_reads_as_a_consumer_would(hand):

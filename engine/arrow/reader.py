@@ -14,7 +14,11 @@ with the remote offset indexes. Each range is read through the shared remote-seg
 (`segment_access.RemoteSegmentReader`), its batches' offsets checked against the segment
 (`check_batches`) and their CRCs as they decode, and the records become Arrow batches of
 Spark's Kafka schema (`engine.spark.schema.arrow_schema`), building only the columns asked
-for. Records are those a read_uncommitted consumer sees (control records never appear).
+for. Records are those a consumer of `isolation_level` sees (Kafka's isolation.level, Spark's
+`kafka.isolation.level`): "read_uncommitted" (the default) every data record;
+"read_committed" no record of an aborted transaction (found through the remote transaction
+indexes, those batches are never decoded) and nothing from the tier's last stable offset on
+(a transaction whose marker is not tiered yet). Control records never appear.
 
 Bounds: `starting_offsets` / `ending_offsets` (exclusive): None (earliest / latest of the
 tier), one offset for every partition, or a mapping partition -> offset;
@@ -40,13 +44,15 @@ from engine.records import MemoryRecords
 from engine.remote.bucket import Bucket, RemoteDataLossError
 from engine.remote.segment_access import RemoteSegmentReader, check_batches
 from engine.spark.planning import SegmentRange, plan_partition
-from engine.spark.scan import ARROW_BATCH_BYTES, batch_runs, timestamp_us
+from engine.spark.scan import ARROW_BATCH_BYTES, aborted_batches, batch_runs, timestamp_us
 from engine.spark.schema import arrow_schema
+from engine.spark.tier import aborted_transactions, last_stable_offset
 
 __all__ = ["TopicStream", "read_topic", "record_batch_reader"]
 
 #: bytes of one planned range (one read of a segment)
 RANGE_BYTES = 64 << 20
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = None,
@@ -56,14 +62,16 @@ def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = No
                ending_offsets: int | Mapping[int, int] | None = None,
                start_timestamp: int | None = None, end_timestamp: int | None = None,
                columns: Iterable[str] | None = None, include_headers: bool = False,
-               fail_on_data_loss: bool = True) -> TopicStream:
+               fail_on_data_loss: bool = True,
+               isolation_level: str = "read_uncommitted") -> TopicStream:
     """The topic's tiered records (see the module docstring). Plans at once (bad bounds and
     lost data fail here); the records are read as the stream is consumed."""
     return TopicStream(topic, config=config, bucket=bucket, store=store,
                        partitions=partitions, starting_offsets=starting_offsets,
                        ending_offsets=ending_offsets, start_timestamp=start_timestamp,
                        end_timestamp=end_timestamp, columns=columns,
-                       include_headers=include_headers, fail_on_data_loss=fail_on_data_loss)
+                       include_headers=include_headers, fail_on_data_loss=fail_on_data_loss,
+                       isolation_level=isolation_level)
 
 
 def record_batch_reader(topic: str, **options):
@@ -148,8 +156,13 @@ class TopicStream:
 
     def __init__(self, topic: str, *, config, bucket, store, partitions, starting_offsets,
                  ending_offsets, start_timestamp, end_timestamp, columns, include_headers,
-                 fail_on_data_loss):
+                 fail_on_data_loss, isolation_level="read_uncommitted"):
         import pyarrow as pa
+
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError("isolation_level", isolation_level,
+                              f"one of {', '.join(ISOLATION_LEVELS)}")
+        self.read_committed = isolation_level == "read_committed"
 
         full = arrow_schema(True)
         names = list(columns) if columns is not None else [
@@ -214,9 +227,15 @@ class TopicStream:
                 if fail_on_data_loss:
                     raise lost
                 start = min(earliest, max(start, end))
+            aborted = None
+            if self.read_committed:  # the whole lineage: markers may lie past `end`
+                # from the LSO on, a read_committed consumer gets nothing yet
+                end = min(end, max(start, last_stable_offset(source.rsm, first)))
+                aborted = aborted_transactions(source.rsm, first)
             chain = source.chain(tip, start, end, fail_on_data_loss)
             out += plan_partition(self.topic, p, chain, start, end, RANGE_BYTES,
-                                  source.offset_entries, min_timestamp=self.start_timestamp)
+                                  source.offset_entries, min_timestamp=self.start_timestamp,
+                                  aborted=aborted)
         return out
 
     # -- the stream -------------------------------------------------------------------
@@ -272,6 +291,8 @@ class TopicStream:
                 & (headers["base_offset"] < r.max_offset) & ~headers["is_control"]
             if self.start_timestamp is not None:
                 keep &= headers["max_timestamp"] >= self.start_timestamp
+            if r.aborted:  # whole batches: a batch holds one transaction's records
+                keep &= ~aborted_batches(headers, r.aborted)
             for a, b in batch_runs(keep, headers["size"], ARROW_BATCH_BYTES):
                 cols = records.decode_columns(a, b, min_offset=r.min_offset,
                                               max_offset=r.max_offset, include_control=False,

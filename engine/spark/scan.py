@@ -15,8 +15,8 @@ from engine.records import MemoryRecords
 from engine.remote.segment_access import check_batches
 from engine.spark.planning import SegmentRange
 
-__all__ = ["ARROW_BATCH_BYTES", "batch_runs", "columns_to_arrow", "remote_storage_for",
-           "scan_ranges", "timestamp_us"]
+__all__ = ["ARROW_BATCH_BYTES", "aborted_batches", "batch_runs", "columns_to_arrow",
+           "remote_storage_for", "scan_ranges", "timestamp_us"]
 
 #: Remote bytes decoded into one Arrow batch: big enough to amortize the per-batch cost
 #: in Spark's Arrow ingestion, small enough to keep a task's memory flat.
@@ -83,7 +83,7 @@ def columns_to_arrow(cols, topic: str, partition: int, schema, mask: np.ndarray 
     return batch
 
 
-def _aborted_batches(headers: np.ndarray, aborted: Sequence[tuple[int, int, int]]) -> np.ndarray:
+def aborted_batches(headers: np.ndarray, aborted: Sequence[tuple[int, int, int]]) -> np.ndarray:
     """Per scan row: True when the batch is a transactional batch of an aborted transaction
     (same producer id, base offset within [first offset, last offset] of the abort)."""
     out = np.zeros(len(headers), dtype=bool)
@@ -128,7 +128,7 @@ def scan_range(data, r: SegmentRange, schema, *, chunk_bytes: int = ARROW_BATCH_
         keep &= ~headers["is_control"]  # consumers never see control records
         if r.min_timestamp is not None:
             keep &= headers["max_timestamp"] >= r.min_timestamp
-        aborted = _aborted_batches(headers, r.aborted) if r.aborted else None
+        aborted = aborted_batches(headers, r.aborted) if r.aborted else None
         for a, b in batch_runs(keep, headers["size"], chunk_bytes):
             cols = records.decode_columns(a, b, min_offset=r.min_offset,
                                           max_offset=r.max_offset, include_control=False,

@@ -23,8 +23,8 @@ from engine.remote.segment_access import (
 from engine.remote.storage import IndexType
 from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
 
-__all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm", "open_tier",
-           "tier_for_export"]
+__all__ = ["BucketTier", "Tier", "UnknownTopicError", "aborted_transactions", "broker_config",
+           "create_rsm", "last_stable_offset", "open_tier", "tier_for_export"]
 
 
 #: The name this module always had for a topic or partition the remote tier knows nothing of.
@@ -173,30 +173,10 @@ class Tier:
         return TimeIndex.from_buffer(data, segment.start_offset).entries_array()
 
     def aborted_transactions(self, chain) -> list[tuple[int, int, int]]:
-        """(producer id, first offset, last offset) of every aborted transaction recorded in
-        the transaction indexes of the chain's segments."""
-        out: list[tuple[int, int, int]] = []
-        for link in chain:
-            rows = aborted_txn_rows(self.rsm, link.segment)
-            out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))
-                       for r in rows)
-        return out
+        return aborted_transactions(self.rsm, chain)
 
     def last_stable_offset(self, chain) -> int | None:
-        """The tier's last stable offset: its end, or the first offset of a transaction
-        still open at the end of the last tiered segment (its marker is not tiered yet, so
-        whether it commits is not known here), from that segment's producer snapshot.
-        A read_committed scan stops there, as a read_committed consumer stops at the LSO.
-        An empty snapshot (a log that kept none) counts as no open transaction."""
-        bounds = tier_bounds(chain)
-        if bounds is None:
-            return None
-        last = chain[-1].segment
-        data = index_bytes(self.rsm, last, IndexType.PRODUCER_SNAPSHOT)
-        entries = decode_snapshot(data, file=f"producer snapshot of remote segment "
-                                            f"{last.remote_log_segment_id.id}") if data else []
-        firsts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
-        return max(bounds[0], min([bounds[1], *firsts]))
+        return last_stable_offset(self.rsm, chain)
 
     # -- ListOffsets by timestamp ------------------------------------------------------
 
@@ -253,6 +233,34 @@ class BucketTier(Tier):
         if bounds is not None:
             view.check_range(bounds[0], bounds[1], self.fail_on_data_loss)
         return view.chain
+
+
+def aborted_transactions(rsm, chain) -> list[tuple[int, int, int]]:
+    """(producer id, first offset, last offset) of every aborted transaction recorded in
+    the transaction indexes of the chain's segments."""
+    out: list[tuple[int, int, int]] = []
+    for link in chain:
+        rows = aborted_txn_rows(rsm, link.segment)
+        out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))
+                   for r in rows)
+    return out
+
+
+def last_stable_offset(rsm, chain) -> int | None:
+    """The tier's last stable offset: its end, or the first offset of a transaction still
+    open at the end of the last tiered segment (its marker is not tiered yet, so whether it
+    commits is not known here), from that segment's producer snapshot. A read_committed scan
+    stops there, as a read_committed consumer stops at the LSO. An empty snapshot (a log that
+    kept none) counts as no open transaction."""
+    bounds = tier_bounds(chain)
+    if bounds is None:
+        return None
+    last = chain[-1].segment
+    data = index_bytes(rsm, last, IndexType.PRODUCER_SNAPSHOT)
+    entries = decode_snapshot(data, file=f"producer snapshot of remote segment "
+                                        f"{last.remote_log_segment_id.id}") if data else []
+    firsts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
+    return max(bounds[0], min([bounds[1], *firsts]))
 
 
 def open_tier(opts) -> Tier:

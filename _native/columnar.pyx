@@ -10,7 +10,9 @@
 #                  header_key_data uint8 (UTF-8), header_value_offsets int32,
 #                  header_value_data uint8, header_value_validity uint8 bitmap
 # which is exactly what pyarrow's Array.from_buffers takes for binary, string and list
-# arrays, so wrapping them copies nothing.
+# arrays, so wrapping them copies nothing. A column not asked for (with_keys, with_values,
+# with_headers) has no entries: its bytes are neither reserved nor copied, and the parse
+# steps over them (headers are not even split into keys and values).
 
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
@@ -79,6 +81,7 @@ cdef struct ColumnSet:
     GrowBuf val_off, val_data, val_valid
     GrowBuf hdr_off, hk_off, hk_data, hv_off, hv_data, hv_valid
     int64_t n, nh, key_nulls, val_nulls, hv_nulls
+    bint keys, values, headers  # the columns asked for
 
 
 cdef inline void _put_i64(GrowBuf *g, int64_t v) noexcept nogil:
@@ -176,14 +179,18 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *vie
         hbytes += r.headers_bytes
         nh += r.headers_count
     if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
-            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)
-            or gb_reserve(&c.key_off, 4 * count) or gb_reserve(&c.val_off, 4 * count)
-            or gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.key_data, kbytes)
-            or gb_reserve(&c.val_data, vbytes) or gb_reserve(&c.hk_off, 4 * nh)
-            or gb_reserve(&c.hv_off, 4 * nh) or gb_reserve(&c.hk_data, hbytes)
-            or gb_reserve(&c.hv_data, hbytes)
-            or _reserve_bits(&c.key_valid, c.n + count) or _reserve_bits(&c.val_valid, c.n + count)
-            or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
+            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)):
+        return -1
+    if c.keys and (gb_reserve(&c.key_off, 4 * count) or gb_reserve(&c.key_data, kbytes)
+                   or _reserve_bits(&c.key_valid, c.n + count)):
+        return -1
+    if c.values and (gb_reserve(&c.val_off, 4 * count) or gb_reserve(&c.val_data, vbytes)
+                     or _reserve_bits(&c.val_valid, c.n + count)):
+        return -1
+    if c.headers and (gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.hk_off, 4 * nh)
+                      or gb_reserve(&c.hv_off, 4 * nh) or gb_reserve(&c.hk_data, hbytes)
+                      or gb_reserve(&c.hv_data, hbytes)
+                      or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
         return -1
     for i in range(count):
         r = &views[i]
@@ -195,18 +202,21 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *vie
         c.ts_type.data[c.ts_type.len] = <uint8_t>h.timestamp_type
         c.ts_type.len += 1
         _put_i32(&c.batch_index, batch_index)
-        rc = _append_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
-                            sec + r.key_off, r.key_len)
-        if rc == 0:
+        rc = 0
+        if c.keys:
+            rc = _append_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
+                                sec + r.key_off, r.key_len)
+        if rc == 0 and c.values:
             rc = _append_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
                                 sec + r.value_off, r.value_len)
         if rc != 0:
             return rc
-        if r.headers_count:
-            rc = _append_headers(c, sec, r, hbuf)
-            if rc != 0:
-                return rc
-        _put_i32(&c.hdr_off, <int32_t>c.nh)
+        if c.headers:
+            if r.headers_count:
+                rc = _append_headers(c, sec, r, hbuf)
+                if rc != 0:
+                    return rc
+            _put_i32(&c.hdr_off, <int32_t>c.nh)
         c.n += 1
     return 0
 
@@ -245,13 +255,16 @@ cdef int _append_record(ColumnSet *c, Record rec, int32_t batch_index) except -1
     c.ts_type.data[c.ts_type.len] = <uint8_t>rec._timestamp_type
     c.ts_type.len += 1
     _put_i32(&c.batch_index, batch_index)
-    rc = _append_py_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key)
-    if rc == 0:
+    if c.keys:
+        rc = _append_py_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
+                               rec.key)
+    if rc == 0 and c.values:
         rc = _append_py_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
                                rec.value)
     if rc == -2:
         raise RecordSizeLimitError("Decoded keys or values exceed 2 GiB: decode a smaller range")
-    _put_i32(&c.hdr_off, <int32_t>c.nh)
+    if c.headers:
+        _put_i32(&c.hdr_off, <int32_t>c.nh)
     c.n += 1
     return 0
 
@@ -318,8 +331,10 @@ cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t s
                 raw += section
     if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
             or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
-            or gb_reserve(&c.key_off, 4 * records) or gb_reserve(&c.val_off, 4 * records)
-            or gb_reserve(&c.hdr_off, 4 * records) or gb_reserve(&c.val_data, raw)):
+            or (c.keys and gb_reserve(&c.key_off, 4 * records))
+            or (c.values and (gb_reserve(&c.val_off, 4 * records)
+                              or gb_reserve(&c.val_data, raw)))
+            or (c.headers and gb_reserve(&c.hdr_off, 4 * records))):
         return -1
     return 0
 
@@ -327,13 +342,17 @@ cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t s
 def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
                    Py_ssize_t stop=-1, int64_t min_offset=-1, int64_t max_offset=-1,
                    bint include_control=True, bint verify_crc=True,
-                   Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+                   Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                   bint with_keys=True, bint with_values=True, bint with_headers=True):
     """Decodes the records of scan rows [start, stop) of `data` into column buffers (see the
     layout above). `headers` is a scan of `data` (scanned here when None); records outside
     [min_offset, max_offset) are left out (-1: unbounded); control batches are left out
     unless `include_control`. With `verify_crc`, a batch with a bad CRC raises
-    CorruptRecordError. Parsing and copying run without the GIL; one decompression per
-    compressed batch runs in its codec library. Returns a dict of numpy arrays."""
+    CorruptRecordError (the CRC covers every byte, so it reads the values too). Keys,
+    values and headers are built only when asked for (`with_keys`, ...); without them, and
+    without `verify_crc`, the value bytes of an uncompressed batch are never read. Parsing
+    and copying run without the GIL; one decompression per compressed batch runs in its
+    codec library. Returns a dict of numpy arrays."""
     cdef BufferView v = _view(data)
     if headers is None:
         headers, _ = scan(v, False)  # CRCs are checked per batch below, while hot in cache
@@ -360,6 +379,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
     cdef Scratch scratch = take_scratch()  # every compressed section is decompressed here
     if _columns_init(&c) != 0:
         raise MemoryError()
+    c.keys, c.values, c.headers = with_keys, with_values, with_headers
     try:
         if _reserve_range(&c, rows, start, stop) != 0:
             raise MemoryError()
@@ -391,7 +411,7 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
                     raise MemoryError()
             _parse_views(b, sec, sec_len, views)
             max_h = 0
-            for j in range(h.record_count):
+            for j in range(h.record_count if with_headers else 0):
                 max_h = max(max_h, <size_t>views[j].headers_count)
             if max_h > hbuf_cap:
                 free(hbuf)
@@ -416,22 +436,25 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
             "timestamp": _take_array(&c.timestamp, np.int64, nrec),
             "timestamp_type": _take_array(&c.ts_type, np.int8, nrec),
             "batch_index": _take_array(&c.batch_index, np.int32, nrec),
-            "key_offsets": _take_array(&c.key_off, np.int32, nrec + 1),
-            "key_data": _take_array(&c.key_data, np.uint8, c.key_data.len),
-            "key_validity": _take_array(&c.key_valid, np.uint8, (nrec + 7) // 8),
-            "key_null_count": c.key_nulls,
-            "value_offsets": _take_array(&c.val_off, np.int32, nrec + 1),
-            "value_data": _take_array(&c.val_data, np.uint8, c.val_data.len),
-            "value_validity": _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8),
-            "value_null_count": c.val_nulls,
-            "header_offsets": _take_array(&c.hdr_off, np.int32, nrec + 1),
-            "header_key_offsets": _take_array(&c.hk_off, np.int32, nhdr + 1),
-            "header_key_data": _take_array(&c.hk_data, np.uint8, c.hk_data.len),
-            "header_value_offsets": _take_array(&c.hv_off, np.int32, nhdr + 1),
-            "header_value_data": _take_array(&c.hv_data, np.uint8, c.hv_data.len),
-            "header_value_validity": _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8),
-            "header_value_null_count": c.hv_nulls,
         }
+        if with_keys:
+            out["key_offsets"] = _take_array(&c.key_off, np.int32, nrec + 1)
+            out["key_data"] = _take_array(&c.key_data, np.uint8, c.key_data.len)
+            out["key_validity"] = _take_array(&c.key_valid, np.uint8, (nrec + 7) // 8)
+            out["key_null_count"] = c.key_nulls
+        if with_values:
+            out["value_offsets"] = _take_array(&c.val_off, np.int32, nrec + 1)
+            out["value_data"] = _take_array(&c.val_data, np.uint8, c.val_data.len)
+            out["value_validity"] = _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8)
+            out["value_null_count"] = c.val_nulls
+        if with_headers:
+            out["header_offsets"] = _take_array(&c.hdr_off, np.int32, nrec + 1)
+            out["header_key_offsets"] = _take_array(&c.hk_off, np.int32, nhdr + 1)
+            out["header_key_data"] = _take_array(&c.hk_data, np.uint8, c.hk_data.len)
+            out["header_value_offsets"] = _take_array(&c.hv_off, np.int32, nhdr + 1)
+            out["header_value_data"] = _take_array(&c.hv_data, np.uint8, c.hv_data.len)
+            out["header_value_validity"] = _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8)
+            out["header_value_null_count"] = c.hv_nulls
         return out
     finally:
         free(views)

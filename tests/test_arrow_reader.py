@@ -120,6 +120,29 @@ def test_bounds_and_column_selection(cluster):
     assert set(table.column("partition").to_pylist()) == {1}
 
 
+def test_record_bytes_of_columns_not_asked_for_are_not_copied(cluster, monkeypatch):
+    from engine.records import MemoryRecords
+
+    decoded = []
+    decode = MemoryRecords.decode_columns
+
+    def spy(self, *args, **kwargs):
+        decoded.append(decode(self, *args, **kwargs))
+        return decoded[-1]
+
+    monkeypatch.setattr(MemoryRecords, "decode_columns", spy)
+    with read_topic(TOPIC, config=cluster.config, partitions=[0],
+                    columns=["offset", "timestamp"]) as stream:
+        assert stream.read_all().column("offset").to_pylist() == [
+            r["offset"] for r in cluster.fetched[0]]
+    assert decoded and not any(k in cols._c for cols in decoded
+                               for k in ("key_data", "value_data", "header_key_data"))
+    decoded.clear()
+    with read_topic(TOPIC, config=cluster.config, partitions=[0], columns=["value"]) as stream:
+        stream.read_all()
+    assert all("value_data" in c._c and "key_data" not in c._c for c in decoded)
+
+
 def test_timestamp_bounds_keep_the_records_in_range(cluster):
     ts = [r["timestamp"] for r in cluster.fetched[0]]
     lo, hi = sorted(ts)[len(ts) // 3], sorted(ts)[2 * len(ts) // 3]

@@ -227,3 +227,65 @@ def test_decompress_ahead_raises_at_the_bad_batch_not_before():
         for r in MemoryRecords(good + bytes(bad)).records(decompress_ahead=4):
             seen.append(r.offset)
     assert seen == list(range(1000)) and info.value.position == len(good)
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD])
+def test_columns_not_asked_for_are_not_built(codec):
+    data = _batch(codec, n=5) + _batch(codec, base_offset=5, n=4)
+    whole = MemoryRecords(data).decode_columns()
+    slim = MemoryRecords(data).decode_columns(with_keys=False, with_values=False,
+                                              with_headers=False)
+    assert slim.offset.tolist() == whole.offset.tolist() == list(range(9))
+    assert slim.timestamp.tolist() == whole.timestamp.tolist()
+    assert not [k for k in ("key_data", "value_data", "header_key_data", "header_value_data",
+                            "value_offsets", "header_offsets") if k in slim._c]
+    with pytest.raises(ValueError, match="values were not decoded"):
+        slim.values()
+    with pytest.raises(ValueError, match="headers were not decoded"):
+        slim.header_lists()
+    values = MemoryRecords(data).decode_columns(with_keys=False, with_headers=False)
+    assert values.values().to_pylist() == whole.values().to_pylist()
+    headers = MemoryRecords(data).decode_columns(with_values=False)
+    assert headers.header_lists().to_pylist() == whole.header_lists().to_pylist()
+    assert headers.keys().to_pylist() == whole.keys().to_pylist()
+
+
+_UNTOUCHED = """
+import ctypes, mmap, sys
+from engine.records import MemoryRecords, RecordBatchBuilder
+page = mmap.PAGESIZE
+b = RecordBatchBuilder()
+b.append(b"v" * (6 * page), key=b"k", timestamp=1000)
+b.append(b"small", key=b"k2", timestamp=1001)
+data = b.build()
+at = data.index(b"v" * 64)  # the first value's bytes
+buf = mmap.mmap(-1, len(data) + page)
+buf[:len(data)] = data
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+start = (base + at + page - 1) // page * page  # whole pages inside the value
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(start, 4 * page, 0) == 0, ctypes.get_errno()  # PROT_NONE
+records = MemoryRecords(memoryview(buf)[:len(data)])
+cols = records.decode_columns(verify_crc=False, with_values=sys.argv[1] == "values")
+print(cols.offset.tolist(), cols.timestamp.tolist(), cols.keys().to_pylist())
+"""
+
+
+def test_values_not_asked_for_are_never_read():
+    """The value of an uncompressed batch lies partly in pages made unreadable (PROT_NONE):
+    a decode without values (and without the CRC check, which reads every byte) succeeds;
+    the same decode with values reads those pages and dies of SIGSEGV."""
+    import signal
+    import subprocess
+    import sys
+
+    def run(which):
+        return subprocess.run([sys.executable, "-c", _UNTOUCHED, which], capture_output=True,
+                              text=True, timeout=60, check=False)
+
+    untouched = run("offsets")
+    assert untouched.returncode == 0, untouched.stderr
+    assert untouched.stdout.strip() == "[0, 1] [1000, 1001] [b'k', b'k2']"
+    touched = run("values")
+    assert touched.returncode == -signal.SIGSEGV, (touched.returncode, touched.stderr)

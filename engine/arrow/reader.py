@@ -14,7 +14,10 @@ with the remote offset indexes. Each range is read through the shared remote-seg
 (`segment_access.RemoteSegmentReader`), its batches' offsets checked against the segment
 (`check_batches`) and their CRCs as they decode, and the records become Arrow batches of
 Spark's Kafka schema (`engine.spark.schema.arrow_schema`), building only the columns asked
-for. Records are those a consumer of `isolation_level` sees (Kafka's isolation.level, Spark's
+for: the bytes of keys, values and headers not asked for are never copied (the CRC check,
+which covers every byte of a batch, is what still reads them).
+
+Records are those a consumer of `isolation_level` sees (Kafka's isolation.level, Spark's
 `kafka.isolation.level`): "read_uncommitted" (the default) every data record;
 "read_committed" no record of an aborted transaction (found through the remote transaction
 indexes, those batches are never decoded) and nothing from the tier's last stable offset on
@@ -173,6 +176,9 @@ class TopicStream:
                               f"a non-empty selection of {', '.join(full.names)}, each once")
         self.schema = pa.schema([full.field(n) for n in names])  # in the order asked
         self.columns = tuple(names)
+        # record bytes of columns not asked for are not copied
+        self._decoded = {"with_keys": "key" in names, "with_values": "value" in names,
+                         "with_headers": "headers" in names}
         self.topic = topic
         self.start_timestamp, self.end_timestamp = start_timestamp, end_timestamp
         props = _props(config)
@@ -296,7 +302,7 @@ class TopicStream:
             for a, b in batch_runs(keep, headers["size"], ARROW_BATCH_BYTES):
                 cols = records.decode_columns(a, b, min_offset=r.min_offset,
                                               max_offset=r.max_offset, include_control=False,
-                                              verify_crc=True)
+                                              verify_crc=True, **self._decoded)
                 if cols.num_records == 0:
                     continue
                 batch = self._to_arrow(cols, r)

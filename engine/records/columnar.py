@@ -54,6 +54,9 @@ class RecordColumns:
             buffers += [pa.py_buffer(b) for b in c["buffers"]]
             view_type = pa.string_view() if pa_type == pa.string() else pa.binary_view()
             return pa.Array.from_buffers(view_type, self.num_records, buffers, null_count=nulls)
+        if f"{name}_offsets" not in c:
+            column = "headers" if name.startswith("header_") else f"{name}s"
+            raise ValueError(f"{column} were not decoded (decode_columns(with_{column}=False))")
         n = self.num_records if not name.startswith("header_") else c["num_headers"]
         validity = c.get(f"{name}_validity")
         nulls = c.get(f"{name}_null_count", 0)

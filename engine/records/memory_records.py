@@ -123,9 +123,15 @@ class MemoryRecords:
     def decode_columns(self, start: int = 0, stop: int | None = None, *,
                        min_offset: int = -1, max_offset: int = -1,
                        include_control: bool = True, verify_crc: bool = True,
-                       views: bool = False) -> RecordColumns:
+                       views: bool = False, with_keys: bool = True, with_values: bool = True,
+                       with_headers: bool = True) -> RecordColumns:
         """Records of batches [start, stop) as column buffers (see RecordColumns). CRCs are
         checked batch by batch just before decoding, while the bytes are in cache.
+
+        Keys, values and headers are built only when asked for (`with_keys`, `with_values`,
+        `with_headers`; not with `views`, which copies no key or value anyway): a reader of
+        offsets and timestamps copies no record bytes, and without `verify_crc` never reads
+        the values of an uncompressed batch at all.
 
         With `views`, keys and values are not copied: they become Arrow binary views into
         this buffer (uncompressed batches) or into each batch's decompressed section, which
@@ -133,11 +139,17 @@ class MemoryRecords:
         A FileRecords mapping then outlives close() and the file's deletion for as long as
         the arrays exist; the file must not be truncated meanwhile (sealed segments only)."""
         headers = self.scan()
-        decode = _records.decode_view_columns if views else _records.decode_columns
+        stop = -1 if stop is None else stop
         try:
-            cols = decode(
-                self._view, headers, start, -1 if stop is None else stop, min_offset,
-                max_offset, include_control, verify_crc, self.max_decompressed_bytes)
+            if views:
+                cols = _records.decode_view_columns(
+                    self._view, headers, start, stop, min_offset, max_offset, include_control,
+                    verify_crc, self.max_decompressed_bytes)
+            else:
+                cols = _records.decode_columns(
+                    self._view, headers, start, stop, min_offset, max_offset, include_control,
+                    verify_crc, self.max_decompressed_bytes, with_keys, with_values,
+                    with_headers)
         except KafkaEngineError as exc:
             raise self._named(exc) from None
         return RecordColumns(cols, headers)

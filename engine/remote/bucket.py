@@ -1,5 +1,5 @@
 """A tiered topic from a bucket alone: the segments of the object-store tier (the Aiven
-plugin's layout) listed from the objects under a prefix, with no broker and no RLMM.
+plugin's layout) listed from the objects under a prefix, with no broker and no broker's RLMM.
 
 Naming a bucket: `s3://bucket/prefix` (also `gs://`, `az://`), with the store's settings
 under the plugin's names without `rsm.config.` (`storage.s3.endpoint.url`,
@@ -33,6 +33,14 @@ Every skipped segment is a `Finding` naming its object key, partition and offset
 missing between kept segments are `gaps`. Readers follow Spark's `failOnDataLoss`:
 `PartitionView.check_range` raises RemoteDataLossError naming the partition and the missing
 offsets, or (when loss is accepted) logs a warning and reads what exists.
+
+With remote-log metadata at hand (`metadata`: engine.remote.metadata_files, Kafka's
+`__remote_log_metadata` partitions or the embedded RLMM's files) nothing is guessed: the
+segments are those the metadata lists COPY_SEGMENT_FINISHED, still returned by its lookups
+(not displaced by a later upload) and ending at or above the log start offset (reading starts
+there), described by the metadata itself; then the same lineage and chain rules. A bucket
+segment the metadata does not list, or lists in another state, is a `Finding`; a listed
+segment whose objects are not all in the bucket is a `missing-segment` (its offsets are lost).
 
 The result is RemoteLogSegmentMetadata (COPY_SEGMENT_FINISHED) that the shared remote-segment
 reading (`segment_access`) and the scan planning take as they take the RLMM's.
@@ -95,6 +103,9 @@ _BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
 DESCRIBE_THREADS = 8
 #: keys that do not parse are counted; this many are kept to be named
 _KEPT_UNPARSED = 20
+#: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
+_EXPECTED = frozenset({"duplicate-segment", "covered-segment", "displaced-segment",
+                       "below-log-start-offset", "not-finished"})
 #: bytes read at once while walking a segment's tail for its end offset
 _TAIL_WINDOW = 64 * 1024
 
@@ -566,8 +577,8 @@ class Bucket:
                                      -1 if chain or log_start_offset is None
                                      else log_start_offset))
         for f in skipped:
-            log.log(logging.INFO if f.kind in ("duplicate-segment", "covered-segment")
-                    else logging.WARNING, "bucket %s: %s", self.url, f)
+            log.log(logging.INFO if f.kind in _EXPECTED else logging.WARNING,
+                    "bucket %s: %s", self.url, f)
         return PartitionView(tip, chain, skipped, gaps, list(lineage[0]), described)
 
     def _resolve_with_metadata(self, tip: TopicIdPartition, segments: list[SegmentObjects]

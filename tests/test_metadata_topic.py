@@ -367,3 +367,49 @@ def test_damaged_files_name_file_position_and_offset(tmp_path):
     with pytest.raises(CorruptRemoteLogMetadataError, match="null value") as err:
         RemoteLogMetadataTopic([directory]).load()
     assert err.value.offset == 2
+
+
+def test_a_batch_cut_short_is_a_write_in_progress_only_at_the_uncommitted_tail(tmp_path):
+    events = scenario()[:5]
+    values = [value_of(ev, 1) for ev in events]
+    # two files: offsets 0-2 (a, a marker, a finished) and 3-5 (b, e, b finished)
+    directory = write_partition(tmp_path / "logs", values, 0, per_batch=1, roll_at=3)
+    first, last = sorted(directory.glob("*.log"))
+    last.write_bytes(last.read_bytes()[:-9])                        # the active tail torn
+    topic = RemoteLogMetadataTopic([directory]).load()
+    assert topic.records == 4                                       # b's update is cut off
+    assert [md.state for md in topic.caches[TIP].list_all_remote_log_segments()] == [
+        S.COPY_SEGMENT_FINISHED, S.COPY_SEGMENT_STARTED]
+
+    checkpoint = tmp_path / "logs" / "replication-offset-checkpoint"
+    checkpoint.write_text("0\n1\n__remote_log_metadata 0 6\n")      # ... but was committed
+    with pytest.raises(CorruptRemoteLogMetadataError, match="high watermark 6") as err:
+        RemoteLogMetadataTopic([directory]).load()
+    assert err.value.file == str(last) and err.value.offset == 5
+    checkpoint.unlink()
+
+    data = bytearray(first.read_bytes())
+    struct.pack_into(">i", data, 8, 1 << 20)                        # a length that lies
+    first.write_bytes(bytes(data))
+    with pytest.raises(CorruptRemoteLogMetadataError, match="not a whole batch") as err:
+        RemoteLogMetadataTopic([directory]).load()
+    assert err.value.file == str(first) and err.value.position == 0 and err.value.offset == 0
+
+
+def test_damaged_values_raise_only_typed_errors():
+    import random
+
+    rng = random.Random(405)
+    values = [value_of(ev, v) for ev in scenario() for v in (0, 1)]
+    outcomes = {"decoded": 0, "refused": 0}
+    for _ in range(3000):
+        data = bytearray(rng.choice(values))
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            decode_record_value(bytes(data))
+            outcomes["decoded"] += 1
+        except CorruptRemoteLogMetadataError as exc:
+            assert exc.position is not None
+            outcomes["refused"] += 1
+    assert outcomes["decoded"] and outcomes["refused"]

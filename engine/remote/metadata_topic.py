@@ -25,7 +25,9 @@ those files; met in the topic, one is an error.
 A partition directory's segments are read in base-offset order with the engine's record
 reader (every batch's CRC checked); control batches are skipped; with the log dir's
 `replication-offset-checkpoint`, records at or above the high watermark (not committed, so
-never seen by Kafka's consumer) are left out. A record that does not decode (truncated,
+never seen by Kafka's consumer) are left out. Bytes at a file's end that are not a whole
+batch are damage, except at the end of the active segment above the high watermark (a write
+in progress: logged, and the records before it read). A record that does not decode (truncated,
 lying lengths, bytes left over, an unknown frame version, api key or message version, a
 field value the metadata types refuse) is CorruptRemoteLogMetadataError naming the file, the
 batch's position and the record's offset.
@@ -368,10 +370,19 @@ def _segment_files(partition_dir: Path) -> list[Path]:
     return [partition_dir / name for _, name in names]
 
 
-def _values(path: Path, high_watermark: int | None) -> Iterator[tuple[int, int, object]]:
-    """(batch position, offset, value) of every data record of one segment file."""
+def _values(path: Path, high_watermark: int | None, last: bool
+            ) -> Iterator[tuple[int, int, object]]:
+    """(batch position, offset, value) of every data record of one segment file (`last`:
+    the partition's active segment, whose tail may be a write in progress)."""
     with FileRecords(path) as records:
-        for batch in records.batches():
+        try:
+            batches = list(records.batches())
+        except KafkaEngineError as exc:
+            raise CorruptRemoteLogMetadataError(f"the segment cannot be scanned: {exc.reason}",
+                                                file=str(path), position=exc.position) from None
+        next_offset = int(_LOG_FILE.match(path.name)[1])
+        for batch in batches:
+            next_offset = batch.next_offset
             if batch.is_control:
                 continue
             position = batch.position
@@ -385,6 +396,17 @@ def _values(path: Path, high_watermark: int | None) -> Iterator[tuple[int, int, 
                 raise CorruptRemoteLogMetadataError(
                     f"the batch at offset {batch.base_offset} cannot be read: {exc.reason}",
                     file=str(path), position=position, offset=batch.base_offset) from None
+        if records.partial_bytes:
+            # a batch cut short, or a length that lies: past the committed records only a
+            # write in progress in the active segment can explain it; elsewhere it is damage
+            committed = high_watermark is not None and next_offset < high_watermark
+            if not last or committed:
+                raise CorruptRemoteLogMetadataError(
+                    f"{records.partial_bytes} bytes at the end are not a whole batch"
+                    + (f" (below the high watermark {high_watermark})" if committed else ""),
+                    file=str(path), position=records.valid_bytes, offset=next_offset)
+            log.warning("%s: %d bytes at the end are not a whole batch (a write in progress); "
+                        "read up to offset %d", path, records.partial_bytes, next_offset)
 
 
 class RemoteLogMetadataTopic:
@@ -398,8 +420,10 @@ class RemoteLogMetadataTopic:
         out = RemoteLogMetadataState()
         for directory in self.partition_dirs:
             high_watermark = _high_watermark(directory)
-            for path in _segment_files(directory):
-                for position, offset, value in _values(path, high_watermark):
+            files = _segment_files(directory)
+            for path in files:
+                for position, offset, value in _values(path, high_watermark,
+                                                       path == files[-1]):
                     self._apply(out, path, position, offset, value)
         return out
 

@@ -178,3 +178,23 @@ def test_metadata_options_need_a_bucket_and_a_metadata_directory(tmp_path, hand)
     for path in (tmp_path / "empty", tmp_path / "nothing-here"):
         with pytest.raises(ConfigError, match="remote_log_metadata"):
             read_topic("hand", bucket=hand.url, store=hand.settings, remote_log_metadata=path)
+
+
+def test_the_metadata_tells_which_topic_id_is_live(hand, tmp_path):
+    from engine.common import Uuid
+    from engine.remote.metadata import RemotePartitionDeleteMetadata
+    from engine.remote.metadata import RemotePartitionDeleteState as D
+
+    old_tip = tip_of(hand)
+    old = added(hand, hand.segment(0, 9, [(0, 0)]))
+    hand.topic_id = Uuid.random()                      # the topic deleted and created again
+    new = added(hand, hand.segment(0, 4, [(0, 0)]))
+    events = [old, *moved(old, S.COPY_SEGMENT_FINISHED), new, *moved(new, S.COPY_SEGMENT_FINISHED)]
+    events += [RemotePartitionDeleteMetadata(old_tip, state, TS0, 0) for state in D]
+    with hand.open() as plain, pytest.raises(ConfigError, match="two topic ids"):
+        plain.partitions()
+    write_metadata(tmp_path / "logs", "kafka", events)
+    with Bucket(hand.url, hand.settings,
+                metadata=RemoteLogMetadataFiles(tmp_path / "logs")) as bucket:
+        tip = bucket.partitions()[("hand", 0)]
+        assert tip == tip_of(hand) and bucket.partition(tip).bounds() == (0, 5)

@@ -427,7 +427,7 @@ class Bucket:
                 continue
             key = (tip.topic, tip.partition)
             if key in out and out[key].topic_id != tip.topic_id and self.metadata is not None:
-                known = [t for t in (out[key], tip) if self.metadata.cache(t) is not None]
+                known = [t for t in (out[key], tip) if _live(self.metadata.cache(t))]
                 if len(known) == 1:  # the metadata names the live one
                     out[key] = known[0]
                     continue
@@ -659,6 +659,11 @@ def _unread_why(cache, md: RemoteLogSegmentMetadata, lso: int | None
         return ("displaced-segment", "a later upload of its offsets replaced it in the "
                                      "metadata")
     return None
+
+
+def _live(cache) -> bool:
+    """The metadata knows the partition and it is not being deleted."""
+    return cache is not None and cache.partition_delete_state is None
 
 
 def _tip_rank(d: Described):

@@ -529,9 +529,9 @@ class Bucket:
                                        d.objects.start_offset, None, d.error))
             else:
                 good.append(d)
-        return self.kept_chain(tip, good, skipped, described)
+        return self._kept_chain(tip, good, skipped, described)
 
-    def kept_chain(self, tip: TopicIdPartition, good: list[Described], skipped: list[Finding],
+    def _kept_chain(self, tip: TopicIdPartition, good: list[Described], skipped: list[Finding],
                    described: list, log_start_offset: int | None = None) -> PartitionView:
         """The view of described segments `good`: those of the latest leader's lineage (the
         tipmost segment's leader-epoch checkpoint), one per start offset, in a chain; what
@@ -615,10 +615,10 @@ class Bucket:
                           f"{seg.segment_id}"))
         if good:
             i = good.index(max(good, key=_tip_rank))
-            good[i] = self.with_checkpoint(tip, good[i])
-        return self.kept_chain(tip, good, skipped, good, lso)
+            good[i] = self._with_checkpoint(tip, good[i])
+        return self._kept_chain(tip, good, skipped, good, lso)
 
-    def with_checkpoint(self, tip: TopicIdPartition, d: Described) -> Described:
+    def _with_checkpoint(self, tip: TopicIdPartition, d: Described) -> Described:
         """`d` with its segment's leader-epoch index read."""
         key = self.key(tip, d.objects, INDEXES)
         checkpoint = LeaderEpochCheckpointFile.decode_entries(

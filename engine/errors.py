@@ -230,13 +230,14 @@ class CustomMetadataSizeLimitExceededError(KafkaEngineError, ValueError):
 
 
 class CorruptRemoteLogMetadataError(KafkaEngineError, ValueError):
-    """A remote-log metadata file (the embedded RemoteLogMetadataManager's log or snapshot)
-    is damaged somewhere other than its torn tail, or was written by a newer format.
-    `file` and `position` name the bad entry, `partition` the partition it belongs to (a
-    TopicIdPartition, when known); that partition is offline, the others are not."""
+    """A remote-log metadata file (the embedded RemoteLogMetadataManager's log or snapshot,
+    or a segment of Kafka's `__remote_log_metadata` topic) is damaged somewhere other than
+    its torn tail, or was written by a newer format. `file` and `position` name the bad
+    entry (`offset` the record, in Kafka's topic), `partition` the partition it belongs to
+    (a TopicIdPartition, when known); that partition is offline, the others are not."""
 
-    def __init__(self, message, *, file=None, position=None, partition=None):
-        super().__init__(message, file=file, position=position)
+    def __init__(self, message, *, file=None, position=None, partition=None, offset=None):
+        super().__init__(message, file=file, position=position, offset=offset)
         self.partition = partition
 
     def __str__(self):

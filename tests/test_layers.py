@@ -17,6 +17,7 @@ ENGINE = ROOT / "engine"
 LAYERS = {
     "engine._native": 1,
     "engine.errors": 2, "engine.config": 2, "engine.checksums": 2, "engine.common": 2,
+    "engine.message_codec": 2,
     "engine.records": 3,
     "engine.log": 4,
     "engine.remote": 5,

@@ -104,3 +104,26 @@ def test_export_reads_a_bucket_alone(cluster, s3_server, tmp_path):
                           "--out", str(tmp_path / "x")], cwd=REPO, capture_output=True,
                          text=True, timeout=60, check=False)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+
+
+def test_spark_reads_only_what_the_remote_log_metadata_lists(spark, s3_server, tmp_path):
+    from test_bucket_metadata import added, moved, write_metadata
+
+    from engine.remote.metadata import RemoteLogSegmentState as S
+
+    hand = HandBucket(s3_server)
+    try:
+        a = hand.segment(0, 9, [(0, 0)])
+        b = hand.segment(10, 19, [(0, 0)])
+        hand.segment(20, 29, [(0, 0)])                     # not in the metadata
+        events = []
+        for s in (a, b):
+            m = added(hand, s)
+            events += [m, *moved(m, S.COPY_SEGMENT_FINISHED)]
+        write_metadata(tmp_path / "logs", "kafka", events, {("hand", 0): 4})
+        df = (bucket_reader(spark, hand.url, hand.settings).option("subscribe", "hand")
+              .option("includeHeaders", "true")
+              .option("remoteLogMetadataPath", str(tmp_path / "logs")).load())
+        assert arrow_rows(df.toArrow()) == expected_rows([(4, 19)])
+    finally:
+        hand.close()

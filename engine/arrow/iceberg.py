@@ -212,8 +212,12 @@ def export_to_iceberg(props: Mapping[str, str], config_path: str | None, topic: 
 def _read_round(props, topic, plan, include_headers, bucket, store):
     from engine.arrow.reader import read_topic
 
+    # the bucket's remote-log metadata rides with the store settings (as for the Spark
+    # scan); the Arrow reader takes it as its own argument
+    store = dict(store or {})
+    metadata = store.pop("remoteLogMetadataPath", None)
     with read_topic(topic, config=props or None, bucket=bucket, store=store,
-                    partitions=sorted(plan),
+                    remote_log_metadata=metadata, partitions=sorted(plan),
                     starting_offsets={p: s for p, (s, _) in plan.items()},
                     ending_offsets={p: e for p, (_, e) in plan.items()},
                     include_headers=include_headers) as stream:

@@ -6,7 +6,10 @@ Sources:
   lists them) and read through the configured RSM;
 - `bucket` (`s3://bucket/prefix`): the object-store tier's objects alone
   (`engine.remote.bucket`), with the store's settings in `store` (the plugin's names without
-  `rsm.config.`) and/or the `rsm.config.*` keys of `config`; never a broker's RLMM.
+  `rsm.config.`) and/or the `rsm.config.*` keys of `config`; never a broker's RLMM. With
+  `remote_log_metadata` (directories, engine.remote.metadata_files: Kafka's
+  `__remote_log_metadata` partitions or the embedded RLMM's files) only the segments that
+  metadata lists COPY_SEGMENT_FINISHED at or above the log start offset are read.
 
 Planning is the Spark source's (`engine.spark.planning`): per partition, the segments of the
 latest leader-epoch lineage within the offset bounds, cut into byte ranges of whole batches
@@ -66,7 +69,8 @@ def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = No
                start_timestamp: int | None = None, end_timestamp: int | None = None,
                columns: Iterable[str] | None = None, include_headers: bool = False,
                fail_on_data_loss: bool = True,
-               isolation_level: str = "read_uncommitted") -> TopicStream:
+               isolation_level: str = "read_uncommitted",
+               remote_log_metadata: str | Path | Iterable | None = None) -> TopicStream:
     """The topic's tiered records (see the module docstring). Plans at once (bad bounds and
     lost data fail here); the records are read as the stream is consumed."""
     return TopicStream(topic, config=config, bucket=bucket, store=store,
@@ -74,7 +78,8 @@ def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = No
                        ending_offsets=ending_offsets, start_timestamp=start_timestamp,
                        end_timestamp=end_timestamp, columns=columns,
                        include_headers=include_headers, fail_on_data_loss=fail_on_data_loss,
-                       isolation_level=isolation_level)
+                       isolation_level=isolation_level,
+                       remote_log_metadata=remote_log_metadata)
 
 
 def record_batch_reader(topic: str, **options):
@@ -107,8 +112,12 @@ class _TierSource:
 class _BucketSource:
     """A bucket alone (engine.remote.bucket)."""
 
-    def __init__(self, url: str, store, props):
-        self.bucket = Bucket(url, store, props)
+    def __init__(self, url: str, store, props, remote_log_metadata=None):
+        from engine.remote.metadata_files import RemoteLogMetadataFiles
+
+        metadata = (None if remote_log_metadata is None else
+                    RemoteLogMetadataFiles(remote_log_metadata, key="remote_log_metadata"))
+        self.bucket = Bucket(url, store, props, metadata=metadata)
         self.rsm = self.bucket.rsm
 
     def partitions(self, topic):
@@ -159,7 +168,8 @@ class TopicStream:
 
     def __init__(self, topic: str, *, config, bucket, store, partitions, starting_offsets,
                  ending_offsets, start_timestamp, end_timestamp, columns, include_headers,
-                 fail_on_data_loss, isolation_level="read_uncommitted"):
+                 fail_on_data_loss, isolation_level="read_uncommitted",
+                 remote_log_metadata=None):
         import pyarrow as pa
 
         if isolation_level not in ISOLATION_LEVELS:
@@ -184,11 +194,14 @@ class TopicStream:
         props = _props(config)
         source: _BucketSource | _TierSource
         if bucket is not None:
-            source = _BucketSource(bucket, store, props)
+            source = _BucketSource(bucket, store, props, remote_log_metadata)
         elif props is not None:
             if store:
                 raise ConfigError("store", ",".join(store), "store settings name a bucket's "
                                                             "store: give `bucket` too")
+            if remote_log_metadata is not None:
+                raise ConfigError("remote_log_metadata", str(remote_log_metadata),
+                                  "only with `bucket` (a broker's tier reads its RLMM)")
             source = _TierSource(props)
         else:
             raise ConfigError("config", None, "give a broker config or a bucket")

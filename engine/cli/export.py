@@ -37,6 +37,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", action="append", default=[], metavar="KEY=VALUE",
                    help="with --bucket: a store setting, the plugin's name without "
                         "rsm.config. (repeatable)")
+    p.add_argument("--remote-log-metadata", action="append", default=[], metavar="DIR",
+                   help="with --bucket: read only the segments this remote-log metadata lists "
+                        "finished (a log dir with __remote_log_metadata-N partitions, one of "
+                        "them, or the embedded RLMM's directory; repeatable)")
     p.add_argument("--topic", required=True)
     p.add_argument("--out", default=None, help="parquet: output directory (created; resumed if "
                                                "it holds an earlier export of the topic)")
@@ -103,6 +107,11 @@ def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
     if store and args.bucket is None:
         raise _UsageError("--store needs --bucket")
     _check_target(args)
+    if args.remote_log_metadata:
+        if args.bucket is None:
+            raise _UsageError("--remote-log-metadata needs --bucket")
+        # a reading option of the bucket: it goes with the store settings to every scan
+        store["remoteLogMetadataPath"] = ",".join(args.remote_log_metadata)
     try:
         props = load_properties(args.config) if args.config is not None else {}
     except FileNotFoundError:

@@ -1,7 +1,7 @@
 """Kafka's message schemas for the APIs `serve` speaks, as a declarative table.
 
 The facts come from Kafka's `clients/src/main/resources/common/message/*.json`; here each
-message is a few lines of one small grammar, and `engine.protocol.codec` interprets them (one
+message is a few lines of the grammar of `engine.message_codec`, which interprets them (one
 generic encoder/decoder, no per-field code). One field per line, children indented by two
 spaces:
 

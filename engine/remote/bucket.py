@@ -1,5 +1,5 @@
 """A tiered topic from a bucket alone: the segments of the object-store tier (the Aiven
-plugin's layout) listed from the objects under a prefix, with no broker and no RLMM.
+plugin's layout) listed from the objects under a prefix, with no broker and no broker's RLMM.
 
 Naming a bucket: `s3://bucket/prefix` (also `gs://`, `az://`), with the store's settings
 under the plugin's names without `rsm.config.` (`storage.s3.endpoint.url`,
@@ -34,6 +34,14 @@ missing between kept segments are `gaps`. Readers follow Spark's `failOnDataLoss
 `PartitionView.check_range` raises RemoteDataLossError naming the partition and the missing
 offsets, or (when loss is accepted) logs a warning and reads what exists.
 
+With remote-log metadata at hand (`metadata`: engine.remote.metadata_files, Kafka's
+`__remote_log_metadata` partitions or the embedded RLMM's files) nothing is guessed: the
+segments are those the metadata lists COPY_SEGMENT_FINISHED, still returned by its lookups
+(not displaced by a later upload) and ending at or above the log start offset (reading starts
+there), described by the metadata itself; then the same lineage and chain rules. A bucket
+segment the metadata does not list, or lists in another state, is a `Finding`; a listed
+segment whose objects are not all in the bucket is a `missing-segment` (its offsets are lost).
+
 The result is RemoteLogSegmentMetadata (COPY_SEGMENT_FINISHED) that the shared remote-segment
 reading (`segment_access`) and the scan planning take as they take the RLMM's.
 """
@@ -66,6 +74,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from engine.remote.metadata_files import RemoteLogMetadataFiles
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST
 from engine.remote.segment_access import RemoteSegmentReader, index_bytes
 from engine.remote.storage import IndexType
@@ -94,6 +103,9 @@ _BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
 DESCRIBE_THREADS = 8
 #: keys that do not parse are counted; this many are kept to be named
 _KEPT_UNPARSED = 20
+#: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
+_EXPECTED = frozenset({"duplicate-segment", "covered-segment", "displaced-segment",
+                       "below-log-start-offset", "not-finished"})
 #: bytes read at once while walking a segment's tail for its end offset
 _TAIL_WINDOW = 64 * 1024
 
@@ -271,10 +283,12 @@ class SegmentLink:
 
     segment: RemoteLogSegmentMetadata
     end: int
+    #: a log start offset inside the segment: the offsets below it are not read
+    first: int = -1
 
     @property
     def start_offset(self) -> int:
-        return self.segment.start_offset
+        return max(self.segment.start_offset, self.first)
 
 
 @dataclass
@@ -315,7 +329,7 @@ class PartitionView:
         the kept ones: its offsets, and any after them, are lost at the partition's end."""
         bounds = self.bounds()
         tail = [f for f in self.skipped
-                if f.kind in ("unreadable-segment", "incomplete-segment")
+                if f.kind in ("unreadable-segment", "incomplete-segment", "missing-segment")
                 and (bounds is None or f.first_offset >= bounds[1])]
         return min(tail, key=lambda f: f.first_offset) if tail else None
 
@@ -357,10 +371,12 @@ class Bucket:
     Thread-safe; `close` releases the store and caches."""
 
     def __init__(self, url: str, settings: Mapping[str, str] | None = None,
-                 broker_props: Mapping[str, str] | None = None):
+                 broker_props: Mapping[str, str] | None = None,
+                 metadata: RemoteLogMetadataFiles | None = None):
         from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 
         self.url = url
+        self.metadata = metadata
         self.configs = bucket_configs(url, settings, broker_props)
         self.prefix = self.configs["key.prefix"]
         self.rsm = ObjectStorageRemoteStorageManager()
@@ -410,6 +426,11 @@ class Bucket:
             if topic is not None and tip.topic != topic:
                 continue
             key = (tip.topic, tip.partition)
+            if key in out and out[key].topic_id != tip.topic_id and self.metadata is not None:
+                known = [t for t in (out[key], tip) if _live(self.metadata.cache(t))]
+                if len(known) == 1:  # the metadata names the live one
+                    out[key] = known[0]
+                    continue
             if key in out and out[key].topic_id != tip.topic_id:
                 raise ConfigError("bucket", self.url,
                                   f"topic {tip.topic!r} partition {tip.partition} has objects "
@@ -426,7 +447,9 @@ class Bucket:
         with self._lock:
             view = self._views.get(tip)
         if view is None:
-            view = self._resolve(tip, self.listing().partitions.get(tip, []))
+            segments = self.listing().partitions.get(tip, [])
+            view = (self._resolve(tip, segments) if self.metadata is None
+                    else self._resolve_with_metadata(tip, segments))
             with self._lock:
                 self._views.setdefault(tip, view)
         return view
@@ -506,13 +529,19 @@ class Bucket:
                                        d.objects.start_offset, None, d.error))
             else:
                 good.append(d)
+        return self._kept_chain(tip, good, skipped, described)
+
+    def _kept_chain(self, tip: TopicIdPartition, good: list[Described], skipped: list[Finding],
+                   described: list, log_start_offset: int | None = None) -> PartitionView:
+        """The view of described segments `good`: those of the latest leader's lineage (the
+        tipmost segment's leader-epoch checkpoint), one per start offset, in a chain; what
+        else is left out joins `skipped`.
+        `log_start_offset` is where the first kept segment's offsets begin."""
         if not good:
             for f in skipped:
                 log.warning("bucket %s: %s", self.url, f)
             return PartitionView(tip, [], skipped, [], [], described)
-        tipmost = max(good, key=lambda d: (d.metadata.last_epoch, d.metadata.end_offset,
-                                           _neg_id(d)))
-        lineage = _lineage(tipmost)
+        lineage = _lineage(max(good, key=_tip_rank))
         kept = []
         for d in good:
             why = _outside(d.metadata, lineage)
@@ -543,12 +572,59 @@ class Bucket:
                 if md.start_offset > prev.end:
                     gaps.append((prev.end, md.start_offset - 1))
                 elif md.start_offset < prev.end:
-                    chain[-1] = SegmentLink(prev.segment, md.start_offset)
-            chain.append(SegmentLink(md, md.end_offset + 1))
+                    chain[-1] = SegmentLink(prev.segment, md.start_offset, prev.first)
+            chain.append(SegmentLink(md, md.end_offset + 1,
+                                     -1 if chain or log_start_offset is None
+                                     else log_start_offset))
         for f in skipped:
-            log.log(logging.INFO if f.kind in ("duplicate-segment", "covered-segment")
-                    else logging.WARNING, "bucket %s: %s", self.url, f)
+            log.log(logging.INFO if f.kind in _EXPECTED else logging.WARNING,
+                    "bucket %s: %s", self.url, f)
         return PartitionView(tip, chain, skipped, gaps, list(lineage[0]), described)
+
+    def _resolve_with_metadata(self, tip: TopicIdPartition, segments: list[SegmentObjects]
+                               ) -> PartitionView:
+        """As `_resolve`, but the segments are those the metadata lists COPY_SEGMENT_FINISHED
+        (and still referenced, as Kafka's lookups see them) at or above the log start
+        offset, described by the metadata; bucket segments it does not list are skipped."""
+        name = f"{tip.topic}-{tip.partition}"
+        cache = self.metadata.cache(tip)
+        lso = self.metadata.log_start_offset(tip)
+        objects = {s.segment_id: s for s in segments}
+        skipped: list[Finding] = []
+        good: list[Described] = []
+        listed = [] if cache is None else cache.list_all_remote_log_segments()
+        for md in listed:
+            seg = objects.pop(md.remote_log_segment_id.id, None)
+            why = _unread_why(cache, md, lso)
+            if seg is None or None in (seg.manifest_size, seg.log_size, seg.indexes_size):
+                if why is None:  # listed FINISHED and needed: its offsets are lost
+                    skipped.append(Finding(
+                        "missing-segment", None if seg is None else self.key(tip, seg, MANIFEST),
+                        name, md.start_offset, md.end_offset,
+                        f"segment {md.remote_log_segment_id.id} is COPY_SEGMENT_FINISHED in "
+                        "the metadata but its objects are not all in the bucket"))
+            elif why is not None:
+                skipped.append(self._finding(why[0], tip, Described(seg, md), why[1]))
+            else:
+                good.append(Described(seg, md))
+        for seg in objects.values():
+            if seg.manifest_size is not None:
+                skipped.append(Finding(
+                    "not-in-metadata", self.key(tip, seg, MANIFEST), name, seg.start_offset,
+                    None, f"the remote log metadata ({self.metadata}) does not list segment "
+                          f"{seg.segment_id}"))
+        if good:
+            i = good.index(max(good, key=_tip_rank))
+            good[i] = self._with_checkpoint(tip, good[i])
+        return self._kept_chain(tip, good, skipped, good, lso)
+
+    def _with_checkpoint(self, tip: TopicIdPartition, d: Described) -> Described:
+        """`d` with its segment's leader-epoch index read."""
+        key = self.key(tip, d.objects, INDEXES)
+        checkpoint = LeaderEpochCheckpointFile.decode_entries(
+            index_bytes(self.rsm, d.metadata, IndexType.LEADER_EPOCH),
+            f"{key} (leader-epoch index)")
+        return Described(d.objects, d.metadata, tuple(checkpoint), d.error)
 
     def _finding(self, kind, tip, d: Described, detail: str) -> Finding:
         md = d.metadata
@@ -567,6 +643,31 @@ class Bucket:
                                   .entries_array())
             self._offset_entries[key] = entries
         return entries
+
+
+def _unread_why(cache, md: RemoteLogSegmentMetadata, lso: int | None
+                ) -> tuple[str, str] | None:
+    """Why a segment the metadata lists is not read ((finding kind, detail)), None when it
+    is: COPY_SEGMENT_FINISHED, ending at or above the log start offset, and still the one
+    Kafka's lookups return for one of its epochs (not displaced by a later upload)."""
+    if md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+        return "not-finished", f"its state in the metadata is {md.state.name}"
+    if lso is not None and md.end_offset < lso:
+        return "below-log-start-offset", f"it ends below the log start offset {lso}"
+    if not any(cache.remote_log_segment_metadata(epoch, start) == md
+               for epoch, start in md.leader_epochs):
+        return ("displaced-segment", "a later upload of its offsets replaced it in the "
+                                     "metadata")
+    return None
+
+
+def _live(cache) -> bool:
+    """The metadata knows the partition and it is not being deleted."""
+    return cache is not None and cache.partition_delete_state is None
+
+
+def _tip_rank(d: Described):
+    return d.metadata.last_epoch, d.metadata.end_offset, _neg_id(d)
 
 
 def _neg_id(d: Described) -> str:

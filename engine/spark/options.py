@@ -41,7 +41,7 @@ _ENGINE_OPTIONS = {"config", "maxbytesperpartition", "readcommitted", "includehe
                    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
                    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
                    "failondataloss", "decodeahead", "minpartitions",
-                   "maxoffsetspertrigger", "path", "bucket"}
+                   "maxoffsetspertrigger", "path", "bucket", "remotelogmetadatapath"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class ScanOptions:
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
     bucket: str | None = None
+    #: with `bucket`: remote-log metadata files (Kafka's __remote_log_metadata partitions or
+    #: the embedded RLMM's directory), comma-separated; only what they list is read
+    remote_log_metadata: str | None = None
 
     def selects(self, topic: str) -> bool:
         if self.subscribe is not None:
@@ -273,6 +276,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
                           "must be error or latest")
 
     props, bucket = _engine_properties(opts)
+    metadata = opts.get("remotelogmetadatapath")
+    if metadata and not bucket:
+        raise ConfigError("remoteLogMetadataPath", metadata, "only with the bucket option "
+                                                             "(a broker's tier reads its RLMM)")
 
     return ScanOptions(
         subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
@@ -288,4 +295,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         min_partitions=min_partitions,
         max_offsets_per_trigger=max_offsets,
         bucket=str(bucket) if bucket else None,
+        remote_log_metadata=str(metadata) if metadata else None,
     )

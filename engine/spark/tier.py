@@ -203,17 +203,21 @@ class Tier:
 
 class BucketTier(Tier):
     """A bucket read with no broker (the `bucket` option): segments listed and resolved from
-    the objects (engine.remote.bucket), indexes and records through the object-store RSM.
+    the objects (engine.remote.bucket), or from the remote-log metadata files of
+    `remoteLogMetadataPath` when given, indexes and records through the object-store RSM.
     Offsets missing between a partition's segments follow `failOnDataLoss`."""
 
     def __init__(self, opts):
         from engine.remote.bucket import Bucket
+        from engine.remote.metadata_files import RemoteLogMetadataFiles
 
         self.props = dict(opts.broker_properties)
         self.config = broker_config(self.props)
         prefix = "rsm.config."
+        metadata = (None if not opts.remote_log_metadata
+                    else RemoteLogMetadataFiles(opts.remote_log_metadata))
         self.bucket = Bucket(opts.bucket, {k[len(prefix):]: v for k, v in self.props.items()
-                                           if k.startswith(prefix)})
+                                           if k.startswith(prefix)}, metadata=metadata)
         self.rsm = self.bucket.rsm
         self.fail_on_data_loss = opts.fail_on_data_loss
         self._offset_entries = {}

@@ -1,5 +1,6 @@
 """The RemoteLogManager (KIP-405's RLM): tiers closed segments, expires remote ones, serves
-reads and ListOffsets across both tiers (kafka-reference.md §3.5-§3.10).
+reads and ListOffsets across both tiers (Kafka's RemoteLogManager: RLMCopyTask,
+RLMExpirationTask, RLMFollowerTask, asyncRead and findOffsetByTimestamp).
 
 The engine is a single broker, so it leads every tiered partition it holds: `start()`
 schedules, for each partition whose log has tiering on (`UnifiedLog.remote_log_enabled`), a
@@ -181,6 +182,7 @@ class RemoteLogManager(PartitionRegistry):
             broker_config["remote.log.manager.task.retry.backoff.max.ms"],
             broker_config["remote.log.manager.task.retry.jitter"])
         self._init_quotas(broker_config)
+        self.copier = self._new_copier()
         first_dir = Path(log_manager.log_dirs[0])
         self._owns_index_cache = index_cache is None
         self.index_cache = index_cache or RemoteIndexCache(
@@ -208,6 +210,15 @@ class RemoteLogManager(PartitionRegistry):
                                    self.clock)
         self.copy_quota = CopyQuotaWaiter(self.copy_rate, self.copy_quota_sensor, self.clock,
                                           lambda: self._closed)
+
+    def _new_copier(self) -> copier.RLMCopier:
+        """The copy task, with what it may use of this manager (engine.rlm.copier)."""
+        return copier.RLMCopier(
+            rlmm=self.rlmm, rsm=self.rsm, metrics=self.metrics, clock=self.clock,
+            backoff=self.backoff, copy_quota=self.copy_quota, broker_id=self.broker_id,
+            custom_metadata_max_bytes=self.custom_metadata_max_bytes,
+            interval_ms=self.interval_ms, closed=lambda: self._closed,
+            delete_remote_segment=self.delete_remote_segment)
 
     def _register_pool_gauges(self) -> None:
         m = self.metrics
@@ -294,8 +305,7 @@ class RemoteLogManager(PartitionRegistry):
                         # it, and then find its segment copied instead of uploading it
                         # again; its in-flight and abandoned copies stay known
                         st.copy_lock, st.expiration_lock = old.copy_lock, old.expiration_lock
-                        st.segment_ids_being_copied = old.segment_ids_being_copied
-                        st.abandoned_copy_ids = old.abandoned_copy_ids
+                        st.copy.carry_over(old.copy)
                     self._partitions[tp] = st
                     self._explicit_roles.add(tp)
                     out.append(st)
@@ -365,7 +375,7 @@ class RemoteLogManager(PartitionRegistry):
         states = self._sync_partitions()
         self._delete_disabled()
         for st in states:
-            running = st.copy_in_progress
+            running = st.copy.copy_in_progress
             if running is not None and now - running[1] > _STUCK_COPY_WARN_MS and \
                     st.stuck_copy_warned != running:
                 st.stuck_copy_warned = running
@@ -408,7 +418,7 @@ class RemoteLogManager(PartitionRegistry):
         if not self._ready(st):
             return self.interval_ms
         with st.copy_lock:
-            delay, _, _ = copier.copy_once(self, st, honour_backoff=False)
+            delay, _, _ = self.copier.copy_once(st, honour_backoff=False)
         self._delete_local(st)
         return delay
 
@@ -468,7 +478,7 @@ class RemoteLogManager(PartitionRegistry):
     def remove_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
         self.index_cache.remove(md.remote_log_segment_id.id)
 
-    def delete_remote_segment(self, st: PartitionState, md: RemoteLogSegmentMetadata,
+    def delete_remote_segment(self, st: copier.CopiedPartition, md: RemoteLogSegmentMetadata,
                               custom: bytes | None) -> None:
         """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
         DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
@@ -519,13 +529,13 @@ class RemoteLogManager(PartitionRegistry):
                 continue
             if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    _, copied, nbytes = copier.copy_once(self, st, honour_backoff=True)
+                    _, copied, nbytes = self.copier.copy_once(st, honour_backoff=True)
                 finally:
                     st.copy_lock.release()
                 summary.copied_segments += copied
                 summary.copied_bytes += nbytes
-                if st.last_copy_error and st.copy_failures:
-                    summary.errors.append(f"{st.name}: copy: {st.last_copy_error}")
+                if st.copy.last_copy_error and st.copy.copy_failures:
+                    summary.errors.append(f"{st.name}: copy: {st.copy.last_copy_error}")
             else:
                 summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
             summary.deleted_local_segments += self._delete_local(st)
@@ -541,7 +551,7 @@ class RemoteLogManager(PartitionRegistry):
                     # waiting out the retry backoff of a failed run
                     summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
             now = self.clock()
-            for failures, next_ms in ((st.copy_failures, st.next_copy_attempt_ms),
+            for failures, next_ms in ((st.copy.copy_failures, st.copy.next_copy_attempt_ms),
                                       (st.expiration_failures, st.next_expiration_attempt_ms)):
                 if failures:
                     summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
@@ -556,18 +566,18 @@ class RemoteLogManager(PartitionRegistry):
         for st in states:
             if not st.is_leader or self._offline(st) is not None:
                 continue  # an offline partition has no work it can do
-            if st.copy_in_progress is not None:
+            if st.copy.copy_in_progress is not None:
                 return False
-            if not (st.copy_cancelled or st.log.remote_log_copy_disabled
-                    or st.corrupt_segment):  # stopped until an operator acts
+            if not (st.copy.copy_cancelled or st.log.remote_log_copy_disabled
+                    or st.copy.corrupt_segment):  # stopped until an operator acts
                 if not self._ensure_initialised(st):
                     return False
-                if st.metadata_gap is not None:
+                if st.copy.metadata_gap is not None:
                     continue  # refused until an operator acts: nothing to wait for
                 lso = st.log.last_stable_offset
-                if copier.candidate_segments(st.log, st.copied_offset, lso):
+                if copier.candidate_segments(st.log, st.copy.copied_offset, lso):
                     return False
-            if st.metadata_gap is not None:
+            if st.copy.metadata_gap is not None:
                 continue
             segments = list(self.rlmm.list_remote_log_segments(st.tip))
             if expiration.plan_expiration(st, segments, self.clock(),
@@ -584,7 +594,7 @@ class RemoteLogManager(PartitionRegistry):
             return False
         try:
             if st.needs_initialisation:
-                copier.initialise_leader(self, st)
+                self.copier.initialise_leader(st)
         finally:
             st.copy_lock.release()
         return True
@@ -701,7 +711,7 @@ class RemoteLogManager(PartitionRegistry):
             self._ensure_initialised(st)
             # the earliest offset, and a timestamp search that starts in the tier, would
             # answer from offsets no tier holds
-            if st.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
+            if st.copy.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
                 raise copier.gap_error(st, st.log.log_start_offset)
         if spec >= 0 and st is not None:
             future = fetch.submit(self, st.topic,
@@ -729,10 +739,10 @@ class RemoteLogManager(PartitionRegistry):
             try:
                 self._ensure_initialised(st)
             except Exception as exc:
-                st.last_copy_error = f"{type(exc).__name__}: {exc}"
+                st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)
             if st.is_leader:  # a damaged next segment shows in any process's status
-                copier.check_next_segment(self, st)
+                self.copier.check_next_segment(st)
         return [partition_status(self, st) for st in states]
 
     def close(self) -> None:

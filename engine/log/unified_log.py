@@ -84,8 +84,6 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
-
-
 #: Topics Kafka never tiers (internal topics, the RLMM's topic, the KRaft metadata log).
 _NEVER_TIERED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state",
                                   "__remote_log_metadata", "__cluster_metadata"})
@@ -106,6 +104,11 @@ def _resolve_config(config, overrides: dict[str, int | None]) -> TopicConfig:
     return config.with_overrides(given)
 
 
+def _config_value(name: str) -> property:
+    """A read-only property giving the topic config `name` of the log."""
+    return property(lambda self: self.config[name])
+
+
 class UnifiedLog:
     """One partition directory's local log. Use `UnifiedLog.open`."""
 
@@ -123,6 +126,7 @@ class UnifiedLog:
         self._truncation_epoch = 0
         self._remote_log_enabled = False
         self._closed = False
+        self._offline_error: Callable[[str], Exception] | None = None  # see close_offline
         self._producer_state = ProducerStateManager(self.dir)
         #: local retention, called under `_lock`
         self._retention = LogRetention(self, self._local, self._roll)
@@ -133,21 +137,10 @@ class UnifiedLog:
 
     # -- configuration ---------------------------------------------------------------------
 
-    @property
-    def segment_bytes(self) -> int:
-        return self.config["segment.bytes"]
-
-    @property
-    def segment_ms(self) -> int:
-        return self.config["segment.ms"]
-
-    @property
-    def index_interval_bytes(self) -> int:
-        return self.config["index.interval.bytes"]
-
-    @property
-    def segment_index_bytes(self) -> int:
-        return self.config["segment.index.bytes"]
+    segment_bytes = _config_value("segment.bytes")
+    segment_ms = _config_value("segment.ms")
+    index_interval_bytes = _config_value("index.interval.bytes")
+    segment_index_bytes = _config_value("segment.index.bytes")
 
     @property
     def topic(self) -> str | None:
@@ -300,7 +293,18 @@ class UnifiedLog:
 
     def _require_open(self, what: str) -> None:
         if self._closed:
-            raise ValueError(f"{what} on closed log {self.dir}")
+            error = self._offline_error
+            raise ValueError(f"{what} on closed log {self.dir}") if error is None else error(what)
+
+    def close_offline(self, error: Callable[[str], Exception]) -> None:
+        """Closes a log whose disk failed, as far as the disk allows (no flush); every later
+        call raises `error(what)` (the LogManager's KafkaStorageError)."""
+        with self._lock:
+            self._closed, self._offline_error = True, error
+            try:
+                self._local.close_segments()
+            except Exception as exc:  # noqa: BLE001 - the disk is failing: best effort
+                log.debug("Closing offline log %s: %s", self.dir, exc)
 
     def roll(self) -> LogSegment:
         """Starts a new active segment at the log end offset (no-op when the active segment
@@ -350,13 +354,6 @@ class UnifiedLog:
             if offset < self.local_log_start_offset or offset > self._local.log_end_offset:
                 raise self._out_of_local_range(offset)
             return self._local.read(offset, max_bytes, min_one_message)
-
-    def _out_of_range(self, offset: int, what: str) -> OffsetOutOfRangeError:
-        start, end = self._log_start_offset, self._local.log_end_offset
-        return OffsetOutOfRangeError(
-            f"{what} offset {offset} of log {self.dir} is out of range: valid offsets are "
-            f"[{start}, {end}] (log start offset, log end offset)", offset=offset,
-            log_start_offset=start, log_end_offset=end)
 
     def _out_of_local_range(self, offset: int) -> OffsetOutOfRangeError:
         start, local, end = self._log_start_offset, self.local_log_start_offset, \
@@ -609,17 +606,14 @@ class UnifiedLog:
         the remote tier holds, and the local log start offset is `new_offset`).
 
         A follower built from the tier passes what the offsets below would have built:
-        `leader_epochs` become the epoch cache (entries starting at or above `new_offset`
-        dropped, the one covering the log start starting there), and the producer state is
-        reloaded from `producer_snapshot`, the bytes of a snapshot taken at `new_offset`,
-        stored as `<new_offset>.snapshot`. The recovery point moves to `new_offset`;
+        `leader_epochs` become the epoch cache (entries at or above `new_offset` dropped, the
+        one covering the log start starting there); the producer state is reloaded from
+        `producer_snapshot` (a snapshot's bytes at `new_offset`, stored as
+        `<new_offset>.snapshot`). The recovery point moves to `new_offset`;
         `highest_offset_in_remote_storage` and `truncation_epoch` change as for
-        `truncate_to`; then `log_start_offset_listener(self)` is called (the LogManager
-        checkpoints the start at once).
-
-        The epoch checkpoint and the snapshot are written before the new segment: a crash
-        in between leaves no segment, and the log loads as an empty one at its checkpointed
-        start, never as a log at `new_offset` without its producer state.
+        `truncate_to`; then `log_start_offset_listener(self)` is called. The epoch checkpoint
+        and the snapshot are written before the new segment: a crash in between leaves an
+        empty log at its checkpointed start, never one at `new_offset` without its producers.
 
         Raises:
             ValueError: a negative `new_offset` or epoch entry, or `log_start_offset`
@@ -721,8 +715,13 @@ class UnifiedLog:
         """
         with self._lock:
             self._require_open("delete_records")
-            if new_log_start_offset > self.log_end_offset:
-                raise self._out_of_range(new_log_start_offset, "delete-records")
+            start, end = self._log_start_offset, self._local.log_end_offset
+            if new_log_start_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"delete-records offset {new_log_start_offset} of log {self.dir} is out of "
+                    f"range: valid offsets are [{start}, {end}] (log start offset, log end "
+                    f"offset)", offset=new_log_start_offset, log_start_offset=start,
+                    log_end_offset=end)
             moved = self.maybe_increment_log_start_offset(
                 new_log_start_offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
             start = self._log_start_offset

@@ -70,7 +70,6 @@ class PartitionRegistry:
         self._delete_disabled_data = delete_disabled
         self._delete_remote_partition = delete_remote_partition
         self.partitions: dict[TopicPartition, PartitionState] = {}
-        self.explicit_roles: set[TopicPartition] = set()
         #: partitions whose remote deletion began here (it may have failed): never tiered
         #: again (-> the deleted topic id)
         self.deleting: dict[TopicPartition, Uuid] = {}
@@ -163,7 +162,6 @@ class PartitionRegistry:
                 st.copy_lock, st.expiration_lock = old.copy_lock, old.expiration_lock
                 st.copy.carry_over(old.copy)
             self.partitions[tp] = st
-            self.explicit_roles.add(tp)
             created.append(st)
         return created
 
@@ -172,7 +170,6 @@ class PartitionRegistry:
         its tasks stop; with remote.log.delete.on.disable the remote data is deleted by the
         next pass (Kafka's stopPartitions with deleteRemoteLog), else it is left."""
         self.forget(tp)
-        self.explicit_roles.discard(tp)
         if st.log.config["remote.log.delete.on.disable"]:
             self.deleting[tp] = st.tip.topic_id
             self.disabled.append(st)
@@ -220,7 +217,6 @@ class PartitionRegistry:
         with self._lock:
             st = self.partitions.get(tp)
             self.forget(tp)
-            self.explicit_roles.discard(tp)
             # kept even after a failure: tiering must not add segments to a partition whose
             # deletion is under way (calling again resumes it)
             if st is not None:

@@ -297,14 +297,14 @@ class UnifiedLog:
             raise ValueError(f"{what} on closed log {self.dir}") if error is None else error(what)
 
     def close_offline(self, error: Callable[[str], Exception]) -> None:
-        """Closes a log whose disk failed, as far as the disk allows (no flush); every later
-        call raises `error(what)` (the LogManager's KafkaStorageError)."""
-        with self._lock:
-            self._closed, self._offline_error = True, error
-            try:
-                self._local.close_segments()
-            except Exception as exc:  # noqa: BLE001 - the disk is failing: best effort
-                log.debug("Closing offline log %s: %s", self.dir, exc)
+        """Closes a log whose disk failed, as far as the disk allows (no flush, and without
+        the lock a call stuck on that disk may hold); every later call raises
+        `error(what)` (the LogManager's KafkaStorageError)."""
+        self._offline_error, self._closed = error, True
+        try:
+            self._local.close_segments()
+        except Exception as exc:  # noqa: BLE001 - the disk is failing: best effort
+            log.debug("Closing offline log %s: %s", self.dir, exc)
 
     def roll(self) -> LogSegment:
         """Starts a new active segment at the log end offset (no-op when the active segment

@@ -27,7 +27,7 @@ offset to the next segment's): the tier is the long-term copy, and a segment dam
 would otherwise be stored with the checksum of its damaged bytes, so every later check would
 pass. The check is one native scan at memory speed over pages the copy reads next anyway.
 A damaged segment is not tiered: CorruptRecordError naming the file, byte position and
-offset is logged, recorded in `PartitionState.corrupt_segment` (status `corrupt_segment`,
+offset is logged, recorded in `CopyState.corrupt_segment` (status `corrupt_segment`,
 gauge RemoteCopyCorruptSegments = 1) and raised as the run's error, and copying of the
 partition stops at that segment (nothing after it is copied; local retention keeps it,
 as it is not tiered). Later runs fail at once without scanning again while the file is the

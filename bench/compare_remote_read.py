@@ -128,7 +128,7 @@ def section_a(rep: Report, s: Setup) -> None:
         rlm = s.new_rlm(threads)
         t0 = time.perf_counter()
         rlm.start()
-        while not all(st.copied_offset >= targets[st.partition]
+        while not all(st.copy.copied_offset >= targets[st.partition]
                       for st in list(rlm._partitions.values())) or \
                 len(rlm._partitions) < PARTITIONS:
             time.sleep(0.002)

@@ -1,4 +1,4 @@
-"""The layer rule of ../shared/docs/architecture.md, enforced: every import of every module
+"""The layer rule of the architecture (README, "Layers"), enforced: every import of every module
 under engine/ (module level, function level, TYPE_CHECKING blocks alike, read with ast) goes
 to its own layer or a lower one, and no two modules import each other, directly or through
 others."""
@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "engine"
 
-#: architecture.md's layers, lowest first: a module may import its own layer and lower ones
+#: the layers, lowest first: a module may import its own layer and lower ones
 LAYERS = {
     "engine._native": 1,
     "engine.errors": 2, "engine.config": 2, "engine.checksums": 2, "engine.common": 2,

@@ -35,7 +35,7 @@ def test_expiration_before_the_first_copy_run_keeps_in_retention_data(tmp_path):
     env = Env(tmp_path, topic_config=config)
     unified = env.log()
     st = env.rlm._sync_partitions()[0]
-    assert not st.initialised
+    assert not st.copy.initialised
     # the scheduler may run expiration before the copy task: it must not count the tiered
     # local segments as local-only and see retention.bytes breached
     deleted, errors = env.rlm._expire_once(st)

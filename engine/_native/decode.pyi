@@ -102,5 +102,6 @@ class RecordBatch:
 
 def batches(data: Buffer, verify_crc: bool = False,
             max_decompressed_bytes: int = ...) -> tuple[list[RecordBatch], int]: ...
-def batches_from_headers(data: Buffer, headers: npt.NDArray[np.void], crc_checked: bool = False,
+def batches_from_headers(data: Buffer | BufferView, headers: npt.NDArray[np.void],
+                         crc_checked: bool = False,
                          max_decompressed_bytes: int = ...) -> list[RecordBatch]: ...

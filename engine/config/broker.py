@@ -269,6 +269,17 @@ class TopicConfig:
         if local_value > total_value:
             raise ConfigError(local, local_value, f"must be at most {total} ({total_value})")
 
+    def with_overrides(self, overrides: Mapping[str, Any]) -> TopicConfig:
+        """This config with `overrides` applied as topic overrides (values parsed; the
+        tiering rules are not checked again); itself when there are none."""
+        if not overrides:
+            return self
+        entries = dict(self._entries)
+        for name, value in overrides.items():
+            entries[name] = ResolvedValue(TOPIC_CONFIGS[name].parse(value),
+                                          ConfigSource.DYNAMIC_TOPIC_CONFIG, name)
+        return TopicConfig(entries)
+
     def __getitem__(self, name: str) -> Any:
         """The configured value (local retention may be -2; see `local_retention_ms`)."""
         return _copy(self._entries[name].value)

@@ -2,8 +2,9 @@
 
 Indexes (`OffsetIndex`, `TimeIndex`, `TransactionIndex`), producer-state snapshots and the
 text checkpoint files, byte-compatible with Kafka's; segments (`LogSegment`) and one
-partition directory's log (`UnifiedLog`) with its leader-epoch cache (`LeaderEpochFileCache`)
-and producer state (`ProducerStateManager`), and the logs of several log dirs (`LogManager`).
+partition directory's log (`UnifiedLog`, composed of `LocalLog`, `LogLoader` and
+`LogRetention`) with its leader-epoch cache (`LeaderEpochFileCache`) and producer state
+(`ProducerStateManager`), and the logs of several log dirs (`LogManager`).
 Searches run natively without the GIL.
 """
 

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,7 +39,18 @@ _EMPTY = b""
 _BUSY_WAIT_S = 0.0001
 
 
-class AbstractIndex:
+if TYPE_CHECKING:
+    from engine._native.index import _IndexCore
+
+    class _NativeCore(_IndexCore):
+        """What the native cores under every index provide (engine._native.index)."""
+
+        def _count_below(self, offset: int) -> int: ...
+else:
+    _NativeCore = object
+
+
+class AbstractIndex(_NativeCore):
     """Mixin of `OffsetIndex` and `TimeIndex`: mapping, sizing, truncation, lifecycle.
 
     Subclasses define `ENTRY_SIZE`, `KIND` (a word for messages) and `sanity_check()`, and
@@ -69,7 +81,7 @@ class AbstractIndex:
         self._max_index_size = int(max_index_size)
         self._writable = bool(writable)
         self._lock = threading.RLock()
-        self._mmap = None
+        self._mmap: mmap.mmap | None = None
         self._buffer = None
         self._length = 0
         self._closed = False

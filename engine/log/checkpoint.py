@@ -433,6 +433,23 @@ class PartitionMetadataFile:
         with self._lock:
             write_file_atomically(self._file, self.encode(topic_id), sync=sync)
 
+    def record_topic_id(self, topic_id: Uuid | str) -> None:
+        """Writes `topic_id` (a Uuid or its string) unless the file already holds it (Kafka's
+        UnifiedLog.initializeTopicId).
+
+        Raises:
+            ValueError: the file holds another topic id.
+        """
+        if not isinstance(topic_id, Uuid):
+            topic_id = Uuid.from_string(str(topic_id))
+        if self.exists():
+            existing = self.read().topic_id
+            if existing != topic_id:
+                raise ValueError(f"topic id {topic_id} differs from {existing} recorded in "
+                                 f"{self._file}")
+            return
+        self.write(topic_id)
+
     def read(self) -> PartitionMetadata:
         """Parses the file.
 

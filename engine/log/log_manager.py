@@ -53,6 +53,7 @@ Thread-safety: the manager's maps are guarded by one lock; each log has its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -324,19 +325,8 @@ class LogManager:
             self._take_offline(tp, log_dir, unified)
 
     def _take_offline(self, tp: TopicPartition, log_dir: Path, unified: UnifiedLog) -> None:
-        error = self._storage_error
-
-        def require_online(what: str) -> None:
-            raise error(tp, log_dir, what)
-
-        # A reference held elsewhere must not reach the failed disk any more: every public
-        # operation of the log checks `_require_open` first.
-        unified._require_open = require_online
-        try:
-            unified._close_segments()
-        except Exception as close_exc:  # noqa: BLE001 - the disk is failing: best effort
-            log.debug("Closing offline log %s: %s", unified.dir, close_exc)
-        unified._closed = True
+        # A reference held elsewhere must not reach the failed disk any more.
+        unified.close_offline(lambda what: self._storage_error(tp, log_dir, what))
 
     def _storage_error(self, tp: TopicPartition, log_dir: Path,
                        what: str = "access") -> KafkaStorageError:
@@ -557,10 +547,10 @@ class LogManager:
     def checkpoint_recovery_points(self) -> None:
         """Writes each online dir's `recovery-point-offset-checkpoint` (partitions sorted)."""
         for d, logs in self._logs_by_dir().items():
-            offsets = {tp: unified.recovery_point for tp, unified in logs}
+            offsets: dict[tuple[str, int], int] = {tp: unified.recovery_point
+                                                   for tp, unified in logs}
             checkpoint = OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT_FILE, create=False)
-            self._try(d, "recovery point checkpoint",
-                      lambda c=checkpoint, o=offsets: c.write(o))
+            self._try(d, "recovery point checkpoint", functools.partial(checkpoint.write, offsets))
 
     def checkpoint_log_start_offsets(self, log_dir: str | os.PathLike | None = None) -> None:
         """Writes each online dir's (or only `log_dir`'s) `log-start-offset-checkpoint`:
@@ -573,7 +563,7 @@ class LogManager:
             for d, logs in self._logs_by_dir().items():
                 if log_dir is None or d == self._dir_key(log_dir):
                     self._try(d, "log start offset checkpoint",
-                              lambda d=d, logs=logs: self._write_start_offsets(d, logs))
+                              functools.partial(self._write_start_offsets, d, logs))
 
     @staticmethod
     def _write_start_offsets(log_dir: Path, logs) -> None:
@@ -700,7 +690,7 @@ class LogManager:
                             separators=(",", ":")).encode()
         for d in self.online_dirs:
             self._try(d, "clean shutdown marker",
-                      lambda d=d: write_file_atomically(d / CLEAN_SHUTDOWN_FILE, marker))
+                      functools.partial(write_file_atomically, d / CLEAN_SHUTDOWN_FILE, marker))
         log.info("Shut down log manager: %d dir(s) clean, %d offline", len(self.online_dirs),
                  len(self.offline_dirs))
 

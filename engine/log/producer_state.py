@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.common import fsync_dir
 from engine.errors import CorruptSnapshotError
 from engine.log.checkpoint import write_file_atomically
 from engine.log.transaction_index import AbortedTxn
@@ -236,6 +237,8 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}
         #: the offset up to which (exclusive) batches have been applied.
         self.map_end_offset = 0
+        #: snapshots written with sync=False since the last `sync_snapshots`.
+        self._unsynced: set[Path] = set()
 
     # -- updates ---------------------------------------------------------------------------
 
@@ -314,7 +317,26 @@ class ProducerStateManager:
         offset = self.map_end_offset if offset is None else int(offset)
         path = snapshot_file(self.log_dir, offset)
         write_snapshot(path, self.snapshot_entries(), sync=sync)
+        if not sync:
+            self._unsynced.add(path)
         return path
+
+    def sync_snapshots(self) -> None:
+        """fsyncs the snapshots written with sync=False since the last call (those deleted
+        meanwhile are skipped), then the directory (Kafka flushes a roll's snapshot with
+        the log's next flush)."""
+        for path in sorted(self._unsynced):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted with its segment, or by a truncation
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if self._unsynced:
+            fsync_dir(self.log_dir)
+        self._unsynced.clear()
 
     def load_snapshot(self, path) -> None:
         """Replaces the state with a snapshot's (CorruptSnapshotError if it is damaged)."""

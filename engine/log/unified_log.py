@@ -1,43 +1,30 @@
 """The local log of one partition directory (the local part of Kafka's `UnifiedLog`).
 
 A partition directory holds segments (see `engine.log.segment`), `leader-epoch-checkpoint`
-and, when the topic id is known, `partition.metadata`. `UnifiedLog` loads them, recovers
-what may be damaged, appends as leader (assigning offsets, stamping the leader epoch) or as
-follower (keeping the offsets), rolls segments with Kafka's rules, reads across segments,
-keeps producer state and the transaction index, and applies retention with the tiering rules.
+and, when the topic id is known, `partition.metadata`. `UnifiedLog` composes, as Kafka's
+does, objects that each own one part and are called under its one lock:
 
-Kafka's rules kept here (kafka-reference.md §2):
+- `LocalLog` (engine.log.local_log): the segment list, rolling, reads and flushes;
+- `LogLoader` (engine.log.log_loader): loading and recovery, run once by `open`;
+- `LogRetention` (engine.log.log_retention): retention by time, size and log start, with
+  the tiering rules;
+- the batch checks of an append (engine.log.log_validator, Kafka's LogValidator).
 
-- Loading and recovery (`.deleted`/`.cleaned`/`.swap` leftovers, CRC scans from the
-  recovery point, the producer state rebuilt from snapshots): `engine.log.log_loader`
-  (Kafka's LogLoader).
-- The segment list, rolling, reads and flushes: `engine.log.local_log` (Kafka's LocalLog).
-- Retention (by time, size and log start, with the tiering rules): `engine.log.log_retention`.
-- The epoch cache is assigned (epoch, first offset of the batch) for each v2 batch whose
-  partition leader epoch is above the latest one, and checkpointed at once.
-
-- Tiering (kafka-reference.md §3.5): `remote_log_enabled` (broker and topic settings, see
-  `is_remote_log_enabled`), `highest_offset_in_remote_storage`, a log start offset that may
-  lie below the first local segment (`local_log_start_offset`), reads below the local start
-  refused with OffsetOutOfRangeError; local retention deletes only tiered segments (see
-  `engine.log.log_retention`).
-  `truncate_fully_and_start_at` restarts the log empty at an offset with its log start
-  below it, as a follower built from the tier does (engine.rlm.follower), installing the
-  fetched epoch entries and producer snapshot.
-- Producer state: batches with a producer id update `ProducerStateManager`; COMMIT/ABORT
-  markers complete transactions and aborts are appended to the segment's `.txnindex` with
-  their last stable offset; `<base>.snapshot` is written at each roll (fsynced by the next
-  flush) and at close, deleted with its segment.
-- The high watermark is the log end offset (one replica); the last stable offset is the
-  first offset of the earliest open transaction, else the high watermark.
+It keeps what belongs to the whole partition (as Kafka's UnifiedLog): the log start
+offset, the leader epoch cache (assigned for each v2 batch whose epoch is above the latest,
+checkpointed at once), the producer state (markers complete transactions, aborts go to the
+segment's `.txnindex`; `<base>.snapshot` is written at each roll, fsynced by the next
+flush, and at close), truncation, and the tiering state: `remote_log_enabled`,
+`highest_offset_in_remote_storage`, a log start offset that may lie below the first local
+segment (`local_log_start_offset`). `truncate_fully_and_start_at` restarts the log empty at
+an offset with its log start below it (a follower built from the tier). The high watermark
+is the log end offset (one replica); the last stable offset is the first offset of the
+earliest open transaction, else the high watermark.
 
 Not done here: LOG_APPEND_TIME rewriting on leader appends (batches keep their
 timestamps), sequence/epoch validation of producer appends (no duplicate detection), and
 producer expiry (producer.id.expiration.ms). Truncation and recovery delete segments at
-once; retention defers it (see `engine.log.log_retention`).
-
-`UnifiedLog` composes the three parts as mixins over one partition state that its
-constructor creates and one lock guards, and keeps the public API.
+once; retention defers it.
 
 Thread-safety: every public method serializes on one lock. Views returned by `read` follow
 `LogSegment.read`'s rules (invalid after truncation or deletion of their segment).
@@ -45,7 +32,6 @@ Thread-safety: every public method serializes on one lock. Views returned by `re
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
@@ -56,29 +42,27 @@ from typing import Any
 import numpy as np
 
 from engine._native import records as _records
-from engine.config import (
-    TOPIC_CONFIGS,
-    BrokerConfig,
-    ConfigSource,
-    ResolvedValue,
-    TopicConfig,
-)
+from engine.config import BrokerConfig, TopicConfig
 from engine.errors import (
-    CorruptRecordError,
-    InvalidOffsetError,
-    InvalidRecordError,
     OffsetOutOfRangeError,
 )
 from engine.log.checkpoint import (
     EpochEntry,
+    LeaderEpochCheckpointFile,
     PartitionMetadataFile,
     Uuid,
     write_file_atomically,
 )
 from engine.log.leader_epoch import LeaderEpochFileCache
 from engine.log.local_log import _NO_TIMESTAMP, LocalLog
-from engine.log.log_loader import LEADER_EPOCH_CHECKPOINT_FILE, LogLoader, _assign_epochs
+from engine.log.log_loader import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    LogLoader,
+    assign_epochs,
+    rebuild_producer_state,
+)
 from engine.log.log_retention import LogRetention, LogStartOffsetIncrementReason
+from engine.log.log_validator import validate_batches, validate_follower_offsets
 from engine.log.producer_state import (
     ProducerStateManager,
     apply_batches,
@@ -87,7 +71,6 @@ from engine.log.producer_state import (
 )
 from engine.log.segment import LogSegment
 from engine.log.transaction_index import AbortedTxn
-from engine.records import MemoryRecords
 
 __all__ = ["LEADER_EPOCH_CHECKPOINT_FILE", "PARTITION_METADATA_FILE", "LocalLog", "LogLoader",
            "LogRetention", "LogStartOffsetIncrementReason", "UnifiedLog"]
@@ -101,9 +84,6 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
-_MIN_MAGIC = 2
-
-
 #: Topics Kafka never tiers (internal topics, the RLMM's topic, the KRaft metadata log).
 _NEVER_TIERED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state",
                                   "__remote_log_metadata", "__cluster_metadata"})
@@ -116,55 +96,40 @@ def _now_ms() -> int:
 def _resolve_config(config, overrides: dict[str, int | None]) -> TopicConfig:
     """A TopicConfig from `config` (TopicConfig, topic overrides or None) with the non-None
     `overrides` applied as topic overrides."""
+    given = {k: v for k, v in overrides.items() if v is not None}
     if config is None or isinstance(config, Mapping):
-        given = dict(config or {})
-        given.update({k: v for k, v in overrides.items() if v is not None})
-        return TopicConfig.resolve(given, BrokerConfig({}))
+        return TopicConfig.resolve({**(config or {}), **given}, BrokerConfig({}))
     if not isinstance(config, TopicConfig):
         raise TypeError(f"config must be a TopicConfig or a mapping, got {type(config).__name__}")
-    entries = dict(config.items())
-    for name, value in overrides.items():
-        if value is not None:
-            entries[name] = ResolvedValue(TOPIC_CONFIGS[name].parse(value),
-                                          ConfigSource.DYNAMIC_TOPIC_CONFIG, name)
-    changed = any(v is not None for v in overrides.values())
-    return TopicConfig(entries) if changed else config
+    return config.with_overrides(given)
 
 
-class UnifiedLog(LogLoader, LogRetention):
+def _config_value(name: str) -> property:
+    """A read-only property giving the topic config `name` of the log."""
+    return property(lambda self: self.config[name])
+
+
+class UnifiedLog:
     """One partition directory's local log. Use `UnifiedLog.open`."""
 
     def __init__(self, directory, *, config: TopicConfig, recovery_point: int,
                  clock: Callable[[], int]):
         self.dir = Path(directory)
         self.config = config
-        # The roll check reads these on every append: plain attributes, not config lookups
-        # (refreshed by `update_config`).
-        self._segment_bytes: int = config["segment.bytes"]
-        self._segment_ms: int = config["segment.ms"]
-        self._segment_jitter_ms: int = config["segment.jitter.ms"]
-        #: base offset -> the segment's roll jitter (Kafka's LogSegment.rollJitterMs).
-        self._roll_jitter_ms: dict[int, int] = {}
-        self.recovery_point = max(0, int(recovery_point))
         self._clock = clock
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        #: base offset -> the segment's rolling timestamp (first batch's max timestamp, or
-        #: its creation time when it has none), filled lazily.
-        self._rolling_ts: dict[int, int] = {}
-        self._created_ms: dict[int, int] = {}
+        #: the segments, roll, read and flush (Kafka's LocalLog), called under `_lock`
+        self._local = LocalLog(self.dir, config, max(0, int(recovery_point)), clock)
         self._log_start_offset = 0
         self._highest_offset_in_remote_storage = -1
         #: bumped by every truncation that drops offsets (see `truncation_epoch`).
         self._truncation_epoch = 0
         self._remote_log_enabled = False
         self._closed = False
+        self._offline_error: Callable[[str], Exception] | None = None  # see close_offline
         self._producer_state = ProducerStateManager(self.dir)
-        #: snapshots written at roll without fsync; fsynced by the next flush (Kafka's).
-        self._unsynced_snapshots: set[Path] = set()
-        #: (due time in ms, files renamed to `.deleted`) of segments deleted by retention.
-        self._pending_deletes: list[tuple[int, list[Path]]] = []
+        #: local retention, called under `_lock`
+        self._retention = LogRetention(self, self._local, self._roll)
         self.leader_epoch_cache: LeaderEpochFileCache | None = None
         self.partition_metadata = PartitionMetadataFile(self.dir / PARTITION_METADATA_FILE)
         #: called with this log after `delete_records` moved the log start offset.
@@ -172,21 +137,10 @@ class UnifiedLog(LogLoader, LogRetention):
 
     # -- configuration ---------------------------------------------------------------------
 
-    @property
-    def segment_bytes(self) -> int:
-        return self._segment_bytes
-
-    @property
-    def segment_ms(self) -> int:
-        return self._segment_ms
-
-    @property
-    def index_interval_bytes(self) -> int:
-        return self.config["index.interval.bytes"]
-
-    @property
-    def segment_index_bytes(self) -> int:
-        return self.config["segment.index.bytes"]
+    segment_bytes = _config_value("segment.bytes")
+    segment_ms = _config_value("segment.ms")
+    index_interval_bytes = _config_value("index.interval.bytes")
+    segment_index_bytes = _config_value("segment.index.bytes")
 
     @property
     def topic(self) -> str | None:
@@ -219,9 +173,6 @@ class UnifiedLog(LogLoader, LogRetention):
         """The topic's `remote.log.copy.disable` (KIP-950): the tier stays readable."""
         return bool(self.config["remote.log.copy.disable"])
 
-    def _remote_log_enabled_and_copy_enabled(self) -> bool:
-        return self._remote_log_enabled and not self.remote_log_copy_disabled
-
     def update_config(self, config: TopicConfig) -> None:
         """Applies a new topic config (later rolls, retention and tiering use it). Indexes
         of existing segments keep their size until the next roll; `remote_log_enabled` is
@@ -231,9 +182,7 @@ class UnifiedLog(LogLoader, LogRetention):
             raise TypeError(f"update_config needs a TopicConfig, got {type(config).__name__}")
         with self._lock:
             self.config = config
-            self._segment_bytes = config["segment.bytes"]
-            self._segment_ms = config["segment.ms"]
-            self._segment_jitter_ms = config["segment.jitter.ms"]
+            self._local.update_config(config)
             self._remote_log_enabled = self.is_remote_log_enabled(True, config, self.topic)
 
     # -- opening ---------------------------------------------------------------------------
@@ -283,6 +232,16 @@ class UnifiedLog(LogLoader, LogRetention):
             raise
         return self
 
+    def _load(self, clean_shutdown: bool, log_start_offset: int | None, topic_id) -> None:
+        if topic_id is not None:
+            self.partition_metadata.record_topic_id(topic_id)
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT_FILE))
+        loaded = LogLoader(self._local, self._producer_state, self.leader_epoch_cache,
+                           clean_shutdown=clean_shutdown, log_start_offset=log_start_offset,
+                           remote_log_enabled=self._remote_log_enabled).load()
+        self._log_start_offset = loaded.log_start_offset
+
     # -- producer state --------------------------------------------------------------------
 
     @property
@@ -302,6 +261,161 @@ class UnifiedLog(LogLoader, LogRetention):
             self._producer_state.map_end_offset = self.log_end_offset
             return self._producer_state.take_snapshot()
 
+    # -- the local log (Kafka's LocalLog) -------------------------------------------------
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._local.segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._local.active_segment
+
+    @property
+    def log_end_offset(self) -> int:
+        with self._lock:
+            return self._local.log_end_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return self._local.size_in_bytes
+
+    @property
+    def recovery_point(self) -> int:
+        """The first offset not known to be flushed (Kafka's recoveryPoint)."""
+        return self._local.recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, value: int) -> None:
+        self._local.recovery_point = int(value)
+
+    def _require_open(self, what: str) -> None:
+        if self._closed:
+            error = self._offline_error
+            raise ValueError(f"{what} on closed log {self.dir}") if error is None else error(what)
+
+    def close_offline(self, error: Callable[[str], Exception]) -> None:
+        """Closes a log whose disk failed, as far as the disk allows (no flush, and without
+        the lock a call stuck on that disk may hold); every later call raises
+        `error(what)` (the LogManager's KafkaStorageError)."""
+        self._offline_error, self._closed = error, True
+        try:
+            self._local.close_segments()
+        except Exception as exc:  # noqa: BLE001 - the disk is failing: best effort
+            log.debug("Closing offline log %s: %s", self.dir, exc)
+
+    def roll(self) -> LogSegment:
+        """Starts a new active segment at the log end offset (no-op when the active segment
+        is empty). Returns the active segment."""
+        with self._lock:
+            self._require_open("roll")
+            return self._roll(self._local.log_end_offset)
+
+    def _roll(self, new_base: int) -> LogSegment:
+        active = self._local.active_segment
+        segment = self._local.roll(new_base)
+        if segment is not active:
+            # Kafka's roll: a producer snapshot named by the new segment's base offset, so
+            # that recovery of a segment starts from the snapshot at its base (and the
+            # tiering copies it with the rolled segment). Written without fsync; the next
+            # flush syncs it.
+            self._producer_state.map_end_offset = new_base
+            self._producer_state.take_snapshot(new_base, sync=False)
+        return segment
+
+    def read(self, offset: int, max_bytes: int, min_one_message: bool = True
+             ) -> tuple[memoryview, int]:
+        view, next_offset, _, _ = self.read_located(offset, max_bytes, min_one_message)
+        return view, next_offset
+
+    def read_located(self, offset: int, max_bytes: int, min_one_message: bool = True
+                     ) -> tuple[memoryview, int, LogSegment | None, int]:
+        """Whole batches from the one holding `offset`, up to `max_bytes` (the first batch
+        whole even if larger when `min_one_message`), from one segment as Kafka does.
+
+        `read` returns (zero-copy view, next fetch offset hint): the offset after the last
+        batch returned, or `offset` when nothing is (at the log end, or `max_bytes` too
+        small); `read_located` adds the segment read and the view's byte position in it
+        (None, 0 when nothing is read).
+
+        Raises:
+            OffsetOutOfRangeError: `offset` outside [local_log_start_offset,
+                log_end_offset] (its `log_start_offset` is the local log start offset;
+                offsets below it but not below `log_start_offset` are in the remote tier).
+            CorruptRecordError, CorruptIndexError: damage where the offset should be
+                (see engine.log.local_log).
+        """
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        with self._lock:
+            self._require_open("read")
+            if offset < self.local_log_start_offset or offset > self._local.log_end_offset:
+                raise self._out_of_local_range(offset)
+            return self._local.read(offset, max_bytes, min_one_message)
+
+    def _out_of_local_range(self, offset: int) -> OffsetOutOfRangeError:
+        start, local, end = self._log_start_offset, self.local_log_start_offset, \
+            self._local.log_end_offset
+        tiered = (f"; offsets [{start}, {local}) are in the remote tier only"
+                  if start < local else "")
+        return OffsetOutOfRangeError(
+            f"fetch offset {offset} of log {self.dir} is out of the local range "
+            f"[{local}, {end}] (local log start offset, log end offset){tiered}",
+            offset=offset, log_start_offset=local, log_end_offset=end)
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsyncs the segments holding offsets in [recovery point, up_to) (default: the log
+        end) and the producer snapshots written since, and moves the recovery point to
+        `up_to`."""
+        with self._lock:
+            self._require_open("flush")
+            local = self._local
+            end = local.log_end_offset
+            up_to = end if up_to is None else min(int(up_to), end)
+            if up_to <= local.recovery_point:
+                return
+            local.flush(up_to)
+            self._producer_state.sync_snapshots()
+            local.mark_flushed(up_to)
+
+    def _close_segments(self) -> None:
+        self._local.close_segments()
+
+    # -- retention (engine.log.log_retention) ----------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Kafka's deleteOldSegments: with `cleanup.policy` containing delete, the segments
+        breaching retention.ms (by their largest timestamp) or retention.bytes, and in any
+        case those below the log start offset. A tiered log with copy enabled uses
+        local.retention.ms / local.retention.bytes (-2: the total ones) and deletes only
+        tiered segments, moving the local log start offset, not the log start offset; its
+        active segment is rolled once it breaches local retention, so that it can be tiered
+        and deleted later. Returns how many segments were deleted."""
+        with self._lock:
+            self._require_open("delete_old_segments")
+            return self._retention.delete_old_segments()
+
+    def delete_log_start_offset_breached_segments(self) -> int:
+        """Deletes the segments whose offsets are all below the log start offset (the local
+        log start offset for a tiered log with copy enabled)."""
+        with self._lock:
+            self._require_open("delete_log_start_offset_breached_segments")
+            return self._retention.delete_log_start_offset_breached_segments()
+
+    def delete_segments(self,
+                        predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        """Deletes the oldest segments for which `predicate(segment, next_segment_or_None)`
+        and the tiering rule (`LogRetention.may_delete_locally`) hold, stopping at the first
+        for which they do not (Kafka's deletableSegments). If every segment qualifies, the
+        log rolls first so that an (empty) active segment remains. The log start offset
+        moves up to the first remaining segment (the local log start offset only, for a
+        tiered log with copy enabled). Returns how many segments were deleted."""
+        with self._lock:
+            self._require_open("delete_segments")
+            return self._retention.delete_segments(predicate)
+
     # -- properties ------------------------------------------------------------------------
 
     @property
@@ -315,7 +429,7 @@ class UnifiedLog(LogLoader, LogRetention):
         """The first offset readable from the local segments (Kafka's localLogStartOffset):
         the log start offset or the first segment's base offset, whichever is higher."""
         with self._lock:
-            return max(self._log_start_offset, self._segments[0].base_offset)
+            return max(self._log_start_offset, self._local.segments[0].base_offset)
 
     @property
     def highest_offset_in_remote_storage(self) -> int:
@@ -370,32 +484,6 @@ class UnifiedLog(LogLoader, LogRetention):
 
     # -- appending -------------------------------------------------------------------------
 
-    def _validate(self, records) -> tuple[bytes | bytearray | memoryview, np.ndarray]:
-        # No copy of the input: the leader's offsets and epoch are assigned in the scan rows
-        # and written from them (LogSegment.append), never stamped into the caller's bytes.
-        if type(records) is not bytes and type(records) is not bytearray:
-            records = memoryview(records).cast("B")
-        size = len(records)
-        if not size:
-            raise InvalidRecordError(f"empty append to log {self.dir}")
-        headers, valid, bad = _records.scan_for_append(records)
-        if valid != size:
-            raise InvalidRecordError(
-                f"records appended to log {self.dir} end with a partial batch: "
-                f"{size - valid} of {size} bytes", position=valid)
-        if bad >= 0:
-            row = headers[bad]
-            if row["magic"] < _MIN_MAGIC:
-                raise InvalidRecordError(
-                    f"batch at byte {int(row['position'])} of an append to log {self.dir} has "
-                    f"magic v{int(row['magic'])}: only v2 record batches can be appended",
-                    position=int(row["position"]), offset=int(row["base_offset"]))
-            raise CorruptRecordError(
-                f"batch at byte {int(row['position'])} of an append to log {self.dir} has a "
-                f"bad CRC (stored {int(row['crc']):#010x})", position=int(row["position"]),
-                offset=int(row["base_offset"]))
-        return records, headers
-
     def append_as_leader(self, records, leader_epoch: int) -> tuple[int, int]:
         """Validates v2 batches, assigns offsets from the log end, stamps `leader_epoch`,
         and appends them. Returns (first offset, last offset).
@@ -410,11 +498,11 @@ class UnifiedLog(LogLoader, LogRetention):
         """
         if leader_epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
-        data, headers = self._validate(records)
+        data, headers = validate_batches(records, self.dir)
         with self._lock:
             if self._closed:
                 self._require_open("append_as_leader")
-            first, last = _records.assign_offsets(headers, self._segments[-1].next_offset(),
+            first, last = _records.assign_offsets(headers, self._local.log_end_offset,
                                                   leader_epoch)
             self._append(data, headers, leader_epoch)
             return first, last
@@ -428,51 +516,33 @@ class UnifiedLog(LogLoader, LogRetention):
                 not increase from batch to batch.
             InvalidRecordError / CorruptRecordError: as for `append_as_leader`.
         """
-        data, headers = self._validate(records)
+        data, headers = validate_batches(records, self.dir)
         with self._lock:
             self._require_open("append_as_follower")
-            end = self.log_end_offset
-            first = int(headers["base_offset"][0])
-            if first < end:
-                raise InvalidOffsetError(
-                    f"follower append to log {self.dir} starts at offset {first}, below the "
-                    f"log end offset {end}", offset=first)
-            if len(headers) > 1 and np.any(headers["base_offset"][1:]
-                                           <= headers["last_offset"][:-1]):
-                i = int(np.flatnonzero(headers["base_offset"][1:]
-                                       <= headers["last_offset"][:-1])[0]) + 1
-                raise InvalidOffsetError(
-                    f"follower append to log {self.dir}: batch at byte "
-                    f"{int(headers['position'][i])} starts at offset "
-                    f"{int(headers['base_offset'][i])}, not above the previous batch's last "
-                    f"offset {int(headers['last_offset'][i - 1])}",
-                    position=int(headers["position"][i]),
-                    offset=int(headers["base_offset"][i]))
+            validate_follower_offsets(headers, self._local.log_end_offset, self.dir)
             self._append(data, headers)
-            return first, int(headers["last_offset"][-1])
+            return int(headers["base_offset"][0]), int(headers["last_offset"][-1])
 
     def _append(self, data: bytes | bytearray | memoryview, headers: np.ndarray,
                 leader_epoch: int | None = None) -> None:
         """Appends validated batches; `leader_epoch` is the one every batch was stamped with
         (a leader append), None when each keeps its own (a follower append)."""
         first, largest, max_ts, shallow, first_max_ts, size = _records.append_summary(headers)
-        segment = self._segments[-1]
-        reason = self._should_roll(segment, size, max_ts, largest)
+        local = self._local
+        segment = local.active_segment
+        reason = local.should_roll(segment, size, max_ts, largest)
         if reason is not None:
             new_base = max(first, segment.next_offset())
             log.info("Rolling log %s at offset %d: %s", self.dir, new_base, reason)
             segment = self._roll(new_base)
         cache = self.leader_epoch_cache
         if leader_epoch is None:
-            _assign_epochs(cache, headers)
+            assign_epochs(cache, headers)
         else:  # one epoch for all the batches: the cache changes only when it rises
             latest = cache.latest_epoch
             if latest is None or leader_epoch > latest:
                 cache.assign(leader_epoch, first)
-        was_empty = segment.size_in_bytes == 0
-        segment.append(largest, max_ts, shallow, data, headers)
-        if was_empty:
-            self._rolling_ts[segment.base_offset] = first_max_ts
+        local.append(segment, largest, max_ts, shallow, data, headers, first_max_ts)
         ids = headers["producer_id"]
         # No idempotent/transactional batch: the common case, one field read per append.
         if (ids.item(0) if len(ids) == 1 else ids.max()) < 0:
@@ -497,7 +567,7 @@ class UnifiedLog(LogLoader, LogRetention):
                 self._producer_state.take_snapshot()
             finally:
                 self._close_segments()
-                self._purge_deleted_files(everything=True)
+                self._retention.purge_deleted_files(everything=True)
                 self._closed = True
 
     # -- truncation, deletion --------------------------------------------------------------
@@ -516,18 +586,14 @@ class UnifiedLog(LogLoader, LogRetention):
                 return False
             log.info("Truncating log %s to offset %d (log end offset %d)", self.dir, offset,
                      self.log_end_offset)
-            if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
+            local = self._local
+            if offset < self._log_start_offset or offset <= local.segments[0].base_offset:
                 self._truncate_fully_and_start_at(offset)
                 return True
-            for segment in [s for s in self._segments if s.base_offset >= offset]:
-                self._remove_segment(segment)
-                segment.delete()
-            active = self.active_segment
-            active.truncate_to(offset)
-            self._rolling_ts.pop(active.base_offset, None)
+            local.truncate_to(offset)
             self.leader_epoch_cache.truncate_from_end(offset)
-            self.recovery_point = min(self.recovery_point, offset)
-            self._rebuild_producer_state(set())
+            local.recovery_point = min(local.recovery_point, offset)
+            rebuild_producer_state(local, self._producer_state, set())
             self._after_truncation()
             return True
 
@@ -540,17 +606,14 @@ class UnifiedLog(LogLoader, LogRetention):
         the remote tier holds, and the local log start offset is `new_offset`).
 
         A follower built from the tier passes what the offsets below would have built:
-        `leader_epochs` become the epoch cache (entries starting at or above `new_offset`
-        dropped, the one covering the log start starting there), and the producer state is
-        reloaded from `producer_snapshot`, the bytes of a snapshot taken at `new_offset`,
-        stored as `<new_offset>.snapshot`. The recovery point moves to `new_offset`;
+        `leader_epochs` become the epoch cache (entries at or above `new_offset` dropped, the
+        one covering the log start starting there); the producer state is reloaded from
+        `producer_snapshot` (a snapshot's bytes at `new_offset`, stored as
+        `<new_offset>.snapshot`). The recovery point moves to `new_offset`;
         `highest_offset_in_remote_storage` and `truncation_epoch` change as for
-        `truncate_to`; then `log_start_offset_listener(self)` is called (the LogManager
-        checkpoints the start at once).
-
-        The epoch checkpoint and the snapshot are written before the new segment: a crash
-        in between leaves no segment, and the log loads as an empty one at its checkpointed
-        start, never as a log at `new_offset` without its producer state.
+        `truncate_to`; then `log_start_offset_listener(self)` is called. The epoch checkpoint
+        and the snapshot are written before the new segment: a crash in between leaves an
+        empty log at its checkpointed start, never one at `new_offset` without its producers.
 
         Raises:
             ValueError: a negative `new_offset` or epoch entry, or `log_start_offset`
@@ -587,9 +650,8 @@ class UnifiedLog(LogLoader, LogRetention):
                                      leader_epochs: list[EpochEntry] | None = None,
                                      producer_snapshot: bytes | None = None) -> None:
         start = offset if log_start_offset is None else log_start_offset
-        for segment in list(self._segments):
-            self._remove_segment(segment)
-            segment.delete()
+        local = self._local
+        local.delete_segments(list(local.segments))
         self._producer_state.delete_snapshots_after(-1)
         cache = self.leader_epoch_cache
         cache.clear()
@@ -599,12 +661,12 @@ class UnifiedLog(LogLoader, LogRetention):
             cache.truncate_from_start(start)
         if producer_snapshot is not None:
             write_file_atomically(snapshot_file(self.dir, offset), producer_snapshot)
-        self._add_segment(self._create_segment(offset))
+        local.add_segment(local.create_segment(offset))
         self._log_start_offset = start
-        self.recovery_point = offset
+        local.recovery_point = offset
         self._producer_state.reset(offset)
         if producer_snapshot is not None:
-            self._rebuild_producer_state(set())
+            rebuild_producer_state(local, self._producer_state, set())
         self._after_truncation()
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int,
@@ -653,8 +715,13 @@ class UnifiedLog(LogLoader, LogRetention):
         """
         with self._lock:
             self._require_open("delete_records")
-            if new_log_start_offset > self.log_end_offset:
-                raise self._out_of_range(new_log_start_offset, "delete-records")
+            start, end = self._log_start_offset, self._local.log_end_offset
+            if new_log_start_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"delete-records offset {new_log_start_offset} of log {self.dir} is out of "
+                    f"range: valid offsets are [{start}, {end}] (log start offset, log end "
+                    f"offset)", offset=new_log_start_offset, log_start_offset=start,
+                    log_end_offset=end)
             moved = self.maybe_increment_log_start_offset(
                 new_log_start_offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
             start = self._log_start_offset
@@ -675,15 +742,7 @@ class UnifiedLog(LogLoader, LogRetention):
         indexed in the segment of its marker, which may come any number of rolls later."""
         with self._lock:
             self._require_open("collect_aborted_transactions")
-            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
-            found: list[AbortedTxn] = []
-            for segment in self._segments[i:]:
-                result = segment.txn_index.collect_aborted_txns(start_offset,
-                                                                upper_bound_offset)
-                found.extend(result.aborted_transactions)
-                if result.is_complete:
-                    break
-            return found
+            return self._local.collect_aborted_transactions(start_offset, upper_bound_offset)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int | None] | None:
         """(offset, timestamp, leader epoch or None) for a ListOffsets lookup over the local
@@ -712,44 +771,11 @@ class UnifiedLog(LogLoader, LogRetention):
                 epoch = cache.epoch_for_offset(highest) if highest >= 0 else None
                 return highest, _NO_TIMESTAMP, epoch
             if timestamp == MAX_TIMESTAMP:
-                return self._max_timestamp_and_offset()
+                return self._local.max_timestamp_and_offset()
             if timestamp < 0:
                 raise ValueError(f"unknown special timestamp {timestamp} for a lookup in log "
                                  f"{self.dir}")
-            start = self.local_log_start_offset
-            for segment in self._segments:
-                if segment.size_in_bytes and segment.largest_timestamp >= timestamp:
-                    found = segment.find_offset_by_timestamp(timestamp, start)
-                    if found is not None:
-                        return found.offset, found.timestamp, found.leader_epoch
-                    # The segment's largest timestamp says the record is here: a miss is
-                    # damage hiding it, never a reason to answer from a later segment.
-                    if segment.next_offset() > start:
-                        self._check_framing(segment, f"timestamp lookup {timestamp}", start)
-            return None
-
-    def _max_timestamp_and_offset(self) -> tuple[int, int, int | None] | None:
-        """ListOffsets MAX_TIMESTAMP: the first record carrying the largest timestamp, in
-        the first batch that carries it (Kafka answers with that record's offset, not the
-        batch's), from the local log."""
-        best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
-        max_ts = best.max_timestamp_so_far
-        if max_ts < 0:
-            return None
-        offset = best.shallow_offset_of_max_timestamp_so_far
-        hit = best.translate_offset(offset)
-        if hit is None:
-            return offset, max_ts, None
-        epoch = int(hit["partition_leader_epoch"])
-        info = best.read(int(hit["base_offset"]), int(hit["size"]))
-        if info is not None and info.records.nbytes:
-            cols = MemoryRecords(info.records).decode_columns(0, 1, include_control=False)
-            carrying = np.flatnonzero(cols.timestamp == max_ts)
-            if len(carrying):
-                offset = int(cols.offset[carrying[0]])
-            elif cols.num_records:  # LogAppendTime: every record carries the batch's time
-                offset = int(cols.offset[0])
-        return offset, max_ts, epoch if epoch >= 0 else None
+            return self._local.find_offset_by_timestamp(timestamp, self.local_log_start_offset)
 
     def epoch_entries_in_range(self, start_offset: int, end_offset: int):
         """The epoch entries covering [start_offset, end_offset) (Kafka's
@@ -770,4 +796,4 @@ class UnifiedLog(LogLoader, LogRetention):
     def __repr__(self):
         return (f"UnifiedLog(dir={str(self.dir)!r}, log_start_offset={self._log_start_offset}, "
                 f"log_end_offset={self.log_end_offset if not self._closed else '?'}, "
-                f"segments={len(self._segments)})")
+                f"segments={len(self._local.segments)})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 
 _GROUP_BYTES = 512 * 1024
@@ -53,7 +53,7 @@ def _decompress_group(group: list, verify_crc: bool) -> list:
     return out
 
 
-def sections_ahead(batches: list, ahead: int, verify_crc: bool) -> Iterator:
+def sections_ahead(batches: list, ahead: int, verify_crc: bool) -> Generator:
     """Yields each batch's decompressed section (None when uncompressed), in order; a batch
     that failed yields its exception instead, for the caller to raise in its turn."""
     groups, current, size = [], [], 0

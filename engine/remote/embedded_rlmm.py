@@ -153,7 +153,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if SNAPSHOT_INTERVAL_ENTRIES_CONFIG in configs:
             self._interval = _int_config(SNAPSHOT_INTERVAL_ENTRIES_CONFIG,
                                          configs[SNAPSHOT_INTERVAL_ENTRIES_CONFIG], minimum=1)
-        directory = configs.get(METADATA_DIR_CONFIG)
+        directory: str | Path | None = configs.get(METADATA_DIR_CONFIG)
         if directory is None and configs.get(LOG_DIR_CONFIG) is not None:
             directory = Path(configs[LOG_DIR_CONFIG]) / METADATA_DIR_NAME
         for key in (METADATA_DIR_CONFIG, LOG_DIR_CONFIG):
@@ -163,13 +163,12 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if self._dir is None:
                 raise ConfigError(LOG_DIR_CONFIG, None, f"required (or {METADATA_DIR_CONFIG})")
             return
-        directory = Path(directory)
+        path = Path(directory)
         if self._dir is not None:
-            if directory.resolve() != self._dir.resolve():
-                raise ConfigError(METADATA_DIR_CONFIG, str(directory),
-                                  f"already open on {self._dir}")
+            if path.resolve() != self._dir.resolve():
+                raise ConfigError(METADATA_DIR_CONFIG, str(path), f"already open on {self._dir}")
             return
-        self._open(directory)
+        self._open(path)
 
     def _open(self, directory: Path) -> None:
         if self._read_only or fcntl is None:
@@ -257,7 +256,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def list_partitions(self) -> list[TopicIdPartition]:
         """The partitions with stored metadata (a directory) or loaded ones, by (topic,
         partition)."""
-        found = set()
+        found: set[TopicIdPartition] = set()
         with self._lock:
             directory = self._dir
             found.update(tip for tip, e in self._partitions.items()

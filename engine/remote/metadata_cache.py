@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from engine.common import Uuid
 from engine.errors import RemoteResourceNotFoundError
@@ -55,10 +56,12 @@ from engine.remote.metadata import (
 __all__ = ["EpochStateSnapshot", "RemoteLogLeaderEpochState", "RemoteLogMetadataCache"]
 
 _S = RemoteLogSegmentState
+#: how an epoch state names segments (the cache: the segment id's Uuid; a snapshot: the id)
+_K = TypeVar("_K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
-class EpochStateSnapshot:
+class EpochStateSnapshot(Generic[_K]):
     """One epoch's state, as exported for a snapshot: `referenced` is (epoch start offset
     within the segment, segment) ascending; `unreferenced` keeps insertion order. Segments
     are RemoteLogSegmentIds from RemoteLogMetadataCache.epoch_states(), the epoch state's own
@@ -66,11 +69,11 @@ class EpochStateSnapshot:
 
     epoch: int
     highest_offset: int | None
-    referenced: tuple[tuple[int, Hashable], ...]
-    unreferenced: tuple[Hashable, ...]
+    referenced: tuple[tuple[int, _K], ...]
+    unreferenced: tuple[_K, ...]
 
 
-class RemoteLogLeaderEpochState:
+class RemoteLogLeaderEpochState(Generic[_K]):
     """The segments holding offsets of one leader epoch. Segments are named by any hashable
     key (the cache uses the segment id's Uuid: one partition per cache, and a Uuid hashes
     far faster than the whole RemoteLogSegmentId)."""
@@ -79,25 +82,25 @@ class RemoteLogLeaderEpochState:
 
     def __init__(self):
         self._starts: list[int] = []                      # sorted keys of _offset_to_id
-        self._offset_to_id: dict[int, Hashable] = {}
-        self._unreferenced: dict[Hashable, None] = {}   # an ordered set
+        self._offset_to_id: dict[int, _K] = {}
+        self._unreferenced: dict[_K, None] = {}   # an ordered set
         self.highest_offset: int | None = None
 
-    def segment_ids(self) -> list[Hashable]:
+    def segment_ids(self) -> list[_K]:
         """Referenced ids in start-offset order, then unreferenced ones."""
         ids = [self._offset_to_id[start] for start in self._starts]
         ids.extend(self._unreferenced)
         return ids
 
-    def floor_segment_id(self, offset: int) -> Hashable | None:
+    def floor_segment_id(self, offset: int) -> _K | None:
         """The FINISHED segment whose epoch start is the greatest one <= offset."""
         i = bisect.bisect_right(self._starts, offset)
         return self._offset_to_id[self._starts[i - 1]] if i else None
 
-    def on_copy_started(self, segment_id: Hashable) -> None:
+    def on_copy_started(self, segment_id: _K) -> None:
         self._unreferenced[segment_id] = None
 
-    def on_copy_finished(self, start: int, segment_id: Hashable, epoch_end: int):
+    def on_copy_finished(self, start: int, segment_id: _K, epoch_end: int):
         # A later leader may upload a segment covering offsets of this epoch that an earlier
         # upload already covers (a duplicate, or an overlapping one starting lower): the
         # entries starting at or after this segment's epoch start are displaced, as long as
@@ -116,25 +119,25 @@ class RemoteLogLeaderEpochState:
         if self.highest_offset is None or epoch_end > self.highest_offset:
             self.highest_offset = epoch_end
 
-    def on_delete_started(self, start: int, segment_id: Hashable) -> None:
+    def on_delete_started(self, start: int, segment_id: _K) -> None:
         if self._offset_to_id.get(start) == segment_id:
             del self._offset_to_id[start]
             self._starts.remove(start)
         # still listed, so a failed delete is retried by the next expiration run
         self._unreferenced[segment_id] = None
 
-    def on_delete_finished(self, segment_id: Hashable) -> None:
+    def on_delete_finished(self, segment_id: _K) -> None:
         self._unreferenced.pop(segment_id, None)
 
-    def export(self, epoch: int) -> EpochStateSnapshot:
+    def export(self, epoch: int) -> EpochStateSnapshot[_K]:
         return EpochStateSnapshot(
             epoch, self.highest_offset,
             tuple((start, self._offset_to_id[start]) for start in self._starts),
             tuple(self._unreferenced))
 
     @classmethod
-    def restore(cls, snapshot: EpochStateSnapshot) -> RemoteLogLeaderEpochState:
-        state = cls()
+    def restore(cls, snapshot: EpochStateSnapshot[_K]) -> RemoteLogLeaderEpochState[_K]:
+        state: RemoteLogLeaderEpochState[_K] = cls()
         state.highest_offset = snapshot.highest_offset
         for start, segment_id in snapshot.referenced:
             state._offset_to_id[start] = segment_id
@@ -162,7 +165,7 @@ class RemoteLogMetadataCache:
     def __init__(self, topic_id_partition: TopicIdPartition):
         self.topic_id_partition = topic_id_partition
         self._segments: dict[Uuid, RemoteLogSegmentMetadata] = {}   # by segment id's Uuid
-        self._epochs: dict[int, RemoteLogLeaderEpochState] = {}
+        self._epochs: dict[int, RemoteLogLeaderEpochState[Uuid]] = {}
         self._delete_metadata: RemotePartitionDeleteMetadata | None = None
 
     # ---- events --------------------------------------------------------------------------
@@ -296,7 +299,7 @@ class RemoteLogMetadataCache:
         """Every segment in the order it was first added (the order a snapshot keeps)."""
         return iter(list(self._segments.values()))
 
-    def epoch_states(self) -> list[EpochStateSnapshot]:
+    def epoch_states(self) -> list[EpochStateSnapshot[RemoteLogSegmentId]]:
         """Every epoch's state, ascending, with full segment ids."""
         out = []
         for epoch, state in sorted(self._epochs.items()):
@@ -313,7 +316,7 @@ class RemoteLogMetadataCache:
     @classmethod
     def restore(cls, topic_id_partition: TopicIdPartition,
                 segments: list[RemoteLogSegmentMetadata],
-                epoch_states: list[EpochStateSnapshot],
+                epoch_states: list[EpochStateSnapshot[RemoteLogSegmentId]],
                 delete_metadata: RemotePartitionDeleteMetadata | None
                 ) -> RemoteLogMetadataCache:
         """A cache exactly as exported. ValueError when the parts disagree (an epoch state
@@ -338,7 +341,7 @@ class RemoteLogMetadataCache:
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _epoch_state(self, epoch: int) -> RemoteLogLeaderEpochState:
+    def _epoch_state(self, epoch: int) -> RemoteLogLeaderEpochState[Uuid]:
         state = self._epochs.get(epoch)
         if state is None:
             state = self._epochs[epoch] = RemoteLogLeaderEpochState()

@@ -222,6 +222,7 @@ class _Reader:
 
 def _decode_body(body: memoryview, tip: TopicIdPartition | None):
     """(type, value) of a checksummed body. Raises _Malformed."""
+    value: object
     r = _Reader(body)
     version, kind = r.unpack(_PREFIX)
     if version != FORMAT_VERSION:
@@ -297,7 +298,8 @@ def decode_frames(data, file: Path, start: int = 0):
     file positions). Raises CorruptRemoteLogMetadataError for an invalid frame followed by
     a valid one."""
     data = memoryview(data)
-    frames, pos = [], 0
+    frames: list[tuple[int, memoryview]] = []
+    pos = 0
     while pos < len(data):
         end = _frame_end(data, pos)
         if end is None:
@@ -359,7 +361,8 @@ class PartitionMetadataLog:
     # -- loading --
 
     def _listing(self) -> tuple[list[int], list[int]]:
-        snapshots, logs = [], []
+        snapshots: list[int] = []
+        logs: list[int] = []
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:

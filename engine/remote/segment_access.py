@@ -132,7 +132,7 @@ class RemoteSegmentReader:
         else:
             buffer = BUFFERS.get(end - start)
             self.rsm.read_range_into(self.metadata, start, buffer)
-            data = memoryview(buffer)
+            data = buffer.data
         self.bytes_read += len(data)
         return data
 
@@ -152,7 +152,7 @@ class RemoteSegmentReader:
                                           offset=start - self._start)
             self.rsm.read_range_into(self.metadata, kept_end, buffer[head:])
             self.bytes_read += end - kept_end
-            self._buf = memoryview(buffer)
+            self._buf = buffer.data
         else:
             self._buf = self._fetch(start, end)
         self._start = start
@@ -295,7 +295,7 @@ def _raise_first_damage(headers: np.ndarray, where: str, *, first_offset: int | 
                         contiguous: bool, min_offset: int | None, max_offset: int | None,
                         position: int, crc: bool) -> None:
     """Raises CorruptRecordError for the first batch that check_batches refuses."""
-    bad = np.flatnonzero(~headers["crc_valid"]) if crc else ()
+    bad = np.flatnonzero(~headers["crc_valid"]) if crc else np.empty(0, dtype=np.intp)
     if len(bad):
         row = headers[bad[0]]
         raise CorruptRecordError(

@@ -86,7 +86,7 @@ class RemoteStorageManager(abc.ABC):
 
     @abc.abstractmethod
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                          end_position: int | None = None) -> BinaryIO:
+                          end_position: int | None = None) -> BinaryIO | io.RawIOBase:
         """A readable binary stream over the segment's `.log` bytes from `start_position`
         to `end_position` (both inclusive; None: to the end). The caller closes it."""
 

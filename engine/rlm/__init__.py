@@ -1,10 +1,11 @@
 """The RemoteLogManager: KIP-405 tiering, remote retention and remote reads over the
 engine's local logs (engine.log) and remote plugins (engine.remote).
 
-Modules: `manager` (RemoteLogManager, RunSummary), `copier` (the copy task), `expiration`
-(remote retention, partition deletion), `reader` (remote reads), `offsets` (ListOffsets),
-`follower` (a follower's partition built from the tier),
-`lineage` (leader-epoch lineage rules), `quota` (KIP-956 quotas), `status` (status()),
+Modules: `manager` (RemoteLogManager, RunSummary), `partitions` (the registry of the
+partitions served), `copier` (the copy task: RLMCopier, each partition's CopyState),
+`expiration` (remote retention, partition deletion), `fetch` and `reader` (remote reads),
+`offsets` (ListOffsets), `follower` (a follower's partition built from the tier), `lineage`
+(leader-epoch lineage rules), `quota` (KIP-956 quotas), `status` (status()),
 `pools` (bounded pools, scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
 """
 

@@ -40,7 +40,7 @@ from engine.remote.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from engine.rlm.copier import gap_error, initialise_leader
+from engine.rlm.copier import gap_error
 from engine.rlm.lineage import epochs_with_offsets, is_remote_segment_within_leader_epochs
 from engine.rlm.state import PartitionState
 
@@ -140,7 +140,7 @@ def _is_orphan(st: PartitionState, md: RemoteLogSegmentMetadata, being_copied,
     if md.remote_log_segment_id in being_copied:
         return False
     return (md.event_timestamp_ms < started_ms
-            or md.remote_log_segment_id in st.abandoned_copy_ids)
+            or md.remote_log_segment_id in st.copy.abandoned_copy_ids)
 
 
 def plan_expiration(st: PartitionState, segments: list[RemoteLogSegmentMetadata],
@@ -152,7 +152,7 @@ def plan_expiration(st: PartitionState, segments: list[RemoteLogSegmentMetadata]
     if not segments:
         return plan
     unified = st.log
-    being_copied = set(st.segment_ids_being_copied)
+    being_copied = set(st.copy.segment_ids_being_copied)
     for md in segments:
         if md.state == _S.DELETE_SEGMENT_STARTED:
             plan.add(md, "an interrupted delete")
@@ -282,13 +282,13 @@ def _expire_run(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
         # a running copy initialises the state itself; till then size retention waits
         try:
             if st.needs_initialisation:
-                initialise_leader(rlm, st)
+                rlm.copier.initialise_leader(st)
         except Exception as exc:
             st.copy_lock.release()
             st.last_expiration_error = f"{type(exc).__name__}: {exc}"
             return 0, [exc]
         st.copy_lock.release()
-    if st.metadata_gap is not None:  # nothing is expired over a gap in the metadata
+    if st.copy.metadata_gap is not None:  # nothing is expired over a gap in the metadata
         gap = gap_error(st)
         st.last_expiration_error = f"{type(gap).__name__}: {gap}"
         return 0, [gap]

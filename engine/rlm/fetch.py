@@ -1,5 +1,5 @@
 """How the RemoteLogManager answers a read (Kafka's ReplicaManager.readFromLog deciding
-between the local log and RemoteLogManager.asyncRead, kafka-reference.md §3.7).
+between the local log and RemoteLogManager.asyncRead).
 
 `plan_read` decides, for one partition, how a read is answered and returns a `ReadPlan`:
 an `answer` already (a local read; a remote read the fetch quota throttles), or a remote read
@@ -67,7 +67,7 @@ def plan_read(rlm, unified, st: PartitionState | None, topic: str, partition: in
             f"fetch offset {offset} of partition {topic}-{partition} is out of range: "
             f"valid offsets are [{start}, {end}] (log start offset, log end offset)",
             offset=offset, log_start_offset=start, log_end_offset=end)
-    if st is not None and st.metadata_gap is not None and \
+    if st is not None and st.copy.metadata_gap is not None and \
             offset < unified.local_log_start_offset:
         raise copier.gap_error(st, offset)
     if offset >= unified.local_log_start_offset or st is None:

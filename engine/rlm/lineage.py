@@ -1,4 +1,5 @@
-"""Leader-epoch lineage rules of the RemoteLogManager (kafka-reference.md §3.5, §3.6).
+"""Leader-epoch lineage rules of the RemoteLogManager (Kafka's RemoteLogManager:
+isRemoteSegmentWithinLeaderEpochs, findHighestRemoteOffset, findLogStartOffset).
 
 Pure functions over epoch entries (`EpochEntry(epoch, start_offset)`, ascending) and remote
 segment metadata, so the copier, the expiration task and ListOffsets share one definition:

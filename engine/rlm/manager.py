@@ -1,5 +1,6 @@
 """The RemoteLogManager (KIP-405's RLM): tiers closed segments, expires remote ones, serves
-reads and ListOffsets across both tiers (kafka-reference.md §3.5-§3.10).
+reads and ListOffsets across both tiers (Kafka's RemoteLogManager: RLMCopyTask,
+RLMExpirationTask, RLMFollowerTask, asyncRead and findOffsetByTimestamp).
 
 The engine is a single broker, so it leads every tiered partition it holds: `start()`
 schedules, for each partition whose log has tiering on (`UnifiedLog.remote_log_enabled`), a
@@ -28,6 +29,12 @@ RemoteFetchTimeoutError (the reader thread stays blocked in the plugin until it 
 Python cannot interrupt it). `status()` shows a copy in progress and since when. Reads are
 planned and run by engine.rlm.fetch.
 
+The manager composes its parts, each given only the collaborators it uses: the
+`PartitionRegistry` (engine.rlm.partitions; `_partitions` is its map), the `RLMCopier`
+(engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the pools and
+quotas; expiration, fetch, offsets and follower work are functions over the manager's
+public attributes.
+
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
 A partition whose remote log metadata the RLMM cannot serve (`partition_error`, e.g. a
@@ -53,7 +60,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.common import TopicPartition, Uuid
+from engine.common import TopicPartition
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import (
     RemoteFetchTimeoutError,
@@ -68,10 +75,10 @@ from engine.remote.metadata import (
 )
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, expiration, fetch, follower, offsets, state
+from engine.rlm import copier, expiration, fetch, follower, offsets
 from engine.rlm.lineage import find_highest_remote_offset
 from engine.rlm.metrics import RLMMetrics
-from engine.rlm.partitions import PartitionRegistry
+from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
 from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
 from engine.rlm.reader import RemoteFetchResult
@@ -121,7 +128,7 @@ def _validate(config: BrokerConfig) -> None:
                           "must be at least 1")
 
 
-class RemoteLogManager(PartitionRegistry):
+class RemoteLogManager:
     """See the module docstring.
 
     Args:
@@ -158,17 +165,10 @@ class RemoteLogManager(PartitionRegistry):
         self._owns_plugins = False
         self._closed = False
         self._lock = threading.RLock()
-        self._partitions: dict[TopicPartition, PartitionState] = {}
-        self._explicit_roles: set[TopicPartition] = set()
-        #: partitions whose remote deletion began here (it may have failed): never tiered again
-        self._deleting: dict[TopicPartition, Uuid] = {}  # -> the deleted topic id
-        #: partitions whose tiering was turned off with remote.log.delete.on.disable=true:
-        #: their remote data is deleted by the next pass (retried until it succeeds)
-        self._disabled: list[PartitionState] = []
-        #: tiered partitions left out of the passes: their remote log metadata cannot be
-        #: read now (-> why)
-        self._unreadable: dict[TopicPartition, str] = {}
         self.metrics = RLMMetrics()
+        #: the partitions served (engine.rlm.partitions); `_partitions` is its map
+        self._registry = self._new_registry()
+        self._partitions = self._registry.partitions
         # the plugin's own metrics (an object store's requests, errors, caches) are served
         # on the same port
         rsm.register_metrics(self.metrics.registry)
@@ -181,6 +181,7 @@ class RemoteLogManager(PartitionRegistry):
             broker_config["remote.log.manager.task.retry.backoff.max.ms"],
             broker_config["remote.log.manager.task.retry.jitter"])
         self._init_quotas(broker_config)
+        self.copier = self._new_copier()
         first_dir = Path(log_manager.log_dirs[0])
         self._owns_index_cache = index_cache is None
         self.index_cache = index_cache or RemoteIndexCache(
@@ -208,6 +209,24 @@ class RemoteLogManager(PartitionRegistry):
                                    self.clock)
         self.copy_quota = CopyQuotaWaiter(self.copy_rate, self.copy_quota_sensor, self.clock,
                                           lambda: self._closed)
+
+    def _new_registry(self) -> PartitionRegistry:
+        """The partition registry, with what it may use of this manager."""
+        return PartitionRegistry(
+            log_manager=self.log_manager, rlmm=self.rlmm, metrics=self.metrics,
+            lock=self._lock, schedule=self._schedule_if_started, cancel=self._cancel_tasks,
+            delete_disabled=lambda pending: expiration.delete_disabled(self, pending,
+                                                                       TASK_WAIT_S),
+            delete_remote_partition=lambda tip: expiration.delete_remote_partition(self, tip))
+
+    def _new_copier(self) -> copier.RLMCopier:
+        """The copy task, with what it may use of this manager (engine.rlm.copier)."""
+        return copier.RLMCopier(
+            rlmm=self.rlmm, rsm=self.rsm, metrics=self.metrics, clock=self.clock,
+            backoff=self.backoff, copy_quota=self.copy_quota, broker_id=self.broker_id,
+            custom_metadata_max_bytes=self.custom_metadata_max_bytes,
+            interval_ms=self.interval_ms, closed=lambda: self._closed,
+            delete_remote_segment=self.delete_remote_segment)
 
     def _register_pool_gauges(self) -> None:
         m = self.metrics
@@ -270,40 +289,22 @@ class RemoteLogManager(PartitionRegistry):
         the highest copied offset again; a cancelled copy task resumes)."""
         followers = dict(followers) if isinstance(followers, Mapping) else {
             tuple(tp): None for tp in followers}
-        lead: list[PartitionState] = []
-        follow: list[PartitionState] = []
         with self._lock:
-            for roles, is_leader, out in ((leaders, True, lead), (followers, False, follow)):
-                for (topic, partition), epoch in roles.items():
-                    tp = TopicPartition(topic, int(partition))
-                    unified = self.log_manager.get_log(topic, partition)
-                    if unified is None:
-                        raise UnknownTopicOrPartitionError.no_log(topic, partition)
-                    if not unified.remote_log_enabled or self._is_deleting(tp, unified):
-                        continue
-                    old = self._partitions.get(tp)
-                    if old is not None and old.is_leader == is_leader and \
-                            (epoch is None or old.leader_epoch == epoch):
-                        continue
-                    if old is not None:
-                        self._forget(tp)
-                    st = state.new_state(tp, unified, epoch, is_leader)
-                    if old is not None:
-                        # the old state's copy may still be running (it stops after its
-                        # current segment): sharing its locks makes the new runs wait for
-                        # it, and then find its segment copied instead of uploading it
-                        # again; its in-flight and abandoned copies stay known
-                        st.copy_lock, st.expiration_lock = old.copy_lock, old.expiration_lock
-                        st.segment_ids_being_copied = old.segment_ids_being_copied
-                        st.abandoned_copy_ids = old.abandoned_copy_ids
-                    self._partitions[tp] = st
-                    self._explicit_roles.add(tp)
-                    out.append(st)
+            lead = self._registry.set_roles(leaders, True)
+            follow = self._registry.set_roles(followers, False)
         self.rlmm.on_partition_leadership_changes([s.tip for s in lead],
                                                   [s.tip for s in follow])
-        if self._scheduler is not None:
-            for st in lead + follow:
-                self._schedule(st)
+        for st in lead + follow:
+            self._schedule_if_started(st)
+
+    def _sync_partitions(self) -> list[PartitionState]:
+        """The registry's pass (PartitionRegistry.sync): the states, sorted."""
+        return self._registry.sync()
+
+    def delete_partition(self, topic: str, partition: int, *, delete_local: bool = True) -> int:
+        """Deletes the partition's remote data and, with `delete_local`, its local log (see
+        PartitionRegistry.delete_partition). Returns the remote segments deleted."""
+        return self._registry.delete_partition(topic, partition, delete_local=delete_local)
 
     def build_remote_log_aux_state(self, topic: str, partition: int, *,
                                    leader_log_start_offset: int,
@@ -363,9 +364,9 @@ class RemoteLogManager(PartitionRegistry):
     def _scheduled_sync(self) -> int:
         now = self.clock()
         states = self._sync_partitions()
-        self._delete_disabled()
+        self._registry.delete_disabled()
         for st in states:
-            running = st.copy_in_progress
+            running = st.copy.copy_in_progress
             if running is not None and now - running[1] > _STUCK_COPY_WARN_MS and \
                     st.stuck_copy_warned != running:
                 st.stuck_copy_warned = running
@@ -373,6 +374,15 @@ class RemoteLogManager(PartitionRegistry):
                             "stuck (copies of this partition wait; others go on)", running[0],
                             st.name, now - running[1])
         return self.interval_ms
+
+    def _schedule_if_started(self, st: PartitionState) -> None:
+        if self._scheduler is not None:
+            self._schedule(st)
+
+    def _cancel_tasks(self, st: PartitionState) -> None:
+        if self._scheduler is not None:
+            for kind in ("copy", "expiration", "follower"):
+                self._scheduler.cancel(f"{kind}:{st.name}")
 
     def _schedule(self, st: PartitionState) -> None:
         sched = self._scheduler
@@ -408,7 +418,7 @@ class RemoteLogManager(PartitionRegistry):
         if not self._ready(st):
             return self.interval_ms
         with st.copy_lock:
-            delay, _, _ = copier.copy_once(self, st, honour_backoff=False)
+            delay, _, _ = self.copier.copy_once(st, honour_backoff=False)
         self._delete_local(st)
         return delay
 
@@ -468,7 +478,7 @@ class RemoteLogManager(PartitionRegistry):
     def remove_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
         self.index_cache.remove(md.remote_log_segment_id.id)
 
-    def delete_remote_segment(self, st: PartitionState, md: RemoteLogSegmentMetadata,
+    def delete_remote_segment(self, st: copier.CopiedPartition, md: RemoteLogSegmentMetadata,
                               custom: bytes | None) -> None:
         """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
         DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
@@ -496,12 +506,12 @@ class RemoteLogManager(PartitionRegistry):
         up to 30 s, then skipped with an error in the summary."""
         summary = RunSummary()
         states = self._sync_partitions()
-        summary.errors += self._delete_disabled()
+        registry = self._registry
+        summary.errors += registry.delete_disabled()
         with self._lock:
             summary.errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: "
-                               f"{why}" for (t, p), why in sorted(self._unreadable.items())]
-        with self._lock:
-            disabled = list(self._disabled)
+                               f"{why}" for (t, p), why in sorted(registry.unreadable.items())]
+            disabled = list(registry.disabled)
         for st in disabled:  # failed deletions of partitions whose tiering was turned off
             summary.retry_in_ms = max(summary.retry_in_ms,
                                       st.next_expiration_attempt_ms - self.clock())
@@ -519,13 +529,13 @@ class RemoteLogManager(PartitionRegistry):
                 continue
             if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
-                    _, copied, nbytes = copier.copy_once(self, st, honour_backoff=True)
+                    _, copied, nbytes = self.copier.copy_once(st, honour_backoff=True)
                 finally:
                     st.copy_lock.release()
                 summary.copied_segments += copied
                 summary.copied_bytes += nbytes
-                if st.last_copy_error and st.copy_failures:
-                    summary.errors.append(f"{st.name}: copy: {st.last_copy_error}")
+                if st.copy.last_copy_error and st.copy.copy_failures:
+                    summary.errors.append(f"{st.name}: copy: {st.copy.last_copy_error}")
             else:
                 summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
             summary.deleted_local_segments += self._delete_local(st)
@@ -541,7 +551,7 @@ class RemoteLogManager(PartitionRegistry):
                     # waiting out the retry backoff of a failed run
                     summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
             now = self.clock()
-            for failures, next_ms in ((st.copy_failures, st.next_copy_attempt_ms),
+            for failures, next_ms in ((st.copy.copy_failures, st.copy.next_copy_attempt_ms),
                                       (st.expiration_failures, st.next_expiration_attempt_ms)):
                 if failures:
                     summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
@@ -551,23 +561,23 @@ class RemoteLogManager(PartitionRegistry):
         """True when no partition has a segment left to copy, a copy in progress or a
         remote segment to delete (a copy that keeps failing is not idle)."""
         states = self._sync_partitions()
-        if self._disabled:  # remote data of a partition whose tiering was turned off
+        if self._registry.disabled:  # remote data of a partition whose tiering was turned off
             return False
         for st in states:
             if not st.is_leader or self._offline(st) is not None:
                 continue  # an offline partition has no work it can do
-            if st.copy_in_progress is not None:
+            if st.copy.copy_in_progress is not None:
                 return False
-            if not (st.copy_cancelled or st.log.remote_log_copy_disabled
-                    or st.corrupt_segment):  # stopped until an operator acts
+            if not (st.copy.copy_cancelled or st.log.remote_log_copy_disabled
+                    or st.copy.corrupt_segment):  # stopped until an operator acts
                 if not self._ensure_initialised(st):
                     return False
-                if st.metadata_gap is not None:
+                if st.copy.metadata_gap is not None:
                     continue  # refused until an operator acts: nothing to wait for
                 lso = st.log.last_stable_offset
-                if copier.candidate_segments(st.log, st.copied_offset, lso):
+                if copier.candidate_segments(st.log, st.copy.copied_offset, lso):
                     return False
-            if st.metadata_gap is not None:
+            if st.copy.metadata_gap is not None:
                 continue
             segments = list(self.rlmm.list_remote_log_segments(st.tip))
             if expiration.plan_expiration(st, segments, self.clock(),
@@ -584,7 +594,7 @@ class RemoteLogManager(PartitionRegistry):
             return False
         try:
             if st.needs_initialisation:
-                copier.initialise_leader(self, st)
+                self.copier.initialise_leader(st)
         finally:
             st.copy_lock.release()
         return True
@@ -701,7 +711,7 @@ class RemoteLogManager(PartitionRegistry):
             self._ensure_initialised(st)
             # the earliest offset, and a timestamp search that starts in the tier, would
             # answer from offsets no tier holds
-            if st.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
+            if st.copy.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
                 raise copier.gap_error(st, st.log.log_start_offset)
         if spec >= 0 and st is not None:
             future = fetch.submit(self, st.topic,
@@ -729,10 +739,10 @@ class RemoteLogManager(PartitionRegistry):
             try:
                 self._ensure_initialised(st)
             except Exception as exc:
-                st.last_copy_error = f"{type(exc).__name__}: {exc}"
+                st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)
             if st.is_leader:  # a damaged next segment shows in any process's status
-                copier.check_next_segment(self, st)
+                self.copier.check_next_segment(st)
         return [partition_status(self, st) for st in states]
 
     def close(self) -> None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from engine.common import TopicPartition, Uuid
 from engine.log.unified_log import UnifiedLog
-from engine.remote.metadata import RemoteLogSegmentId, TopicIdPartition
+from engine.remote.metadata import TopicIdPartition
+from engine.rlm.copier import CopyState
 
 __all__ = ["PartitionState", "new_state", "topic_id_of"]
 
@@ -18,7 +19,7 @@ log = logging.getLogger("engine.rlm.manager")
 
 @dataclass(eq=False)
 class PartitionState:
-    """One partition: its log, role, copy progress and the errors of its last runs.
+    """One partition: its log, role, copy state and the errors of its last runs.
 
     `copy_lock` / `expiration_lock` make a partition's copy (or expiration) runs exclusive:
     the scheduler and `run_once` may both want to run them.
@@ -30,32 +31,10 @@ class PartitionState:
     log: UnifiedLog
     leader_epoch: int
     is_leader: bool = True
-    #: (copied offset, epoch) of the last segment known to be copied (Kafka's copiedOffset)
-    copied_offset: int = -1
-    copied_epoch: int = -1
-    initialised: bool = False
-    #: the log's truncation_epoch when the state was initialised: a truncation since then
-    #: (offsets dropped and written again) makes the copied offset stale
-    truncation_epoch: int = 0
-    #: why copying stopped until the next leadership change (custom metadata too large)
-    copy_cancelled: str | None = None
-    segment_ids_being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
-    #: copies of ours whose undo failed: the expiration task deletes them
-    abandoned_copy_ids: set[RemoteLogSegmentId] = field(default_factory=set)
-    #: (base offset, started at ms) of the segment being copied now
-    copy_in_progress: tuple[int, int] | None = None
+    #: the copy task's state (engine.rlm.copier)
+    copy: CopyState = field(default_factory=CopyState)
+    #: the copy in progress (CopyState.copy_in_progress) already reported as stuck
     stuck_copy_warned: tuple[int, int] | None = None
-    #: why the log start offset is not covered by the remote log metadata (a lost
-    #: metadata directory): no copy, no expiration, no remote read below the local start
-    metadata_gap: str | None = None
-    #: the damaged local segment copying stopped at: file, position, offset, error and
-    #: the file's (size, mtime_ns, inode) when checked (see engine.rlm.copier)
-    corrupt_segment: dict | None = None
-    #: (file, (size, mtime_ns, inode)) of the last segment that passed the check
-    checked_segment: tuple | None = None
-    copy_failures: int = 0
-    next_copy_attempt_ms: int = 0
-    last_copy_error: str | None = None
     #: failed expiration runs in a row, and when the next may run (the copy's retry backoff)
     expiration_failures: int = 0
     next_expiration_attempt_ms: int = 0
@@ -69,15 +48,14 @@ class PartitionState:
     offline_error: Exception | None = None
     remote_segment_count: int = 0
     remote_size_bytes: int = 0
-    copy_lag_bytes: int = 0
-    copy_lag_segments: int = 0
     deleted_partition: bool = False
     copy_lock: threading.Lock = field(default_factory=threading.Lock)
     expiration_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def needs_initialisation(self) -> bool:
-        return not self.initialised or self.log.truncation_epoch != self.truncation_epoch
+        """Whether the copy state must be (re)initialised from the remote metadata."""
+        return self.copy.needs_initialisation(self.log)
 
     @property
     def name(self) -> str:

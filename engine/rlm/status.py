@@ -18,7 +18,7 @@ def partition_status(rlm, st: PartitionState) -> dict:
     segments = [] if offline is not None else list(rlm.rlmm.list_remote_log_segments(st.tip))
     finished = [m for m in segments if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
     lag_bytes, lag_segments = copy_lag(unified)
-    in_progress = st.copy_in_progress
+    in_progress = st.copy.copy_in_progress
     now = rlm.clock()
     row = {
         "topic": st.topic, "partition": st.partition, "topic_id": str(st.tip.topic_id),
@@ -37,18 +37,18 @@ def partition_status(rlm, st: PartitionState) -> dict:
         "local_size_bytes": unified.size_in_bytes,
         "copy_lag_bytes": lag_bytes, "copy_lag_segments": lag_segments,
         "copy_disabled": bool(unified.remote_log_copy_disabled),
-        "copy_cancelled": st.copy_cancelled,
+        "copy_cancelled": st.copy.copy_cancelled,
         # set: the log start offset lies in a gap of the remote metadata; nothing is
         # tiered or expired and reads below the local start fail until an operator acts
-        "remote_metadata_gap": st.metadata_gap,
+        "remote_metadata_gap": st.copy.metadata_gap,
         # set: copying stopped at this damaged local segment (engine.rlm.copier)
-        "corrupt_segment": None if st.corrupt_segment is None else {
-            k: v for k, v in st.corrupt_segment.items() if k != "identity"},
+        "corrupt_segment": None if st.copy.corrupt_segment is None else {
+            k: v for k, v in st.copy.corrupt_segment.items() if k != "identity"},
         "copy_in_progress": None if in_progress is None else {
             "base_offset": in_progress[0], "running_ms": now - in_progress[1]},
-        "copy_failures": st.copy_failures,
-        "next_copy_retry_ms": max(0, st.next_copy_attempt_ms - now),
-        "last_copy_error": st.last_copy_error,
+        "copy_failures": st.copy.copy_failures,
+        "next_copy_retry_ms": max(0, st.copy.next_copy_attempt_ms - now),
+        "last_copy_error": st.copy.last_copy_error,
         "last_expiration_error": st.last_expiration_error,
         "expiration_failures": st.expiration_failures,
         "next_expiration_retry_ms": max(0, st.next_expiration_attempt_ms - now),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.checksums import crc32c
@@ -28,7 +29,7 @@ from engine.remote.filesystem.layout import (
     TXN_INDEX,
     SegmentChecksums,
 )
-from engine.remote.metadata import RemoteLogSegmentMetadata
+from engine.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from engine.remote.storage import LogSegmentData
 
 __all__ = ["FileSystemCopy"]
@@ -43,7 +44,12 @@ _NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP
 class FileSystemCopy:
     """`copy_log_segment_data`; mixed into `FileSystemRemoteStorageManager`."""
 
+    # provided by FileSystemLayout and FileSystemRemoteStorageManager
     _fsync: bool
+    _check_open: Callable[[], None]
+    partition_dir: Callable[[TopicIdPartition], Path]
+    segment_file_name: Callable[[RemoteLogSegmentMetadata, str], str]
+    _remove_segment_files: Callable[..., None]
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
                               segment_data: LogSegmentData) -> bytes:

@@ -17,6 +17,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.checksums import crc32c
@@ -177,6 +178,10 @@ class FileSystemReads:
     """The read methods; mixed into `FileSystemRemoteStorageManager`, whose constructor
     creates the caches below."""
 
+    # provided by FileSystemLayout
+    _check_open: Callable[[], None]
+    _open_stored: Callable[[RemoteLogSegmentMetadata, str], tuple[int, Path]]
+    segment_path: Callable[[RemoteLogSegmentMetadata, str], Path]
     _verification: str
     _verified: OrderedDict
     _verified_lock: threading.Lock

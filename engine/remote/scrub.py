@@ -134,6 +134,6 @@ def _check_segment(bucket: Bucket, paced: PacedStorage, tip: TopicIdPartition, d
     sizes = {LOG: (keys[LOG], seg.log_size), INDEXES: (keys[INDEXES], seg.indexes_size)}
     if check_manifest(paced, bucket.store, keys[MANIFEST], sizes, d.metadata, found) \
             and d.metadata is not None:
-        check_segment_data(paced, d.metadata, found, keys[LOG], keys[INDEXES])
+        check_segment_data(paced, d.metadata, found, keys[LOG], lambda _: keys[INDEXES])
     tick()
     return keys[MANIFEST], list(found)

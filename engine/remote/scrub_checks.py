@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +41,7 @@ from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, epoch_f
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
+from engine.log.transaction_index import ABORTED_TXN_SIZE
 from engine.records import MemoryRecords
 from engine.remote.bucket import Finding
 from engine.remote.metadata import RemoteLogSegmentMetadata
@@ -48,7 +49,6 @@ from engine.remote.objectstore.keys import INDEXES, LOG
 from engine.remote.objectstore.manifest import MAX_MANIFEST_BYTES, SegmentManifest
 from engine.remote.objectstore.store import TokenBucket
 from engine.remote.segment_access import (
-    aborted_txn_rows,
     check_batches,
     describe_segment,
     index_bytes,
@@ -229,35 +229,42 @@ def _info_disagrees(info: dict, md: RemoteLogSegmentMetadata) -> str | None:
 # ---- the segment's data -------------------------------------------------------------------
 
 def check_segment_data(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata,
-                       found: SegmentFindings, log_key: str, idx_key: str
-                       ) -> list[EpochEntry] | None:
-    """The `.log` read whole (every chunk detransformed, every batch CRC), then the indexes
-    against it. Returns the segment's leader-epoch checkpoint, None when it cannot be read."""
+                       found: SegmentFindings, log_key: str,
+                       index_key: Callable[[IndexType], str]) -> list[EpochEntry] | None:
+    """The `.log` read whole (every chunk detransformed, every batch CRC), then each index
+    against it (`index_key` names the object holding an index). Returns the segment's
+    leader-epoch checkpoint, None when it cannot be read."""
     try:
         headers = _scan_log(rsm, md)
-    except CorruptRemoteObjectError as exc:
-        found.add("corrupt-chunk", log_key, str(exc))
-        return None
-    except CorruptRecordError as exc:
-        found.add("corrupt-batch", log_key, str(exc))
-        return None
-    except RemoteStorageError as exc:
-        found.add("unreadable-object", log_key, str(exc))
-        return None
     except KafkaEngineError as exc:
-        found.add("corrupt-batch", log_key, str(exc))
+        found.add(_read_failure(exc, "corrupt-batch"), log_key, str(exc))
         return None
-    try:
-        checkpoint = LeaderEpochCheckpointFile.decode_entries(
-            index_bytes(rsm, md, IndexType.LEADER_EPOCH), f"{idx_key} (leader-epoch index)")
-    except KafkaEngineError as exc:
-        found.add("index-mismatch", idx_key, str(exc))
-        checkpoint = None
-    try:
-        _check_indexes(rsm, md, headers, checkpoint or [], found, idx_key)
-    except KafkaEngineError as exc:
-        found.add("index-mismatch", idx_key, str(exc))
+    checks = ((IndexType.LEADER_EPOCH, None), (IndexType.OFFSET, _check_offset_index),
+              (IndexType.TIMESTAMP, _check_time_index),
+              (IndexType.PRODUCER_SNAPSHOT, _check_snapshot),
+              (IndexType.TRANSACTION, _check_txn_index))
+    checkpoint = None
+    for index_type, check in checks:
+        key = index_key(index_type)
+        try:
+            data = index_bytes(rsm, md, index_type)
+            if check is None:
+                checkpoint = LeaderEpochCheckpointFile.decode_entries(
+                    data, f"{key} (leader-epoch index)")
+                _check_epochs(md, headers, checkpoint, found, key)
+            else:
+                check(md, headers, data, found, key)
+        except KafkaEngineError as exc:
+            found.add(_read_failure(exc, "index-mismatch"), key, str(exc))
     return checkpoint
+
+
+def _read_failure(exc: KafkaEngineError, damage: str) -> str:
+    if isinstance(exc, CorruptRemoteObjectError):
+        return "corrupt-chunk"
+    if isinstance(exc, RemoteStorageError):
+        return "unreadable-object"
+    return damage
 
 
 def _scan_log(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> np.ndarray:
@@ -296,13 +303,10 @@ def _scan_log(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> np.nda
     return headers
 
 
-def _check_indexes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata,
-                   headers: np.ndarray, checkpoint: list[EpochEntry],
-                   found: SegmentFindings, key: str) -> None:
+def _check_offset_index(md, headers: np.ndarray, data: bytes, found: SegmentFindings,
+                        key: str) -> None:
     starts = headers["position"].astype(np.int64)
-    offsets = OffsetIndex.from_buffer(index_bytes(rsm, md, IndexType.OFFSET),
-                                      md.start_offset).entries_array()
-    for entry in offsets:
+    for entry in OffsetIndex.from_buffer(data, md.start_offset).entries_array():
         off, pos = int(entry["offset"]), int(entry["position"])
         i = int(np.searchsorted(starts, pos))
         if i >= len(starts) or starts[i] != pos or int(headers["base_offset"][i]) > off \
@@ -310,11 +314,13 @@ def _check_indexes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata,
             found.add("index-mismatch", key,
                       f"offset index entry (offset {off}, position {pos}) does not point at a "
                       "batch start holding an offset at or below it", off, off)
-            break
-    times = TimeIndex.from_buffer(index_bytes(rsm, md, IndexType.TIMESTAMP),
-                                  md.start_offset).entries_array()
+            return
+
+
+def _check_time_index(md, headers: np.ndarray, data: bytes, found: SegmentFindings,
+                      key: str) -> None:
     running = np.maximum.accumulate(headers["max_timestamp"])
-    for entry in times:
+    for entry in TimeIndex.from_buffer(data, md.start_offset).entries_array():
         ts, off = int(entry["timestamp"]), int(entry["offset"])
         i = int(np.searchsorted(headers["last_offset"], off))
         if not md.start_offset <= off <= md.end_offset or i >= len(headers) \
@@ -322,19 +328,31 @@ def _check_indexes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata,
             found.add("index-mismatch", key,
                       f"time index entry (timestamp {ts}, offset {off}) is outside the segment "
                       "or later than every record up to that offset", off, off)
-            break
-    if checkpoint:
-        epochs = headers["partition_leader_epoch"]
-        for i in range(len(headers)):
-            base = int(headers["base_offset"][i])
-            want = epoch_for_offset(checkpoint, base)
-            if want is not None and int(epochs[i]) >= 0 and int(epochs[i]) != want:
-                found.add("index-mismatch", key,
-                          f"the batch at offset {base} has leader epoch {int(epochs[i])}, the "
-                          f"leader-epoch index says {want}", base,
-                          int(headers["last_offset"][i]))
-                break
-    snapshot = index_bytes(rsm, md, IndexType.PRODUCER_SNAPSHOT)
-    if snapshot:
-        decode_snapshot(snapshot, file=f"{key} (producer snapshot)")
-    aborted_txn_rows(rsm, md)
+            return
+
+
+def _check_epochs(md, headers: np.ndarray, checkpoint: list[EpochEntry],
+                  found: SegmentFindings, key: str) -> None:
+    if not checkpoint:
+        return
+    epochs = headers["partition_leader_epoch"]
+    for i in range(len(headers)):
+        base = int(headers["base_offset"][i])
+        want = epoch_for_offset(checkpoint, base)
+        if want is not None and int(epochs[i]) >= 0 and int(epochs[i]) != want:
+            found.add("index-mismatch", key,
+                      f"the batch at offset {base} has leader epoch {int(epochs[i])}, the "
+                      f"leader-epoch index says {want}", base, int(headers["last_offset"][i]))
+            return
+
+
+def _check_snapshot(md, headers, data: bytes, found, key: str) -> None:
+    if data:
+        decode_snapshot(data, file=f"{key} (producer snapshot)")
+
+
+def _check_txn_index(md, headers, data: bytes, found, key: str) -> None:
+    if len(data) % ABORTED_TXN_SIZE:
+        raise CorruptRecordError(
+            f"{key}: the transaction index has {len(data)} bytes, not a multiple of the "
+            f"{ABORTED_TXN_SIZE}-byte entry", position=len(data))

@@ -1,0 +1,173 @@
+"""`python -m engine scrub --config FILE` as a real subprocess: the broker's tier through its
+embedded RLMM, on the filesystem tier and on the object-store tier (a real S3 server,
+SeaweedFS). Each test plants one problem in a tier built segment by segment
+(tests/tier_support.py) and the scrubber reports exactly that problem, naming the object
+key (or file), the partition and the offsets."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from spark_support import REPO
+from tier_support import LOG, OTHER, HandTier
+from tier_support import S as State
+
+from engine.remote.metadata import RemoteLogSegmentState
+
+
+def scrub(*args, timeout=120):
+    out = subprocess.run([sys.executable, "-m", "engine", "scrub", *args], check=False, cwd=REPO,
+                         capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    return out.returncode, out.stdout, out.stderr
+
+
+def scrub_json(tier, *extra):
+    tier.rlmm.close()  # the scrub reads the RLMM's files as a broker left them
+    rc, out, err = scrub("--config", str(tier.config), "--json", *extra)
+    assert rc in (0, 1), err
+    return rc, json.loads(out), err
+
+
+def kinds(report):
+    return [(f["kind"], f["first_offset"], f["last_offset"]) for f in report["findings"]]
+
+
+@pytest.fixture(params=["fs", "s3"])
+def tier(request, tmp_path):
+    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    t = HandTier(tmp_path, request.param, s3)
+    yield t
+    t.close()
+
+
+def test_a_clean_tier_exits_0_with_progress_and_a_summary(tier):
+    tier.segment(0, 9, [(0, 0)])
+    tier.segment(10, 20, [(0, 0), (1, 14)])
+    tier.rlmm.close()
+    rc, out, err = scrub("--config", str(tier.config))
+    assert rc == 0, (out, err)
+    assert "1 partitions, 2 segments" in out and "clean" in out
+    assert "scrub: 2/2 segments" in err
+
+
+def test_segments_being_copied_or_deleted_are_neither_missing_nor_orphans(tier):
+    tier.segment(0, 9, [(0, 0)], state=State.DELETE_SEGMENT_STARTED)
+    tier.segment(10, 19, [(0, 0)])
+    copying = tier.segment(20, 29, [(0, 0)], state=State.COPY_SEGMENT_STARTED)
+    tier.remove(copying, LOG[tier.kind])  # a copy under way: the .log not there yet
+    deleting = tier.segment(30, 39, [(0, 0)])
+    tier.move(deleting, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
+    tier.remove(deleting, OTHER[tier.kind])  # a delete under way
+    rc, report, _ = scrub_json(tier)
+    assert rc == 0 and report["clean"], report
+    assert report["segments"] == 4
+
+
+def test_a_missing_log(tier):
+    tier.segment(0, 9, [(0, 0)])
+    seg = tier.segment(10, 19, [(0, 0)])
+    key = tier.remove(seg, LOG[tier.kind])
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("missing-object", 10, 19)]
+    f = report["findings"][0]
+    assert f["key"] == key and f["partition"] == "hand-0"
+    assert str(seg.remote_log_segment_id.id) in key
+
+
+def test_a_missing_manifest_or_index_file(tier):
+    seg = tier.segment(0, 9, [(0, 0)])
+    tier.segment(10, 19, [(0, 0)])
+    key = tier.remove(seg, OTHER[tier.kind])
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("missing-object", 0, 9)]
+    assert report["findings"][0]["key"] == key
+
+
+def test_orphans_are_reported_and_deleted_only_without_dry_run(tier):
+    gone = tier.segment(0, 9, [(0, 0)], state=State.DELETE_SEGMENT_FINISHED)
+    kept = tier.segment(10, 19, [(0, 0)])
+    never = tier.segment(20, 29, [(0, 0)], record=False)  # a copy never recorded
+    orphans = sorted(tier.keys(gone) + tier.keys(never))
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and {f["kind"] for f in report["findings"]} == {"orphan"}
+    assert sorted(f["key"] for f in report["findings"]) == orphans
+    assert {f["first_offset"] for f in report["findings"]} == {0, 20}
+    assert report["dry_run"] is True and report["orphans_deleted"] == []
+
+    rc, report, _ = scrub_json(tier, "--delete-orphans")  # a dry run: nothing deleted
+    assert rc == 1 and report["orphans_deleted"] == []
+    assert all(tier.exists(k) for k in orphans)
+
+    rc, report, _ = scrub_json(tier, "--delete-orphans", "--no-dry-run")
+    assert rc == 1 and sorted(report["orphans_deleted"]) == orphans
+    assert not any(tier.exists(k) for k in orphans)
+    assert all(tier.exists(k) for k in tier.keys(kept))
+    rc, report, _ = scrub_json(tier)
+    assert rc == 0 and report["clean"], report
+
+
+def test_a_size_mismatch(tier):
+    tier.segment(0, 9, [(0, 0)])
+    seg = tier.segment(10, 19, [(0, 0)])
+    key = tier.truncate(seg, LOG[tier.kind], 25)
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("size-mismatch", 10, 19)]
+    f = report["findings"][0]
+    assert f["key"] == key and str(seg.segment_size_in_bytes) in f["detail"]
+
+
+def test_a_segment_outside_the_leader_epoch_lineage(tier):
+    tier.segment(0, 9, [(0, 0)])
+    old = tier.segment(10, 19, [(0, 0)], leader="old-")
+    tier.segment(10, 24, [(0, 0), (1, 15)])
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("outside-lineage", 10, 19)]
+    f = report["findings"][0]
+    assert str(old.remote_log_segment_id.id) in f["key"] and "epoch 0" in f["detail"]
+
+
+def test_a_gap(tier):
+    tier.segment(0, 9, [(0, 0)])
+    tier.segment(15, 29, [(0, 0)])
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("gap", 10, 14)]
+    assert report["findings"][0]["partition"] == "hand-0"
+
+
+def test_an_overlap(tier):
+    first = tier.segment(0, 9, [(0, 0)])
+    second = tier.segment(5, 19, [(0, 0)])
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("overlap", 5, 9)]
+    f = report["findings"][0]
+    assert str(first.remote_log_segment_id.id) in f["key"]
+    assert str(second.remote_log_segment_id.id) in f["detail"]
+
+
+def test_unreadable_rlmm_metadata(tier):
+    tier.segment(0, 9, [(0, 0)])
+    tier.segment(10, 19, [(0, 0)])
+    tier.rlmm.close()
+    log = tier.metadata_log()
+    data = bytearray(log.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # inside an early event, valid frames after it
+    log.write_bytes(bytes(data))
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("unreadable-rlmm", None, None)]
+    assert "neither checked nor judged orphans" in report["findings"][0]["detail"]
+
+
+def test_bad_usage_exits_2_with_one_line(tier, tmp_path):
+    tier.rlmm.close()
+    empty = tmp_path / "empty.properties"
+    empty.write_text(tier.config.read_text().replace(str(tier.log_dir),
+                                                     str(tmp_path / "elsewhere")))
+    for args in (["--config", str(empty)],
+                 ["--bucket", "s3://b/p", "--delete-orphans"],
+                 ["--config", str(tier.config), "--store", "a=b"]):
+        rc, out, err = scrub(*args)
+        assert rc == 2, (args, out, err)
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err

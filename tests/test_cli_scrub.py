@@ -176,3 +176,39 @@ def test_bad_usage_exits_2_with_one_line(hand, tmp_path):
         rc, out, err = scrub(*args)
         assert rc == 2, (args, out, err)
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_every_read_of_a_bucket_scrub_goes_through_the_rate_limit(hand, monkeypatch):
+    """In-process: the shared TokenBucket is asked for every byte read, the resolution's
+    manifest, index and tail reads included (no real sleeping)."""
+    import engine.remote.scrub as scrub_module
+    from engine.remote.objectstore.store import TokenBucket
+
+    segs = [hand.segment(0, 9, [(0, 0)]), hand.segment(10, 20, [(0, 0), (1, 14)])]
+    asked = []
+
+    class Recording(TokenBucket):
+        def __init__(self, rate):
+            super().__init__(rate, sleep=lambda s: None)
+
+        def acquire(self, n):
+            asked.append(n)
+            return super().acquire(n)
+
+    monkeypatch.setattr(scrub_module, "TokenBucket", Recording)
+    with hand.open() as bucket:
+        handed = []  # bytes the RSM hands out, to the resolution and to the checks
+        for name in ("read_range", "read_range_into", "map_range", "fetch_index_bytes"):
+            real = getattr(bucket.rsm, name)
+
+            def counted(md, *a, _real=real, _into=name == "read_range_into"):
+                out = _real(md, *a)
+                handed.append(out if _into else len(out))
+                return out
+            monkeypatch.setattr(bucket.rsm, name, counted)
+        report = scrub_module.scrub_bucket(bucket, max_bytes_per_second=1000)
+    assert report.clean, report.summary()
+    manifests = sum(len(s.manifest) for s in segs)  # each GET once by the manifest check
+    once = sum(len(s.log) + len(s.indexes) for s in segs)
+    assert sum(handed) > once  # the checks read everything, the resolution indexes and tails
+    assert sum(asked) == report.bytes_read == sum(handed) + manifests

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from spark_support import REPO
@@ -171,3 +172,64 @@ def test_bad_usage_exits_2_with_one_line(tier, tmp_path):
         rc, out, err = scrub(*args)
         assert rc == 2, (args, out, err)
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_damaged_log_byte(tier):
+    seg = tier.segment(0, 9, [(0, 0)])
+    key = tier.key(seg, LOG[tier.kind])
+    if tier.kind == "fs":
+        data = bytearray(Path(key).read_bytes())
+        data[70] ^= 0xFF  # inside the first batch's records
+        Path(key).write_bytes(bytes(data))
+    else:
+        data = bytearray(tier.rsm.store.get(key))
+        data[70] ^= 0xFF
+        tier.rsm.store.put_bytes(key, bytes(data))
+    rc, report, _ = scrub_json(tier)
+    # the filesystem tier checks the file's CRC32C record before any batch
+    kind = "unreadable-object" if tier.kind == "fs" else "corrupt-batch"
+    assert rc == 1 and kinds(report) == [(kind, 0, 9)]
+    assert report["findings"][0]["key"] == key and "CRC" in report["findings"][0]["detail"]
+
+
+def test_every_read_goes_through_the_rate_limit(tier, monkeypatch):
+    """In-process: the shared TokenBucket is asked for every byte the tier hands out
+    (no real sleeping), and that is every byte of the segments' files."""
+    import engine.remote.scrub_tier as scrub_tier_module
+    from engine.remote.factory import open_remote_log_metadata_reader
+    from engine.remote.objectstore.store import TokenBucket
+
+    segs = [tier.segment(0, 9, [(0, 0)]), tier.segment(10, 29, [(0, 0), (1, 20)])]
+    tier.rlmm.close()
+    asked = []
+
+    class Recording(TokenBucket):
+        def __init__(self, rate):
+            super().__init__(rate, sleep=lambda s: None)
+
+        def acquire(self, n):
+            asked.append(n)
+            return super().acquire(n)
+
+    monkeypatch.setattr(scrub_tier_module, "TokenBucket", Recording)
+    handed = []
+    for name in ("read_range", "map_range", "fetch_index_bytes"):
+        real = getattr(tier.rsm, name)
+
+        def counted(*a, _real=real):
+            data = _real(*a)
+            handed.append(len(data))
+            return data
+        monkeypatch.setattr(tier.rsm, name, counted)
+    from engine.config import BrokerConfig
+
+    report = scrub_tier_module.scrub_tier(
+        tier.rsm, lambda: open_remote_log_metadata_reader(BrokerConfig(dict(tier.props))),
+        max_bytes_per_second=1000)
+    assert report.clean, report.summary()
+    logs = sum(md.segment_size_in_bytes for md in segs)
+    manifests = 0
+    if tier.kind == "s3":
+        manifests = sum(tier.rsm.store.head(tier.key(md, "rsm-manifest")).size for md in segs)
+    assert sum(handed) > logs  # the logs and every index
+    assert sum(asked) == report.bytes_read == sum(handed) + manifests

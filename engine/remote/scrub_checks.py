@@ -58,8 +58,10 @@ from engine.remote.storage import IndexType, RemoteStorageManager
 __all__ = ["PacedStorage", "ScrubReport", "SegmentFindings", "check_manifest",
            "check_segment_data"]
 
-#: `.log` bytes read (and scanned) at once
-WINDOW = 8 << 20
+#: `.log` bytes read (and scanned) at once, per thread: a window's chunks are fetched in
+#: parallel, so larger windows keep more GETs in flight (8 MiB windows scrubbed at 0.6x raw
+#: sequential GETs, 32 MiB ones at 0.85x: bench/compare_scrub.py)
+WINDOW = 32 << 20
 
 
 @dataclass
@@ -305,45 +307,69 @@ def _scan_log(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> np.nda
 
 def _check_offset_index(md, headers: np.ndarray, data: bytes, found: SegmentFindings,
                         key: str) -> None:
+    entries = OffsetIndex.from_buffer(data, md.start_offset).entries_array()
+    if not len(entries):
+        return
     starts = headers["position"].astype(np.int64)
-    for entry in OffsetIndex.from_buffer(data, md.start_offset).entries_array():
-        off, pos = int(entry["offset"]), int(entry["position"])
-        i = int(np.searchsorted(starts, pos))
-        if i >= len(starts) or starts[i] != pos or int(headers["base_offset"][i]) > off \
-                or off > md.end_offset:
-            found.add("index-mismatch", key,
-                      f"offset index entry (offset {off}, position {pos}) does not point at a "
-                      "batch start holding an offset at or below it", off, off)
-            return
+    offsets = entries["offset"].astype(np.int64)
+    positions = entries["position"].astype(np.int64)
+    i = np.searchsorted(starts, positions)
+    at = np.minimum(i, len(starts) - 1)
+    good = (i < len(starts)) & (starts[at] == positions) \
+        & (headers["base_offset"][at] <= offsets) & (offsets <= md.end_offset)
+    bad = np.flatnonzero(~good)
+    if len(bad):
+        off, pos = int(offsets[bad[0]]), int(positions[bad[0]])
+        found.add("index-mismatch", key,
+                  f"offset index entry (offset {off}, position {pos}) does not point at a "
+                  "batch start holding an offset at or below it", off, off)
 
 
 def _check_time_index(md, headers: np.ndarray, data: bytes, found: SegmentFindings,
                       key: str) -> None:
+    entries = TimeIndex.from_buffer(data, md.start_offset).entries_array()
+    if not len(entries):
+        return
     running = np.maximum.accumulate(headers["max_timestamp"])
-    for entry in TimeIndex.from_buffer(data, md.start_offset).entries_array():
-        ts, off = int(entry["timestamp"]), int(entry["offset"])
-        i = int(np.searchsorted(headers["last_offset"], off))
-        if not md.start_offset <= off <= md.end_offset or i >= len(headers) \
-                or ts > int(running[i]):
-            found.add("index-mismatch", key,
-                      f"time index entry (timestamp {ts}, offset {off}) is outside the segment "
-                      "or later than every record up to that offset", off, off)
-            return
+    stamps = entries["timestamp"].astype(np.int64)
+    offsets = entries["offset"].astype(np.int64)
+    i = np.searchsorted(headers["last_offset"], offsets)
+    at = np.minimum(i, len(headers) - 1)
+    good = (md.start_offset <= offsets) & (offsets <= md.end_offset) & (i < len(headers)) \
+        & (stamps <= running[at])
+    bad = np.flatnonzero(~good)
+    if len(bad):
+        ts, off = int(stamps[bad[0]]), int(offsets[bad[0]])
+        found.add("index-mismatch", key,
+                  f"time index entry (timestamp {ts}, offset {off}) is outside the segment "
+                  "or later than every record up to that offset", off, off)
 
 
 def _check_epochs(md, headers: np.ndarray, checkpoint: list[EpochEntry],
                   found: SegmentFindings, key: str) -> None:
     if not checkpoint:
         return
-    epochs = headers["partition_leader_epoch"]
-    for i in range(len(headers)):
-        base = int(headers["base_offset"][i])
-        want = epoch_for_offset(checkpoint, base)
-        if want is not None and int(epochs[i]) >= 0 and int(epochs[i]) != want:
-            found.add("index-mismatch", key,
-                      f"the batch at offset {base} has leader epoch {int(epochs[i])}, the "
-                      f"leader-epoch index says {want}", base, int(headers["last_offset"][i]))
-            return
+    # epoch_for_offset is constant between the entries' start offsets: it is asked once
+    # per stretch (at a start offset itself, or just after it) rather than per batch
+    bases = headers["base_offset"].astype(np.int64)
+    points = np.unique(np.array([e.start_offset for e in checkpoint], dtype=np.int64))
+    j = np.searchsorted(points, bases, side="right") - 1
+    exact = (j >= 0) & (points[np.maximum(j, 0)] == bases)
+    want = np.full(len(bases), -1, dtype=np.int64)
+    for code in np.unique(2 * (j + 1) + exact):
+        k, hit = int(code) // 2 - 1, bool(code % 2)
+        probe = int(points[0]) - 1 if k < 0 else int(points[k]) + (0 if hit else 1)
+        epoch = epoch_for_offset(checkpoint, probe)
+        want[2 * (j + 1) + exact == code] = -1 if epoch is None else epoch
+    epochs = headers["partition_leader_epoch"].astype(np.int64)
+    bad = np.flatnonzero((want >= 0) & (epochs >= 0) & (epochs != want))
+    if len(bad):
+        i = int(bad[0])
+        base = int(bases[i])
+        found.add("index-mismatch", key,
+                  f"the batch at offset {base} has leader epoch {int(epochs[i])}, the "
+                  f"leader-epoch index says {int(want[i])}", base,
+                  int(headers["last_offset"][i]))
 
 
 def _check_snapshot(md, headers, data: bytes, found, key: str) -> None:

@@ -6,6 +6,7 @@ key (or file), the partition and the offsets."""
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,28 @@ def test_every_read_goes_through_the_rate_limit(tier, monkeypatch):
         manifests = sum(tier.rsm.store.head(tier.key(md, "rsm-manifest")).size for md in segs)
     assert sum(handed) > logs  # the logs and every index
     assert sum(asked) == report.bytes_read == sum(handed) + manifests
+
+
+def test_a_time_index_entry_later_than_the_records(tier):
+    def later(data):  # the first entry's timestamp a second after its records'
+        ts, rel = struct.unpack_from(">qi", data, 0)
+        return struct.pack(">qi", ts + 1000, rel) + data[12:]
+    seg = tier.segment(0, 9, [(0, 0)], mangle={".timeindex": later})
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("index-mismatch", 2, 2)]
+    assert report["findings"][0]["key"] == tier.key(
+        seg, ".timeindex" if tier.kind == "fs" else "indexes")
+    assert "time index entry" in report["findings"][0]["detail"]
+
+
+def test_batches_whose_epoch_the_leader_epoch_index_does_not_give(tier):
+    # the segment's checkpoint says epoch 1 began at offset 5; its batches carry epoch 0
+    seg = tier.segment(0, 9, [(0, 0)], mangle={
+        ".leader_epoch_checkpoint": lambda _: b"0\n2\n0 0\n1 5\n"})
+    tier.segment(10, 19, [(0, 0)])  # the latest leader's lineage: epoch 0 throughout
+    rc, report, _ = scrub_json(tier)
+    assert rc == 1 and kinds(report) == [("index-mismatch", 6, 8)]
+    f = report["findings"][0]
+    assert f["key"] == tier.key(seg, ".leader_epoch_checkpoint" if tier.kind == "fs"
+                                else "indexes")
+    assert "leader epoch 0, the leader-epoch index says 1" in f["detail"]

@@ -67,12 +67,14 @@ class HandTier:
 
     def segment(self, start: int, end: int, epochs, *, leader: str = "",
                 state: RemoteLogSegmentState = S.COPY_SEGMENT_FINISHED,
-                record: bool = True) -> RemoteLogSegmentMetadata:
+                record: bool = True, mangle=None) -> RemoteLogSegmentMetadata:
         """Offsets [start, end] in batches of RECORDS_PER_BATCH; `epochs` is the cumulative
         leader-epoch checkpoint [(epoch, start offset)] (each batch carries the epoch of its
-        offsets); values carry `leader` so divergent copies differ. Copied through the RSM,
-        and (with `record`) added to the RLMM and moved on to `state`."""
-        data = self._files(start, end, epochs, leader)
+        offsets); values carry `leader` so divergent copies differ. `mangle` maps a file
+        suffix (".index", ".timeindex", ".leader_epoch_checkpoint") to a function changing
+        its bytes before the copy (so the tier's checksums are of the changed bytes). Copied
+        through the RSM, and (with `record`) added to the RLMM and moved on to `state`."""
+        data = self._files(start, end, epochs, leader, mangle or {})
         own = {}
         for i, (e, o) in enumerate(epochs):
             nxt = epochs[i + 1][1] if i + 1 < len(epochs) else end + 1
@@ -99,7 +101,7 @@ class HandTier:
         self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             md.remote_log_segment_id, int(time.time() * 1000), custom, state, 0))
 
-    def _files(self, start, end, epochs, leader) -> LogSegmentData:
+    def _files(self, start, end, epochs, leader, mangle) -> LogSegmentData:
         log, offset_entries, time_entries = bytearray(), [], []
         offset = start
         while offset <= end:
@@ -116,12 +118,13 @@ class HandTier:
             offset = last + 1
         lines = "".join(f"{e} {o}\n" for e, o in epochs if o <= end)
         checkpoint = f"0\n{lines.count(chr(10))}\n{lines}".encode()
+        checkpoint = mangle.get(".leader_epoch_checkpoint", bytes)(checkpoint)
         name = f"{start:020d}-{uuid.uuid4().hex[:8]}"
         paths = {}
         for suffix, content in ((".log", bytes(log)), (".index", b"".join(offset_entries)),
                                 (".timeindex", b"".join(time_entries))):
             paths[suffix] = self.files / (name + suffix)
-            paths[suffix].write_bytes(content)
+            paths[suffix].write_bytes(mangle.get(suffix, bytes)(content))
         return LogSegmentData(paths[".log"], paths[".index"], paths[".timeindex"], None, None,
                               checkpoint)
 

@@ -86,7 +86,9 @@ def scrub_tier(rsm: RemoteStorageManager,
                          TokenBucket(max_bytes_per_second) if max_bytes_per_second else None)
     stored = objects.listing()  # before the RLMM: see the module docstring
     with open_rlmm() as rlmm:
-        parts = [_plan(rlmm, objects, stored, tip) for tip in _tips(rlmm, stored, topic)]
+        known = set(rlmm.list_partitions())
+        parts = [_plan(rlmm, objects, stored, tip, tip in known)
+                 for tip in _tips(known, stored, topic)]
     todo = [(p, md) for p in parts for md in p.segments if md.state == _FINISHED]
     tick = _ticker(progress, len(todo), paced)
 
@@ -130,20 +132,20 @@ def _ticker(progress, total: int, paced: PacedStorage) -> Callable[[], None]:
     return tick
 
 
-def _tips(rlmm: RemoteLogMetadataManager, stored: Stored, topic: str | None
+def _tips(known: set[TopicIdPartition], stored: Stored, topic: str | None
           ) -> list[TopicIdPartition]:
-    tips = set(stored.partitions) | set(rlmm.list_partitions())
+    tips = set(stored.partitions) | known
     return sorted((t for t in tips if topic is None or t.topic == topic),
                   key=lambda t: (t.topic, t.partition, str(t.topic_id)))
 
 
 def _plan(rlmm: RemoteLogMetadataManager, objects: TierObjects, stored: Stored,
-          tip: TopicIdPartition) -> _Partition:
-    """The partition's segments from the RLMM and its orphans; or why the RLMM cannot say."""
+          tip: TopicIdPartition, known: bool) -> _Partition:
+    """The partition's segments from the RLMM (`known`: it has a record of the partition)
+    and its orphans; or why the RLMM cannot say."""
     part = _Partition(tip)
     listed = stored.partitions.get(tip, {})
     try:
-        known = tip in rlmm.list_partitions()
         part.segments = list(rlmm.list_remote_log_segments(tip)) if known else []
     except (KafkaEngineError, OSError) as exc:
         count = sum(len(objs) for objs in listed.values())
@@ -228,10 +230,11 @@ def _delete_orphans(objects: TierObjects, open_rlmm, orphans: list[Finding]) -> 
     deleted: list[str] = []
     reported = {f.key for f in orphans}
     with open_rlmm() as rlmm:
+        known = set(rlmm.list_partitions())
         for tip in sorted(stored.partitions, key=lambda t: (t.topic, t.partition)):
             segments = []
             with contextlib.suppress(KafkaEngineError, OSError):
-                if tip in rlmm.list_partitions():
+                if tip in known:
                     segments = list(rlmm.list_remote_log_segments(tip))
                 keys = [key for key, _ in _orphans(objects, stored.partitions[tip], segments)
                         if key in reported]

@@ -159,7 +159,9 @@ def test_unreadable_rlmm_metadata(tier):
     log.write_bytes(bytes(data))
     rc, report, _ = scrub_json(tier)
     assert rc == 1 and kinds(report) == [("unreadable-rlmm", None, None)]
-    assert "neither checked nor judged orphans" in report["findings"][0]["detail"]
+    f = report["findings"][0]
+    assert f["key"] == str(log) and f["partition"] == "hand-0"
+    assert "neither checked nor judged orphans" in f["detail"]
 
 
 def test_bad_usage_exits_2_with_one_line(tier, tmp_path):
@@ -259,3 +261,20 @@ def test_batches_whose_epoch_the_leader_epoch_index_does_not_give(tier):
     assert f["key"] == tier.key(seg, ".leader_epoch_checkpoint" if tier.kind == "fs"
                                 else "indexes")
     assert "leader epoch 0, the leader-epoch index says 1" in f["detail"]
+
+
+def test_objects_of_a_partition_the_rlmm_never_knew_are_not_orphans(tier):
+    from engine.common import Uuid
+    from engine.remote.metadata import TopicIdPartition
+
+    tier.segment(0, 9, [(0, 0)])
+    own = tier.tip
+    tier.tip = TopicIdPartition(Uuid.random(), "other", 3)
+    stranger = tier.segment(40, 49, [(0, 0)], record=False)
+    tier.tip = own
+    rc, report, _ = scrub_json(tier, "--delete-orphans", "--no-dry-run")
+    assert rc == 1 and kinds(report) == [("unknown-partition", 40, None)]
+    f = report["findings"][0]
+    assert f["partition"] == "other-3" and tier.key(stranger, LOG[tier.kind]).startswith(f["key"])
+    assert report["orphans_deleted"] == []
+    assert all(tier.exists(k) for k in tier.keys(stranger))

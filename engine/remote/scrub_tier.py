@@ -16,6 +16,10 @@ Per partition:
 - `orphan`: an object of no segment the RLMM lists; with `delete_orphans` and no dry run,
   deleted (only those reported, and only if the RLMM, read again just before, still lists
   no segment of theirs);
+- `unknown-partition`: objects of a partition the RLMM has no record of at all (not even a
+  deletion): one finding naming the partition's folder; never deleted, since another
+  broker's RLMM may hold it (a tier shared by brokers) or the configuration may not be the
+  one that wrote the tier;
 - `outside-lineage`: a finished segment outside the latest leader's epoch lineage (the
   segment with the highest last epoch, then the highest end offset, gives it with its
   leader-epoch index; `bucket.outside_lineage`);
@@ -30,7 +34,6 @@ listing missed is looked for again before it is called missing.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -154,11 +157,20 @@ def _plan(rlmm: RemoteLogMetadataManager, objects: TierObjects, stored: Stored,
             f"the RLMM cannot list the partition's segments: {exc}; its {count} stored "
             "objects are neither checked nor judged orphans"))
         return part
-    why = ("no segment the RLMM lists has this object (a deleted segment's leftover, or a "
-           "copy never recorded)" if known else
-           "the RLMM has no record of the partition: no segment of it is listed")
+    if not known:
+        keys = sorted(key for objs in listed.values() for key in objs)
+        part.findings.append(Finding(
+            "unknown-partition", keys[0].rpartition("/")[0] + "/", part.name,
+            min(start for start, _ in listed), None,
+            f"the RLMM has no record of the partition: its {len(keys)} objects belong to no "
+            "segment it lists, and are not deleted (the partition may be another broker's "
+            "sharing the tier)"))
+        return part
     for key, stem in _orphans(objects, listed, part.segments):
-        part.findings.append(Finding("orphan", key, part.name, stem[0], None, why))
+        part.findings.append(Finding(
+            "orphan", key, part.name, stem[0], None,
+            "no segment the RLMM lists has this object (a deleted segment's leftover, or a "
+            "copy never recorded)"))
     return part
 
 
@@ -232,13 +244,15 @@ def _delete_orphans(objects: TierObjects, open_rlmm, orphans: list[Finding]) -> 
     with open_rlmm() as rlmm:
         known = set(rlmm.list_partitions())
         for tip in sorted(stored.partitions, key=lambda t: (t.topic, t.partition)):
-            segments = []
-            with contextlib.suppress(KafkaEngineError, OSError):
-                if tip in known:
-                    segments = list(rlmm.list_remote_log_segments(tip))
-                keys = [key for key, _ in _orphans(objects, stored.partitions[tip], segments)
-                        if key in reported]
-                if keys:
-                    objects.delete(keys)
-                    deleted += keys
+            if tip not in known:
+                continue  # not an orphan: see _plan
+            try:
+                segments = list(rlmm.list_remote_log_segments(tip))
+            except (KafkaEngineError, OSError):
+                continue  # unreadable now: nothing of the partition is an orphan for sure
+            keys = [key for key, _ in _orphans(objects, stored.partitions[tip], segments)
+                    if key in reported]
+            if keys:
+                objects.delete(keys)
+                deleted += keys
     return deleted

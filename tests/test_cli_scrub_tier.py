@@ -278,3 +278,18 @@ def test_objects_of_a_partition_the_rlmm_never_knew_are_not_orphans(tier):
     assert f["partition"] == "other-3" and tier.key(stranger, LOG[tier.kind]).startswith(f["key"])
     assert report["orphans_deleted"] == []
     assert all(tier.exists(k) for k in tier.keys(stranger))
+
+
+def test_an_engine_tiered_filesystem_tier_is_clean(tmp_path):
+    """Transactions (some aborted), producer snapshots and two leader epochs, tiered by
+    the RemoteLogManager onto the filesystem tier."""
+    from spark_support import TieredCluster
+
+    cluster = TieredCluster(tmp_path)
+    cluster.produce_and_tier("events", 2, 600)
+    rc, out, err = scrub("--config", str(cluster.config), "--json")
+    assert rc == 0, (out, err)
+    report = json.loads(out)
+    assert report["clean"] and report["partitions"] == 2 and report["segments"] > 4
+    assert report["bytes_read"] > sum(p.stat().st_size
+                                      for p in (tmp_path / "tier").rglob("*.log"))

@@ -293,3 +293,26 @@ def test_an_engine_tiered_filesystem_tier_is_clean(tmp_path):
     assert report["clean"] and report["partitions"] == 2 and report["segments"] > 4
     assert report["bytes_read"] > sum(p.stat().st_size
                                       for p in (tmp_path / "tier").rglob("*.log"))
+
+
+def test_the_broker_chunk_cache_does_not_hide_damage(tmp_path, s3_server):
+    """A disk chunk cache keeps chunks across restarts: a scrub reading through it would
+    check the cached chunk, not the object."""
+    tier = HandTier(tmp_path, "s3", s3_server)
+    try:
+        seg = tier.segment(0, 9, [(0, 0)])
+        with tier.config.open("a") as f:
+            f.write("rsm.config.fetch.chunk.cache.class="
+                    "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache\n"
+                    f"rsm.config.fetch.chunk.cache.path={tmp_path / 'cache'}\n"
+                    "rsm.config.fetch.chunk.cache.size=10000000\n")
+        rc, report, _ = scrub_json(tier)
+        assert rc == 0, report
+        key = tier.key(seg, "log")
+        data = bytearray(tier.rsm.store.get(key))
+        data[70] ^= 0xFF
+        tier.rsm.store.put_bytes(key, bytes(data))
+        rc, report, _ = scrub_json(tier)
+        assert rc == 1 and kinds(report) == [("corrupt-batch", 0, 9)]
+    finally:
+        tier.close()

@@ -136,8 +136,9 @@ def _scrub_tier(args):
     broker = load_broker_config(args.config, check_dirs=False)
     props = broker.originals()
     prefix = broker[factory.RSM_PREFIX_KEY]
-    # no chunk cache: a chunk cached from before would hide its object's damage
-    props = {k: v for k, v in props.items() if not k.startswith(f"{prefix}fetch.chunk.cache.")}
+    # no chunk cache (none without its class): a chunk cached before would hide its
+    # object's damage
+    props.pop(f"{prefix}fetch.chunk.cache.class", None)
     name = broker[factory.RSM_CLASS_KEY] or factory.DEFAULT_RSM_CLASS
     if name.replace(":", ".") == factory.DEFAULT_RSM_CLASS.replace(":", "."):
         props[f"{prefix}log.read.verification"] = "full"  # every file's CRC

@@ -18,6 +18,7 @@ An object is named by its key: the object key, or the file's path.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import re
@@ -53,7 +54,7 @@ class Stored:
         return sum(len(objs) for segs in self.partitions.values() for objs in segs.values())
 
 
-class TierObjects:
+class TierObjects(abc.ABC):
     """One tier's layout (see the module docstring)."""
 
     #: where the objects are, for the report
@@ -62,37 +63,41 @@ class TierObjects:
     log_suffix: str
     main_suffix: str
 
+    @abc.abstractmethod
     def listing(self) -> Stored:
-        raise NotImplementedError
+        """Every segment object of the tier, as it is now."""
 
+    @abc.abstractmethod
     def expected(self, md: RemoteLogSegmentMetadata) -> dict[str, tuple[str, bool]]:
         """suffix -> (the key a read of it uses, whether a finished segment must have it)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def find(self, md: RemoteLogSegmentMetadata, suffix: str, key: str,
              listed: dict[str, tuple[str, int]]) -> tuple[str, int | None]:
         """(key, size) of the segment's object `suffix` (size None: absent); `listed` holds
         the segment's listed objects."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def check(self, paced: PacedStorage, md: RemoteLogSegmentMetadata,
               objects: dict[str, tuple[str, int | None]], found: SegmentFindings) -> bool:
         """The objects' sizes against what the segment records; False when its data cannot
         be checked after this."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def index_key(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
-        raise NotImplementedError
+        """The key of the object holding the segment's index `index_type`."""
 
     def main_key(self, md: RemoteLogSegmentMetadata) -> str:
+        """The key naming the segment in findings about all of it."""
         return self.expected(md)[self.main_suffix][0]
 
+    @abc.abstractmethod
     def delete(self, keys: list[str]) -> None:
-        raise NotImplementedError
+        """Deletes these objects (absent ones are no error)."""
 
 
 def objects_of(rsm: RemoteStorageManager) -> TierObjects:
-    """The layout of the engine's tier `rsm` is. ConfigError for another RSM (its layout is
+    """The layout of `rsm`, one of the engine's tiers. ConfigError for another RSM (its layout is
     its own)."""
     from engine.remote.filesystem import FileSystemRemoteStorageManager
 

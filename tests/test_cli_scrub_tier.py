@@ -53,6 +53,7 @@ def test_a_clean_tier_exits_0_with_progress_and_a_summary(tier):
     assert rc == 0, (out, err)
     assert "1 partitions, 2 segments" in out and "clean" in out
     assert "scrub: 2/2 segments" in err
+    assert "2 finished segments in 1 partitions to check" in err
 
 
 def test_segments_being_copied_or_deleted_are_neither_missing_nor_orphans(tier):

@@ -93,6 +93,9 @@ def scrub_tier(rsm: RemoteStorageManager,
         parts = [_plan(rlmm, objects, stored, tip, tip in known)
                  for tip in _tips(known, stored, topic)]
     todo = [(p, md) for p in parts for md in p.segments if md.state == _FINISHED]
+    if progress is not None:
+        progress(f"scrub: {stored.count()} objects listed in {objects.where}; "
+                 f"{len(todo)} finished segments in {len(parts)} partitions to check")
     tick = _ticker(progress, len(todo), paced)
 
     def check(item):

@@ -4,6 +4,7 @@ in one run.
 
     .venv/bin/python bench/compare_scrub.py              # 256 MiB of records in 8 segments
     .venv/bin/python bench/compare_scrub.py --mb 64 --segments 4 --reps 5
+    .venv/bin/python bench/compare_scrub.py --fs   # the filesystem tier too
 
 Set-up: bench/segment.py's zstd segment (batches of 100 realistic records) cut at batch
 boundaries into --segments remote segments, each with an offset and a time index entry per
@@ -63,16 +64,19 @@ MiB = 1 << 20
 INDEX_INTERVAL = 4096
 
 
-def build_tier(base: Path, server: S3Server, mb: int, segments: int, chunk_mb: int
+def build_tier(base: Path, server: S3Server | None, mb: int, segments: int, chunk_mb: int
                ) -> dict[str, str]:
     """The broker properties of a tier holding `segments` segments cut from one `mb` MiB
-    zstd log."""
-    props = {"log.dirs": str(base / "logs"), "remote.log.storage.system.enable": "true",
-             "remote.log.storage.manager.class.name":
-             "io.aiven.kafka.tieredstorage.RemoteStorageManager",
-             "rsm.config.key.prefix": f"bench-{Uuid.random()}/",
-             "rsm.config.chunk.size": str(chunk_mb * MiB)}
-    props.update({f"rsm.config.{k}": v for k, v in server.config().items()})
+    zstd log: on the S3 `server`, or (None) on the filesystem tier."""
+    props = {"log.dirs": str(base / "logs"), "remote.log.storage.system.enable": "true"}
+    if server is None:
+        props.update({"rsm.config.dirs": str(base / "tier"), "rsm.config.fsync": "false"})
+    else:
+        props.update({"remote.log.storage.manager.class.name":
+                      "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+                      "rsm.config.key.prefix": f"bench-{Uuid.random()}/",
+                      "rsm.config.chunk.size": str(chunk_mb * MiB)})
+        props.update({f"rsm.config.{k}": v for k, v in server.config().items()})
     (base / "logs").mkdir(parents=True)
     log = segment("zstd", mb * MiB)
     h = scan_batches(log, verify_crc=False).headers
@@ -129,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-mb", type=int, default=4)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fs", action="store_true",
+                    help="also the filesystem tier: scrub against reading every file whole")
     args = ap.parse_args(argv)
     rep = Report()
     with tempfile.TemporaryDirectory(prefix="bench-scrub-") as tmp:
@@ -140,6 +146,9 @@ def main(argv=None) -> int:
             measure(rep, props, args)
         finally:
             server.stop()
+        if args.fs:
+            props = build_tier(Path(tmp) / "fs", None, args.mb, args.segments, args.chunk_mb)
+            measure_fs(rep, props, args, Path(tmp) / "fs" / "tier")
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines()
                   if ln.startswith("Model name")), platform.processor())
@@ -185,6 +194,32 @@ def measure(rep: Report, props: dict[str, str], args) -> None:
     rep.add("scrub", f"scrub_tier, {args.threads} threads", total / MiB / best["scrub"],
             "MB/s")
     rep.ratio("scrub vs raw sequential GETs", best["raw"] / best["scrub"], 0.8)
+
+
+def measure_fs(rep: Report, props: dict[str, str], args, tier: Path) -> None:
+    config = BrokerConfig(dict(props))
+    files = sorted(p for p in tier.rglob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in files)
+    print(f"{len(files)} files, {total / MiB:.1f} MiB under {tier}", flush=True)
+
+    def raw() -> None:
+        assert sum(len(p.read_bytes()) for p in files) == total
+
+    best = {"raw": float("inf"), "scrub": float("inf")}
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        raw()
+        best["raw"] = min(best["raw"], time.perf_counter() - t0)
+        with create_remote_storage_manager(BrokerConfig(dict(props))) as fresh:
+            t0 = time.perf_counter()
+            report = scrub_tier(fresh, lambda: open_remote_log_metadata_reader(config),
+                                threads=args.threads)
+            best["scrub"] = min(best["scrub"], time.perf_counter() - t0)
+        assert report.clean and report.segments == args.segments, report.summary()
+    rep.add("fs", "sequential reads of every file (page cache)", total / MiB / best["raw"],
+            "MB/s")
+    rep.add("fs", f"scrub_tier, {args.threads} threads", total / MiB / best["scrub"], "MB/s")
+    rep.ratio("filesystem tier: scrub vs sequential reads", best["raw"] / best["scrub"])
 
 
 if __name__ == "__main__":

@@ -157,6 +157,9 @@ class PacedStorage(RemoteStorageManager):
     def fetch_index(self, metadata, index_type):
         return io.BytesIO(self.fetch_index_bytes(metadata, index_type))
 
+    def verifies_batch_crcs(self, metadata) -> bool:
+        return self.rsm.verifies_batch_crcs(metadata)
+
     def get_object(self, store, key: str, max_bytes: int | None = None) -> bytes:
         """A whole object of the store (a manifest), counted and paced."""
         data = store.get(key, max_bytes=max_bytes)
@@ -273,12 +276,15 @@ def _scan_log(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> np.nda
     """Every batch header of the `.log` (CRCs checked), read in windows through the RSM."""
     where = describe_segment(md)
     size = md.segment_size_in_bytes
+    # an RSM that checks every batch CRC before it serves a range (the filesystem tier with
+    # its checksum record) fails the read itself: a second pass would find nothing more
+    verify = not rsm.verifies_batch_crcs(md)
     parts, position = [], 0
     window = WINDOW
     while position < size:
         end = min(size, position + window)
         records = MemoryRecords(rsm.read_range(md, position, end))
-        headers = records.scan(verify_crc=True)
+        headers = records.scan(verify_crc=verify)
         if not len(headers):
             if end == size:
                 raise CorruptRecordError(f"{where}: {size - position} bytes at byte {position} "
@@ -288,7 +294,7 @@ def _scan_log(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> np.nda
             continue
         headers = headers.copy()
         check_batches(headers, where, position=position, min_offset=md.start_offset,
-                      max_offset=md.end_offset)
+                      max_offset=md.end_offset, crc=verify)
         headers["position"] += position
         parts.append(headers)
         position += records.valid_bytes

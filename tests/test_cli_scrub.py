@@ -50,13 +50,16 @@ def test_an_engine_written_bucket_is_clean(tmp_path, s3_server):
     props.update({f"rsm.config.{k}": v for k, v in s3_server.config().items()})
     cluster = TieredCluster(tmp_path, props)
     cluster.produce_and_tier("events", 2, 600)
-    rc, out, err = scrub("--config", str(cluster.config), "--json")
-    assert rc == 0, (out, err)
-    report = json.loads(out)
-    assert report["clean"] and report["segments"] > 4 and report["partitions"] == 2
-    assert report["bytes_read"] > 0
-    assert "scrub:" in err  # progress on stderr
-    assert s3_server.secret_key not in out + err
+    bucket = f"s3://{s3_server.buckets[0]}/{prefix}"
+    for args in (["--config", str(cluster.config)],  # the tier, through its RLMM
+                 ["--bucket", bucket, "--config", str(cluster.config)]):  # objects alone
+        rc, out, err = scrub(*args, "--json")
+        assert rc == 0, (args, out, err)
+        report = json.loads(out)
+        assert report["clean"] and report["segments"] > 4 and report["partitions"] == 2
+        assert report["bytes_read"] > 0
+        assert "scrub:" in err  # progress on stderr
+        assert s3_server.secret_key not in out + err
 
 
 def test_a_clean_hand_built_bucket_exits_0_with_a_summary(hand):

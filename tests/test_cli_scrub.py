@@ -50,13 +50,16 @@ def test_an_engine_written_bucket_is_clean(tmp_path, s3_server):
     props.update({f"rsm.config.{k}": v for k, v in s3_server.config().items()})
     cluster = TieredCluster(tmp_path, props)
     cluster.produce_and_tier("events", 2, 600)
-    rc, out, err = scrub("--config", str(cluster.config), "--json")
-    assert rc == 0, (out, err)
-    report = json.loads(out)
-    assert report["clean"] and report["segments"] > 4 and report["partitions"] == 2
-    assert report["bytes_read"] > 0
-    assert "scrub:" in err  # progress on stderr
-    assert s3_server.secret_key not in out + err
+    bucket = f"s3://{s3_server.buckets[0]}/{prefix}"
+    for args in (["--config", str(cluster.config)],  # the tier, through its RLMM
+                 ["--bucket", bucket, "--config", str(cluster.config)]):  # objects alone
+        rc, out, err = scrub(*args, "--json")
+        assert rc == 0, (args, out, err)
+        report = json.loads(out)
+        assert report["clean"] and report["segments"] > 4 and report["partitions"] == 2
+        assert report["bytes_read"] > 0
+        assert "scrub:" in err  # progress on stderr
+        assert s3_server.secret_key not in out + err
 
 
 def test_a_clean_hand_built_bucket_exits_0_with_a_summary(hand):
@@ -176,3 +179,39 @@ def test_bad_usage_exits_2_with_one_line(hand, tmp_path):
         rc, out, err = scrub(*args)
         assert rc == 2, (args, out, err)
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_every_read_of_a_bucket_scrub_goes_through_the_rate_limit(hand, monkeypatch):
+    """In-process: the shared TokenBucket is asked for every byte read, the resolution's
+    manifest, index and tail reads included (no real sleeping)."""
+    import engine.remote.scrub as scrub_module
+    from engine.remote.objectstore.store import TokenBucket
+
+    segs = [hand.segment(0, 9, [(0, 0)]), hand.segment(10, 20, [(0, 0), (1, 14)])]
+    asked = []
+
+    class Recording(TokenBucket):
+        def __init__(self, rate):
+            super().__init__(rate, sleep=lambda s: None)
+
+        def acquire(self, n):
+            asked.append(n)
+            return super().acquire(n)
+
+    monkeypatch.setattr(scrub_module, "TokenBucket", Recording)
+    with hand.open() as bucket:
+        handed = []  # bytes the RSM hands out, to the resolution and to the checks
+        for name in ("read_range", "read_range_into", "map_range", "fetch_index_bytes"):
+            real = getattr(bucket.rsm, name)
+
+            def counted(md, *a, _real=real, _into=name == "read_range_into"):
+                out = _real(md, *a)
+                handed.append(out if _into else len(out))
+                return out
+            monkeypatch.setattr(bucket.rsm, name, counted)
+        report = scrub_module.scrub_bucket(bucket, max_bytes_per_second=1000)
+    assert report.clean, report.summary()
+    manifests = sum(len(s.manifest) for s in segs)  # each GET once by the manifest check
+    once = sum(len(s.log) + len(s.indexes) for s in segs)
+    assert sum(handed) > once  # the checks read everything, the resolution indexes and tails
+    assert sum(asked) == report.bytes_read == sum(handed) + manifests

@@ -89,3 +89,22 @@ def test_default_rlmm_is_the_embedded_one_in_the_first_log_dir(tmp_path, name):
         assert type(rlmm) is EmbeddedRemoteLogMetadataManager
         assert rlmm.broker_id == 1
         assert (tmp_path / "l1" / "__remote_log_metadata").is_dir()
+
+
+def test_a_reader_of_the_embedded_rlmm_takes_no_lock_and_needs_its_directory(tmp_path):
+    from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
+    from engine.remote.factory import open_remote_log_metadata_reader
+
+    config = BrokerConfig({"log.dirs": f"{tmp_path}/logs"})
+    with pytest.raises(ConfigError, match="holds no remote log metadata"):
+        open_remote_log_metadata_reader(config)
+    writer = create_remote_log_metadata_manager(config, f"{tmp_path}/logs")
+    try:  # the broker's writer holds the lock; a reader opens beside it
+        with open_remote_log_metadata_reader(config) as reader:
+            assert isinstance(reader, EmbeddedRemoteLogMetadataManager) and reader.read_only
+    finally:
+        writer.close()
+    moved = BrokerConfig({"log.dirs": f"{tmp_path}/logs",
+                          "rlmm.config.metadata.dir": f"{tmp_path}/elsewhere"})
+    with pytest.raises(ConfigError, match="rlmm.config.metadata.dir"):
+        open_remote_log_metadata_reader(moved)

@@ -720,3 +720,13 @@ def _outside(md: RemoteLogSegmentMetadata, lineage) -> str | None:
                 f"latest leader's lineage ends at {span[1] - 1} (a divergent copy of an "
                 "earlier leader)")
     return None
+
+
+def outside_lineage(metadata: RemoteLogSegmentMetadata, latest: RemoteLogSegmentMetadata,
+                    checkpoint: Iterable[EpochEntry]) -> str | None:
+    """Why `metadata` is not part of the lineage of `latest` (the latest leader's segment,
+    with `checkpoint`, its leader-epoch index), None when it is: the rule the resolution
+    applies, for segments listed by an RLMM."""
+    tip = Described(SegmentObjects(latest.start_offset, latest.remote_log_segment_id.id),
+                    latest, tuple(checkpoint))
+    return _outside(metadata, _lineage(tip))

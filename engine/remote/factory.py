@@ -43,6 +43,7 @@ __all__ = [
     "RSM_CLASS_ALIASES",
     "create_remote_log_metadata_manager",
     "create_remote_storage_manager",
+    "open_remote_log_metadata_reader",
 ]
 
 RSM_CLASS_KEY = "remote.log.storage.manager.class.name"
@@ -88,6 +89,37 @@ def create_remote_log_metadata_manager(broker_config: BrokerConfig,
     return _build(RLMM_CLASS_KEY, name,
                   RemoteLogMetadataManager,  # type: ignore[type-abstract]  # as above
                   prefix, configs)
+
+
+def open_remote_log_metadata_reader(broker_config: BrokerConfig) -> RemoteLogMetadataManager:
+    """The configured RLMM for a command that only reads it while the broker may run
+    (`scrub`): the embedded one opened read-only (no lock taken, nothing written), any other
+    class built as `create_remote_log_metadata_manager` builds it. ConfigError when the
+    embedded store's directory does not exist (nothing was tiered with this configuration,
+    or the configuration is not the broker's)."""
+    from pathlib import Path
+
+    from engine.remote.embedded_rlmm import (
+        METADATA_DIR_CONFIG,
+        METADATA_DIR_NAME,
+        EmbeddedRemoteLogMetadataManager,
+    )
+
+    name = broker_config[RLMM_CLASS_KEY]
+    first_log_dir = broker_config.log_dirs[0]
+    if name and name != KAFKA_TOPIC_BASED_RLMM_CLASS and \
+            name.replace(":", ".") != DEFAULT_RLMM_CLASS.replace(":", "."):
+        return create_remote_log_metadata_manager(broker_config, first_log_dir)
+    prefixed = broker_config.with_prefix(broker_config[RLMM_PREFIX_KEY])
+    if prefixed.get(METADATA_DIR_CONFIG):
+        key = broker_config[RLMM_PREFIX_KEY] + METADATA_DIR_CONFIG
+        directory = Path(prefixed[METADATA_DIR_CONFIG])
+    else:
+        key, directory = "log.dirs", Path(first_log_dir) / METADATA_DIR_NAME
+    if not directory.is_dir():
+        raise ConfigError(key, str(directory), "holds no remote log metadata: nothing has "
+                                               "been tiered with this configuration")
+    return EmbeddedRemoteLogMetadataManager.open_read_only(directory)
 
 
 def _build(key: str, name: str, interface: type[_Plugin], prefix: str,

@@ -246,6 +246,10 @@ class ObjectInfo:
     etag: str | None = None
 
 
+#: how long `_Loop.close` leaves obstore's threads to finish calling into Python
+_SETTLE_S = 0.02
+
+
 class _Loop:
     """One asyncio event loop on a daemon thread, for obstore's async calls."""
 
@@ -268,6 +272,11 @@ class _Loop:
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self.loop.close()
+        # obstore's runtime thread that resolved the last call may still be on its way back
+        # from waking this loop and wait for the GIL: if the interpreter finalizes first,
+        # CPython ends that foreign thread with pthread_exit, which aborts the process. A
+        # blocking pause hands it the GIL (seen as exit status -6 right after a last LIST)
+        time.sleep(_SETTLE_S)
 
 
 _THREAD = threading.local()

@@ -96,6 +96,9 @@ def cluster_id_of(log_dirs) -> str:
 class ReadBroker:
     """One broker leading every partition of `log_manager`; see the module docstring."""
 
+    #: whether DescribeConfigs is answered (topic configs are known)
+    describes_configs = True
+
     def __init__(self, log_manager, rlm) -> None:
         self.log_manager = log_manager
         self.rlm = rlm
@@ -133,6 +136,9 @@ class ReadBroker:
 
     def topics(self) -> list[str]:
         return sorted({tp.topic for tp in self.log_manager.partitions()})
+
+    def leader_epoch_of(self, topic: str, partition: int) -> int:
+        return self._leader_epoch(self.log_manager.get_log(topic, partition))
 
     def _leader_epoch(self, unified) -> int:
         cache = unified.leader_epoch_cache
@@ -184,10 +190,9 @@ class ReadBroker:
                 continue
             rows = []
             for p in partitions:
-                unified = self.log_manager.get_log(entry, p)
                 rows.append({"error_code": E.NONE, "partition_index": p,
                              "leader_id": ep.node_id,
-                             "leader_epoch": self._leader_epoch(unified),
+                             "leader_epoch": self.leader_epoch_of(entry, p),
                              "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
                              "offline_replicas": []})
             topics.append({"error_code": E.NONE, "name": entry,

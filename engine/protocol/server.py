@@ -130,7 +130,9 @@ class KafkaServer:
                            if m in sasl.MECHANISMS]
         #: the API keys answered (ApiVersions lists these only)
         self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA,
-                                   DESCRIBE_CONFIGS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
+                                   SASL_HANDSHAKE, SASL_AUTHENTICATE}
+                                  | ({DESCRIBE_CONFIGS} if broker.describes_configs
+                                     else set())
                                   | (coordinator.api_keys if coordinator else frozenset()))
 
     async def start(self, listeners: list[Listener],
@@ -300,7 +302,7 @@ class KafkaServer:
             return await self._fetch(body, v, session["allowed"])
         if key == PRODUCE:
             return ReadBroker.produce(body)
-        if key == DESCRIBE_CONFIGS:
+        if key == DESCRIBE_CONFIGS and key in self.api_keys:
             return self.broker.describe_configs(body, v, session["allowed"])
         if self.coordinator is not None and key in self.coordinator.api_keys:
             return await self.coordinator.handle(req, session, self)

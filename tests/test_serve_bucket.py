@@ -72,6 +72,7 @@ def server(cluster, s3_server, tmp_path_factory):
            "--config", str(config), "--state-dir", str(base / "state"),
            "--refresh-interval-ms", str(REFRESH_MS)]
     proc = BucketServe(cmd)
+    proc.state_dir = base / "state"
     yield proc
     assert proc.stop() == 0, proc.output()
     assert "Traceback" not in proc.output(), proc.output()
@@ -156,6 +157,9 @@ def test_kafka_python_consumes_the_bucket(server, want, read_committed):
     finally:
         consumer.close()
     _check(got, want, read_committed)
+    # read through the default chunk cache and the remote index cache in the state dir
+    assert any((server.state_dir / "chunk-cache").rglob("*.chunk"))
+    assert any((server.state_dir / "remote-log-index-cache").glob("*.index"))
 
 
 @pytest.mark.parametrize("read_committed", [False, True])

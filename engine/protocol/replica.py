@@ -19,12 +19,12 @@ refresh fails keeps its previous state (the failure is logged).
 Reads (`read`): the kept segment holding the offset, the position from its remote offset
 index (RemoteIndexCache, files under the state dir), batch headers walked from there, whole
 batches up to `max_bytes` read through the RSM (its chunk cache and read-ahead, which goes on
-into the next kept segment), checked as a consumer with `check.crcs` checks them, cut where
-the next kept segment takes over (overlapping uploads) and at the last stable offset for
-read_committed, whose aborted transactions come from the remote transaction indexes. Kafka's
-answers for what the bucket does not hold: an offset outside [log start, log end], in a gap
-between kept segments, or in a segment deleted since the listing is OffsetOutOfRangeError,
-never other records.
+into the next kept segment; `serving_settings` gives a replica both by default), checked as
+a consumer with `check.crcs` checks them, cut where the next kept segment takes over
+(overlapping uploads) and at the last stable offset for read_committed, whose aborted
+transactions come from the remote transaction indexes. Kafka's answers for what the bucket
+does not hold: an offset outside [log start, log end], in a gap between kept segments, or in
+a segment deleted since the listing is OffsetOutOfRangeError, never other records.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ from engine.remote.segment_access import (
 )
 from engine.remote.storage import IndexType
 
-__all__ = ["BucketReplica", "ReplicaPartition", "ReplicaRead"]
+__all__ = ["BucketReplica", "ReplicaPartition", "ReplicaRead", "open_replica",
+           "serving_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ _HEADER_PROBE = 64
 #: ListOffsets specs (ListOffsetsRequest)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _NOT_FOUND = (-1, -1, -1)
+#: the chunk cache and read-ahead of a replica whose settings name no chunk cache
+CHUNK_CACHE_BYTES = 1 << 30
+READ_AHEAD_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -372,10 +376,27 @@ class BucketReplica:
         return -1
 
 
+def serving_settings(settings, broker_props, state_dir) -> dict[str, str]:
+    """`settings`, with a chunk cache when neither they nor the broker file's `rsm.config.*`
+    keys name one: the plugin's DiskChunkCache under `<state_dir>/chunk-cache`
+    (CHUNK_CACHE_BYTES) with read-ahead (READ_AHEAD_BYTES), so that a consumer reading on
+    finds the next chunks fetched and a re-read costs no GET."""
+    out = dict(settings or {})
+    prefix = (broker_props or {}).get("remote.log.storage.manager.impl.prefix") or "rsm.config."
+    named = set(out) | {k[len(prefix):] for k in broker_props or {} if k.startswith(prefix)}
+    if "fetch.chunk.cache.class" not in named:
+        out.update({"fetch.chunk.cache.class": "disk",
+                    "fetch.chunk.cache.path": str(Path(state_dir) / "chunk-cache"),
+                    "fetch.chunk.cache.size": str(CHUNK_CACHE_BYTES),
+                    "fetch.chunk.cache.prefetch.max.size": str(READ_AHEAD_BYTES)})
+    return out
+
+
 def open_replica(url: str, settings, broker_props, state_dir) -> BucketReplica:
-    """A BucketReplica with its first listing done: ConfigError (naming the bucket) when
-    the store's settings are bad or the bucket cannot be listed."""
-    replica = BucketReplica(url, settings, broker_props, state_dir=state_dir)
+    """A BucketReplica (with `serving_settings`) with its first listing done: ConfigError
+    (naming the bucket) when the store's settings are bad or the bucket cannot be listed."""
+    replica = BucketReplica(url, serving_settings(settings, broker_props, state_dir),
+                            broker_props, state_dir=state_dir)
     try:
         replica.refresh()
     except ConfigError:

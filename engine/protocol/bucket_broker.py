@@ -75,8 +75,9 @@ class BucketBroker(ReadBroker):
         return ends
 
     def fetch_once(self, targets, max_bytes: int, read_committed: bool,
-                   version: int) -> tuple[list, int]:
-        """One pass over the requested partitions: (responses, record bytes)."""
+                   version: int, file_regions: bool = False) -> tuple[list, int]:
+        """One pass over the requested partitions: (responses, record bytes). Records are
+        views of the chunks read (`file_regions` has no effect: nothing is a local file)."""
         responses = []
         total = 0
         for head, name, parts in targets:

@@ -34,6 +34,7 @@ from typing import NoReturn
 
 from engine.errors import InvalidRequestError, UnsupportedVersionError
 from engine.protocol import messages
+from engine.records.file_region import FileRegion
 
 __all__ = [
     "InvalidRequestError",
@@ -436,7 +437,7 @@ def _write_value(w: _Writer, type_: str, value, f: Field, version: int, flexible
         w.length(len(data), flexible, False)
         w.cur += data
         return
-    n = memoryview(value).nbytes
+    n = _nbytes(value)
     w.length(n, flexible, True)
     if type_ == "records" and n:
         w.view(value)
@@ -487,14 +488,19 @@ def _write_struct(w: _Writer, s: Struct, value: dict, version: int, flexible: bo
 _MISSING = object()
 
 
+def _nbytes(part) -> int:
+    return part.nbytes if isinstance(part, FileRegion) else memoryview(part).nbytes
+
+
 def _framed(parts: list) -> list:
-    size = sum(memoryview(p).nbytes for p in parts)
+    size = sum(map(_nbytes, parts))
     return [_I32.pack(size), *parts]
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> list:
     """The whole response frame (4-byte size first) as a list of buffers; `records`
-    values are included as given (no copy). Absent fields take their default."""
+    values (buffers or FileRegions) are included as given (no copy). Absent fields take
+    their default."""
     flexible = is_flexible(api_key, version)
     w = _Writer()
     w.cur += _I32.pack(correlation_id)

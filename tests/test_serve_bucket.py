@@ -273,6 +273,18 @@ def test_metadata_and_list_offsets_from_the_bucket(cluster, server, want):
                 {"partition": 0, "fetch_offset": end + 5, "partition_max_bytes": 1 << 20}]}]})
         row = resp["responses"][0]["partitions"][0]
         assert row["error_code"] == 1 and not memoryview(row["records"]).nbytes
+        # Kafka's limits: the first partition whole past max_bytes, the others nothing
+        resp = client.call(1, 16, {
+            "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": [{
+                "topic_id": topic["topic_id"], "partitions": [
+                    {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1}
+                    for p in range(PARTITIONS)]}]})
+        rows = resp["responses"][0]["partitions"]
+        sizes = [memoryview(r["records"]).nbytes for r in rows]
+        assert sizes[0] > 1 and sizes[1:] == [0] * (PARTITIONS - 1), sizes
+        assert [r["high_watermark"] for r in rows] == [
+            want[(False, p)][-1].offset + 1 for p in range(PARTITIONS)]
     finally:
         client.close()
 
@@ -323,3 +335,26 @@ def test_offsets_between_segments_are_out_of_range(s3_server, tmp_path):
             replica.close()
     finally:
         hand.close()
+
+
+def test_serve_bucket_arguments(tmp_path, s3_server):
+    """Bad arguments are one `error:` line and exit status 2, before anything listens."""
+    import subprocess
+    import sys
+
+    def serve(*args):
+        return subprocess.run([sys.executable, "-m", "engine", "serve", *args],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    url = f"s3://{s3_server.buckets[0]}/nothing-here/"
+    for args, message in (
+            (["--bucket", url], "--state-dir"),
+            (["--bucket", url, "--state-dir", str(tmp_path), "--store", "novalue"],
+             "expected KEY=VALUE"),
+            (["--bucket", "http://x/y", "--state-dir", str(tmp_path)], "s3://<bucket>"),
+            (["--store", "a=b", "--config", str(tmp_path / "none.properties")],
+             "only with --bucket"),
+            ([], "--config")):
+        run = serve(*args)
+        assert run.returncode == 2 and run.stderr.startswith("error: "), (args, run.stderr)
+        assert message in run.stderr, (args, run.stderr)

@@ -4,9 +4,10 @@ RLM. Metadata lists the bucket's topics (their ids from the object keys) and par
 by this node at the lineage's last leader epoch; ListOffsets and Fetch answer from the
 bucket's segments and indexes; the high watermark is the end of the last segment.
 
-Kafka's Fetch budget is kept: a partition reads at most its `partition_max_bytes` and what is
-left of the response's `max_bytes`; the first partition with data is returned whole even
-past it. Partitions are read one after the other on the I/O thread serving the request.
+Kafka's Fetch limits are kept as ReadBroker keeps them: a partition reads at most its
+`partition_max_bytes`; the first partition with data is returned whole even past the
+response's `max_bytes`, later ones get the whole batches that fit what is left. The
+partitions of a request are read at once (BucketReplica.read_many).
 DescribeConfigs is not served: the bucket holds no topic configs.
 """
 
@@ -45,9 +46,8 @@ class BucketBroker(ReadBroker):
 
     def refresh_topics(self) -> None:
         ids = {}
-        for topic in self.replica.topics():
-            part = self.replica.partition(topic, self.replica.topics()[topic][0])
-            ids[topic] = bytes(part.tip.topic_id)
+        for topic, partitions in self.replica.topics().items():
+            ids[topic] = bytes(self.replica.partition(topic, partitions[0]).tip.topic_id)
         self.topic_ids = ids
         self.topics_by_id = {v: k for k, v in ids.items()}
 
@@ -78,8 +78,7 @@ class BucketBroker(ReadBroker):
                    version: int, file_regions: bool = False) -> tuple[list, int]:
         """One pass over the requested partitions: (responses, record bytes). Records are
         views of the chunks read (`file_regions` has no effect: nothing is a local file)."""
-        responses = []
-        total = 0
+        responses, requests, slots = [], [], []
         for head, name, parts in targets:
             rows = []
             for p in parts:
@@ -91,41 +90,29 @@ class BucketBroker(ReadBroker):
                 if not isinstance(name, str):
                     row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
                     continue
-                total += self._fetch_partition(row, name, p, max_bytes, total,
-                                               read_committed)
+                requests.append((name, p["partition"], p["fetch_offset"],
+                                 max(0, p["partition_max_bytes"])))
+                slots.append(row)
             responses.append({**head, "partitions": rows})
+        total = 0
+        for row, request, result in zip(slots, requests,
+                                        self.replica.read_many(requests, read_committed)):
+            if isinstance(result, Exception):
+                row["error_code"] = E.error_code(result)
+                log.log(logging.WARNING if row["error_code"] == E.UNKNOWN_SERVER_ERROR
+                        else logging.INFO, "Fetch %s-%s at %s: %s", *request[:3], result)
+                continue
+            self._fill_offsets(row, result.partition)
+            view = memoryview(result.records)
+            if total and total + view.nbytes > max_bytes:
+                view = whole_batches(view, max(0, max_bytes - total))
+            total += view.nbytes
+            row["records"] = view
+            if read_committed:
+                row["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in result.aborted_transactions] if view.nbytes else []
         return responses, total
-
-    def _fetch_partition(self, row: dict, name: str, p: dict, max_bytes: int, total: int,
-                         read_committed: bool) -> int:
-        """Fills one partition's row; returns its record bytes."""
-        budget = max(0, p["partition_max_bytes"])
-        if total:
-            budget = min(budget, max(0, max_bytes - total))
-        try:
-            if total and not budget:  # the response is full: no read, only the offsets
-                self._fill_offsets(row, self.replica.partition(name, p["partition"]))
-                return 0
-            result = self.replica.read(name, p["partition"], p["fetch_offset"], budget,
-                                       read_committed)
-        except Exception as exc:  # noqa: BLE001 - one partition fails alone
-            row["error_code"] = E.error_code(exc)
-            if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
-                log.warning("Fetch %s-%s at %s failed: %s", name, p["partition"],
-                            p["fetch_offset"], exc)
-            else:
-                log.info("Fetch %s-%s at %s: %s", name, p["partition"], p["fetch_offset"], exc)
-            return 0
-        self._fill_offsets(row, result.partition)
-        view = memoryview(result.records)
-        if total and view.nbytes > budget:
-            view = whole_batches(view, budget)
-        row["records"] = view
-        if read_committed:
-            row["aborted_transactions"] = [
-                {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                for a in result.aborted_transactions] if view.nbytes else []
-        return view.nbytes
 
     @staticmethod
     def _fill_offsets(row: dict, part) -> None:

@@ -30,6 +30,7 @@ a segment deleted since the listing is OffsetOutOfRangeError, never other record
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import logging
 import threading
 from dataclasses import dataclass
@@ -77,6 +78,8 @@ _NOT_FOUND = (-1, -1, -1)
 #: the chunk cache and read-ahead of a replica whose settings name no chunk cache
 CHUNK_CACHE_BYTES = 1 << 30
 READ_AHEAD_BYTES = 4 << 20
+#: partitions of one Fetch read at once
+READ_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -174,10 +177,13 @@ class BucketReplica:
         self.url = url
         self._partitions: dict[tuple[str, int], ReplicaPartition] = {}
         self._refresh_lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS,
+                                                           thread_name_prefix="bucket-read")
         #: last segment id -> last stable offset from its producer snapshot
         self._lso: dict = {}
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
         try:
             self.index_cache.close()
         finally:
@@ -283,6 +289,20 @@ class BucketReplica:
                 f"gone from the bucket {self.url} since it was listed ({exc})", offset=offset,
                 log_start_offset=start, log_end_offset=end) from exc
         return ReplicaRead(part, data, next_offset, aborted)
+
+    def read_many(self, requests, read_committed: bool) -> list:
+        """`read` of each (topic, partition, offset, max_bytes), several at once on
+        READ_THREADS threads (remote GETs of different partitions overlap): a ReplicaRead,
+        or the exception of a partition that failed."""
+        def one(request):
+            try:
+                return self.read(*request, read_committed)
+            except Exception as exc:  # noqa: BLE001 - one partition fails alone
+                return exc
+
+        if len(requests) <= 1:
+            return [one(r) for r in requests]
+        return list(self._pool.map(one, requests))
 
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       upto: int) -> tuple[memoryview, int]:

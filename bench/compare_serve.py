@@ -49,7 +49,8 @@ PARTITIONS = 4
 PARTITION_MAX = 1 << 20
 
 
-def build(base: Path, records: int) -> str:
+def build(base: Path, records: int, tier: dict | None = None) -> str:
+    """The topic, tiered; `tier`: the RSM's properties instead of the filesystem tier's."""
     from engine.cli.produce_demo import produce_partition
     from engine.config import load_broker_config
     from engine.log.checkpoint import Uuid
@@ -61,7 +62,8 @@ def build(base: Path, records: int) -> str:
     config = base / "server.properties"
     config.write_text(
         f"log.dirs={base / 'd1'},{base / 'd2'}\nremote.log.storage.system.enable=true\n"
-        f"rsm.config.dirs={base / 'tier'}\nremote.storage.enable=true\n"
+        + "".join(f"{k}={v}\n" for k, v in (tier or {"rsm.config.dirs": base / "tier"}).items())
+        + "remote.storage.enable=true\n"
         "log.segment.bytes=262144\nlog.local.retention.bytes=524288\nlog.retention.ms=-1\n"
         "remote.log.manager.task.interval.ms=100\nlisteners=PLAINTEXT://127.0.0.1:0\n")
     broker = load_broker_config(config)

@@ -157,9 +157,8 @@ def test_kafka_python_consumes_the_bucket(server, want, read_committed):
     finally:
         consumer.close()
     _check(got, want, read_committed)
-    # read through the default chunk cache and the remote index cache in the state dir
+    # read through the default chunk cache in the state dir
     assert any((server.state_dir / "chunk-cache").rglob("*.chunk"))
-    assert any((server.state_dir / "remote-log-index-cache").glob("*.index"))
 
 
 @pytest.mark.parametrize("read_committed", [False, True])

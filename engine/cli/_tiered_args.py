@@ -119,8 +119,8 @@ def _add_serve(sub) -> None:
                        help="with --bucket: a store setting, the plugin's name without "
                             "rsm.config. (repeatable)")
     serve.add_argument("--state-dir", default=None, metavar="DIR",
-                       help="with --bucket: where committed group offsets and the remote "
-                            "index cache are kept (created)")
+                       help="with --bucket: where committed group offsets and the chunk "
+                            "cache are kept (created)")
     serve.add_argument("--refresh-interval-ms", type=int_in(100, INT32_MAX, "an interval"),
                        default=10_000,
                        help="with --bucket: how often the bucket is listed again for new "

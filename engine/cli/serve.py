@@ -18,7 +18,7 @@ With `--bucket`, a read-only replica of a bucket that a Kafka cluster wrote with
 object-store tier (the Aiven plugin's layout), as Redpanda's remote read replicas: every
 topic and partition of the bucket answered from the bucket alone (engine.protocol.replica),
 the bucket listed again every `--refresh-interval-ms` so newly uploaded segments are served,
-group offsets and the remote index cache kept in `--state-dir`. The store's settings come
+group offsets and the default chunk cache kept in `--state-dir`. The store's settings come
 from `--store` and the `rsm.config.*` keys of `--config`, whose listeners, TLS, SASL, ACL
 and group settings apply as for a broker.
 """
@@ -204,12 +204,12 @@ def _store_settings(items) -> dict[str, str]:
 
 
 def _run_bucket(args) -> int:
-    """`serve --bucket`: a read-only replica of the bucket, its group offsets and index
+    """`serve --bucket`: a read-only replica of the bucket, its group offsets and chunk
     cache in `--state-dir` (locked as a log dir is)."""
     store = _store_settings(args.store)
     if args.state_dir is None:
         raise ConfigError("--state-dir", None, "serve --bucket keeps committed group offsets "
-                                               "and the remote index cache there")
+                                               "and the chunk cache there")
     props = load_properties(args.config) if args.config is not None else {}
     broker = BrokerConfig(props)
     listen = _listen(broker, args.config)

@@ -17,7 +17,8 @@ not described again (its objects never change once its manifest exists). A parti
 refresh fails keeps its previous state (the failure is logged).
 
 Reads (`read`): the kept segment holding the offset, the position from its remote offset
-index (RemoteIndexCache, files under the state dir), batch headers walked from there, whole
+index (searched where the RSM keeps it: its in-memory indexes cache, bounded by
+`fetch.indexes.cache.size`; no index file is written), batch headers walked from there, whole
 batches up to `max_bytes` read through the RSM (its chunk cache and read-ahead, which goes on
 into the next kept segment; `serving_settings` gives a replica both by default), checked as
 a consumer with `check.crcs` checks them, cut where the next kept segment takes over
@@ -42,6 +43,7 @@ import numpy as np
 from engine._native import records as _records
 from engine.config import ConfigError
 from engine.errors import (
+    CorruptIndexError,
     CorruptRecordError,
     KafkaEngineError,
     OffsetOutOfRangeError,
@@ -49,15 +51,17 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.log.checkpoint import EpochEntry
+from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
-from engine.log.transaction_index import AbortedTxn
+from engine.log.time_index import TimeIndex
+from engine.log.transaction_index import ABORTED_TXN_VERSION, AbortedTxn
 from engine.records import MemoryRecords
 from engine.remote.bucket import Bucket, Described, PartitionView, SegmentLink, SegmentObjects
-from engine.remote.index_cache import DIR_NAME, RemoteIndexCache
 from engine.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from engine.remote.segment_access import (
     WALK_WINDOW,
     RemoteSegmentReader,
+    aborted_txn_rows,
     check_batches,
     describe_segment,
     find_offset_for_timestamp,
@@ -78,6 +82,9 @@ _NOT_FOUND = (-1, -1, -1)
 #: the chunk cache and read-ahead of a replica whose settings name no chunk cache
 CHUNK_CACHE_BYTES = 1 << 30
 READ_AHEAD_BYTES = 4 << 20
+#: the RSM's in-memory cache of segment indexes (where the replica's lookups are made) when
+#: the settings do not size it
+INDEXES_CACHE_BYTES = 128 << 20
 #: partitions of one Fetch read at once
 READ_THREADS = 8
 
@@ -164,16 +171,9 @@ class BucketReplica:
     """The partitions of one bucket and reads of them (see the module docstring).
     Thread-safe: reads run on any thread, concurrently with a refresh."""
 
-    def __init__(self, url: str, settings=None, broker_props=None, *, state_dir,
-                 index_cache_bytes: int = 1 << 30) -> None:
+    def __init__(self, url: str, settings=None, broker_props=None) -> None:
         self.bucket = _DescribedOnce(url, settings, broker_props)
-        try:
-            self.rsm = self.bucket.rsm
-            self.index_cache = RemoteIndexCache(self.rsm, Path(state_dir) / DIR_NAME,
-                                                index_cache_bytes)
-        except BaseException:
-            self.bucket.close()
-            raise
+        self.rsm = self.bucket.rsm
         self.url = url
         self._partitions: dict[tuple[str, int], ReplicaPartition] = {}
         self._refresh_lock = threading.Lock()
@@ -184,10 +184,7 @@ class BucketReplica:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        try:
-            self.index_cache.close()
-        finally:
-            self.bucket.close()
+        self.bucket.close()
 
     # -- partitions ---------------------------------------------------------------------
 
@@ -309,7 +306,7 @@ class BucketReplica:
         """(whole batches starting below `upto`, next offset) from `md`, which holds
         `offset` (< upto)."""
         reader = RemoteSegmentReader(self.rsm, md)
-        start = self.index_cache.lookup_offset(md, offset)
+        start = self._position(md, offset)
         found = reader.find_batch(start, offset, min(max_bytes, WALK_WINDOW) + _HEADER_PROBE)
         if found is None:  # the objects say the segment holds `offset`: its bytes end early
             raise CorruptRecordError(
@@ -335,12 +332,41 @@ class BucketReplica:
         segment `i` on, until one search is complete (Kafka's remote read)."""
         out: list[AbortedTxn] = []
         for link in part.chain[i:]:
-            entry = self.index_cache.get_index_entry(link.segment)
-            result = entry.txn_index.collect_aborted_txns(fetch_offset, upper_bound)
-            out.extend(result.aborted_transactions)
-            if result.is_complete:
+            rows = aborted_txn_rows(self.rsm, link.segment)
+            # Kafka's collectAbortedTxns: entries in order, the search complete after the
+            # first one whose last stable offset reaches the upper bound
+            stops = np.flatnonzero(rows["last_stable_offset"] >= upper_bound)
+            scanned = rows[: int(stops[0]) + 1] if len(stops) else rows
+            version = (scanned["version"].astype(np.int32) >> 8).astype(np.int8)
+            if len(scanned) and int(version.max()) > ABORTED_TXN_VERSION:
+                raise CorruptIndexError(
+                    f"{describe_segment(link.segment)}: its transaction index has an entry "
+                    f"of version {int(version.max())}; the current version is "
+                    f"{ABORTED_TXN_VERSION}")
+            hits = scanned[(scanned["last_offset"] >= fetch_offset)
+                           & (scanned["first_offset"] < upper_bound)]
+            out.extend(AbortedTxn(int(r["producer_id"]), int(r["first_offset"]),
+                                  int(r["last_offset"]), int(r["last_stable_offset"]))
+                       for r in hits)
+            if len(stops):
                 break
         return out
+
+    # -- indexes (the RSM's index cache: in memory, bounded by fetch.indexes.cache.size) --
+
+    def _position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """The offset index's position for `offset` (Kafka's lookup: the entry at or below
+        it, byte 0 below the first)."""
+        data = index_bytes(self.rsm, md, IndexType.OFFSET)
+        return OffsetIndex.from_buffer(data, md.start_offset).lookup(offset).position
+
+    def _timestamp_position(self, md: RemoteLogSegmentMetadata, timestamp: int,
+                            starting_offset: int) -> int:
+        """Kafka's lookupTimestamp: the offset index's position for the larger of
+        `starting_offset` and the time index's offset for `timestamp`."""
+        data = index_bytes(self.rsm, md, IndexType.TIMESTAMP)
+        found = TimeIndex.from_buffer(data, md.start_offset).lookup(timestamp).offset
+        return self._position(md, max(starting_offset, found))
 
     # -- ListOffsets ------------------------------------------------------------------
 
@@ -379,8 +405,7 @@ class BucketReplica:
             md = link.segment
             if md.max_timestamp_ms < timestamp:
                 continue
-            entry = self.index_cache.get_index_entry(md)
-            position = entry.lookup_timestamp(timestamp, link.start_offset)
+            position = self._timestamp_position(md, timestamp, link.start_offset)
             found = find_offset_for_timestamp(RemoteSegmentReader(self.rsm, md), position,
                                               timestamp, link.start_offset, link.end)
             if found is not None:
@@ -400,7 +425,8 @@ def serving_settings(settings, broker_props, state_dir) -> dict[str, str]:
     """`settings`, with a chunk cache when neither they nor the broker file's `rsm.config.*`
     keys name one: the plugin's DiskChunkCache under `<state_dir>/chunk-cache`
     (CHUNK_CACHE_BYTES) with read-ahead (READ_AHEAD_BYTES), so that a consumer reading on
-    finds the next chunks fetched and a re-read costs no GET."""
+    finds the next chunks fetched and a re-read costs no GET; and an indexes cache of
+    INDEXES_CACHE_BYTES unless they size it."""
     out = dict(settings or {})
     prefix = (broker_props or {}).get("remote.log.storage.manager.impl.prefix") or "rsm.config."
     named = set(out) | {k[len(prefix):] for k in broker_props or {} if k.startswith(prefix)}
@@ -409,6 +435,8 @@ def serving_settings(settings, broker_props, state_dir) -> dict[str, str]:
                     "fetch.chunk.cache.path": str(Path(state_dir) / "chunk-cache"),
                     "fetch.chunk.cache.size": str(CHUNK_CACHE_BYTES),
                     "fetch.chunk.cache.prefetch.max.size": str(READ_AHEAD_BYTES)})
+    if "fetch.indexes.cache.size" not in named:
+        out["fetch.indexes.cache.size"] = str(INDEXES_CACHE_BYTES)
     return out
 
 
@@ -416,7 +444,7 @@ def open_replica(url: str, settings, broker_props, state_dir) -> BucketReplica:
     """A BucketReplica (with `serving_settings`) with its first listing done: ConfigError
     (naming the bucket) when the store's settings are bad or the bucket cannot be listed."""
     replica = BucketReplica(url, serving_settings(settings, broker_props, state_dir),
-                            broker_props, state_dir=state_dir)
+                            broker_props)
     try:
         replica.refresh()
     except ConfigError:

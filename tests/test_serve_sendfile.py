@@ -148,3 +148,33 @@ def test_a_client_leaving_mid_response_costs_nothing(manager):
     assert region.closed and others == []
     del parts, region
     assert _open_fds() == baseline
+
+
+def test_a_connection_closed_before_the_response_is_a_connection_error(manager):
+    """The server's side closed before anything is sent: the send ends with a
+    ConnectionError (what the connection loop takes as the client gone, not a failed
+    request) and the region is closed."""
+    parts, _, region = _response(manager, 2 << 20)
+
+    async def run():
+        outcome = asyncio.get_running_loop().create_future()
+
+        async def handle(reader, writer):
+            writer.transport.close()
+            try:
+                await KafkaServer._send(writer, parts, True)
+                outcome.set_result(None)
+            except Exception as exc:  # noqa: BLE001 - the test looks at its type
+                outcome.set_result(exc)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30):
+                return await asyncio.wait_for(outcome, 30)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert isinstance(asyncio.run(run()), ConnectionError)
+    assert region.closed

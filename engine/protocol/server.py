@@ -252,6 +252,8 @@ class KafkaServer:
                 if isinstance(part, FileRegion):
                     if sendfile:
                         await writer.drain()
+                        if writer.transport.is_closing():  # loop.sendfile would refuse it
+                            raise ConnectionResetError("the connection closed mid-response")
                         await asyncio.get_running_loop().sendfile(
                             writer.transport, part.file, part.position, part.nbytes)
                         continue

@@ -359,3 +359,52 @@ def test_serve_bucket_arguments(tmp_path, s3_server):
         run = serve(*args)
         assert run.returncode == 2 and run.stderr.startswith("error: "), (args, run.stderr)
         assert message in run.stderr, (args, run.stderr)
+
+
+def test_a_failed_listing_keeps_serving_what_was_listed(s3_server, fault_proxy, tmp_path):
+    """The store failing every request for a while: each refresh fails with a warning, the
+    partitions listed before are still answered, and the next listing after the store is
+    back serves a segment uploaded meanwhile."""
+    import sys
+
+    from fault_proxy import Fault
+
+    hand = HandBucket(s3_server)
+    try:
+        hand.segment(0, 9, [(0, 0)])
+        settings = {**hand.settings, "storage.s3.endpoint.url": fault_proxy.endpoint}
+        store = [a for k, v in settings.items() for a in ("--store", f"{k}={v}")]
+        config = tmp_path / "node.properties"
+        config.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")
+        proc = BucketServe([sys.executable, "-m", "engine", "serve", "--bucket", hand.url,
+                            *store, "--config", str(config), "--state-dir",
+                            str(tmp_path / "state"), "--refresh-interval-ms", "200"])
+        try:
+            def latest():
+                client = _Client(proc.port)
+                try:
+                    resp = client.call(2, 1, {"replica_id": -1, "topics": [
+                        {"name": "hand", "partitions": [{"partition_index": 0,
+                                                         "timestamp": -1}]}]})
+                finally:
+                    client.close()
+                return resp["topics"][0]["partitions"][0]["offset"]
+
+            assert latest() == 10
+            fault_proxy.add(Fault("status", status=500, times=None))
+            hand.segment(10, 19, [(0, 0)])  # written to the store directly
+            deadline = time.monotonic() + 60
+            while "not listed again" not in proc.output() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "not listed again" in proc.output()
+            assert latest() == 10 and proc.proc.poll() is None
+            fault_proxy.clear()
+            deadline = time.monotonic() + 60
+            while latest() != 20 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert latest() == 20
+        finally:
+            assert proc.stop() == 0, proc.output()
+        assert "Traceback" not in proc.output(), proc.output()
+    finally:
+        hand.close()

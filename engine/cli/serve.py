@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 from engine.cli._broker import _DirLocks, cli_errors, open_broker
 from engine.config import BrokerConfig, ConfigError, load_broker_config, load_properties
-from engine.errors import KafkaEngineError
 from engine.protocol.acl import Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
 from engine.protocol.bucket_broker import BucketBroker
@@ -164,8 +163,9 @@ class _Refresh:
     def run(self) -> None:
         try:
             self.read_broker.refresh()
-        except (KafkaEngineError, OSError) as exc:
-            log.warning("bucket %s not listed again: %s", self.read_broker.replica.url, exc)
+        except Exception as exc:  # noqa: BLE001 - a failed listing never stops the server
+            log.warning("bucket %s not listed again: %s: %s", self.read_broker.replica.url,
+                        type(exc).__name__, exc)
 
 
 def _listen(broker, config_path) -> _Listen:

@@ -51,6 +51,7 @@ __all__ = [
     "decode_message",
     "encode_message",
     "parse_schema",
+    "part_nbytes",
     "read_struct",
     "read_tagged",
     "write_struct",
@@ -369,12 +370,21 @@ def _write_value(w: Writer, type_: str, value, f: Field, version: int, flexible:
         w.length(len(data), flexible, False)
         w.cur += data
         return
-    n = memoryview(value).nbytes
+    n = part_nbytes(value)
     w.length(n, flexible, True)
     if type_ == "records" and n:
         w.view(value)
     else:
         w.cur += value
+
+
+def part_nbytes(part) -> int:
+    """The size of a buffer, or of a region whose bytes stay in their file until sent (it is
+    no buffer, and says its own `nbytes`)."""
+    try:
+        return memoryview(part).nbytes
+    except TypeError:
+        return part.nbytes
 
 
 def _write_field(w: Writer, f: Field, value, version: int, flexible: bool) -> None:

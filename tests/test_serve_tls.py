@@ -136,3 +136,28 @@ def test_inline_pem_keystore_and_a_bad_one(tmp_path, pki):
                          timeout=120, check=False, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("error: "), out.stderr
     assert "ssl.keystore.key" in out.stderr and "bm90LWEta2V5" not in out.stderr
+
+
+def test_a_fetch_through_sendfile_equals_the_views_over_tls(tls_server, pki):
+    """The same Fetch on the PLAINTEXT listener (local records sent with sendfile) and on
+    the SSL one (the same records written from their views): byte-equal responses."""
+    def call(sock, api_key, version, body):
+        sock.sendall(codec.encode_request(api_key, version, 1, "t", body))
+        return _read_frame(sock)
+
+    trusted = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with socket.create_connection(("127.0.0.1", tls_server.ports["PLAINTEXT"])) as plain, \
+            socket.create_connection(("127.0.0.1", tls_server.ports["SSL"])) as raw, \
+            trusted.wrap_socket(raw, server_hostname="localhost") as tls:
+        offsets = codec.decode_response(2, 1, call(plain, 2, 1, {
+            "replica_id": -1, "topics": [{"name": TOPIC, "partitions": [
+                {"partition_index": 0, "timestamp": -4}]}]}))[1]
+        local = offsets["topics"][0]["partitions"][0]["offset"]  # earliest local
+        fetch = {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                 "session_epoch": -1, "topics": [{"topic": TOPIC, "partitions": [
+                     {"partition": 0, "fetch_offset": local,
+                      "partition_max_bytes": 1 << 20}]}]}
+        by_sendfile, by_views = call(plain, 1, 12, fetch), call(tls, 1, 12, fetch)
+    records = codec.decode_response(1, 12, by_sendfile)[1]["responses"][0]["partitions"][0]
+    assert memoryview(records["records"]).nbytes >= 32 * 1024  # past the sendfile threshold
+    assert by_sendfile == by_views

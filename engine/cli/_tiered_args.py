@@ -107,6 +107,26 @@ def _add_reads(sub) -> None:
     offsets.add_argument("--json", action="store_true")
 
 
+def _add_serve(sub) -> None:
+    """`serve`: over the broker's log dirs, or (`--bucket`) a read-only replica of a bucket."""
+    serve = sub.add_parser("serve", help="answer Kafka consumers over the local and tiered log")
+    serve.add_argument("--config", default=None, metavar="FILE",
+                       help="broker .properties file (listeners, advertised.listeners, ...); "
+                            "with --bucket, its rsm.config.* keys give the store")
+    serve.add_argument("--bucket", default=None, metavar="URL",
+                       help="serve s3://bucket/prefix alone, read-only (no log dirs, no RLMM)")
+    serve.add_argument("--store", action="append", default=[], metavar="KEY=VALUE",
+                       help="with --bucket: a store setting, the plugin's name without "
+                            "rsm.config. (repeatable)")
+    serve.add_argument("--state-dir", default=None, metavar="DIR",
+                       help="with --bucket: where committed group offsets and the chunk "
+                            "cache are kept (created)")
+    serve.add_argument("--refresh-interval-ms", type=int_in(100, INT32_MAX, "an interval"),
+                       default=10_000,
+                       help="with --bucket: how often the bucket is listed again for new "
+                            "segments (default 10000)")
+
+
 def add_tiered_commands(sub) -> None:
     _add_demo(sub)
 
@@ -118,9 +138,7 @@ def add_tiered_commands(sub) -> None:
 
     _add_reads(sub)
 
-    serve = sub.add_parser("serve", help="answer Kafka consumers over the local and tiered log")
-    serve.add_argument("--config", required=True, metavar="FILE",
-                       help="broker .properties file (listeners, advertised.listeners, ...)")
+    _add_serve(sub)
 
     status = sub.add_parser("status", help="local and remote state of every partition")
     status.add_argument("--config", required=True, metavar="FILE")

@@ -1,6 +1,8 @@
 """`serve`: a Kafka broker for reading, over the broker's log dirs.
 
     python -m engine serve --config FILE
+    python -m engine serve --bucket s3://bucket/prefix [--store k=v ...] [--config FILE]
+                           --state-dir DIR [--refresh-interval-ms N]
 
 Opens the log dirs as `run` does (validated config, process lock, logs recovered, stored
 topic overrides applied), runs the RemoteLogManager's copy and expiration tasks and local
@@ -11,22 +13,34 @@ and FindCoordinator give each client the advertised endpoint of the listener it 
 One stderr line per bound listener (`serve: listening on NAME://host:port`, the real port
 when the config says 0). SIGTERM/SIGINT stop it: listeners and connections
 close, then the RLM, then the logs, cleanly.
+
+With `--bucket`, a read-only replica of a bucket that a Kafka cluster wrote with the
+object-store tier (the Aiven plugin's layout), as Redpanda's remote read replicas: every
+topic and partition of the bucket answered from the bucket alone (engine.protocol.replica),
+the bucket listed again every `--refresh-interval-ms` so newly uploaded segments are served,
+group offsets and the default chunk cache kept in `--state-dir`. The store's settings come
+from `--store` and the `rsm.config.*` keys of `--config`, whose listeners, TLS, SASL, ACL
+and group settings apply as for a broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import ssl
 import sys
 import time
+from dataclasses import dataclass
 
-from engine.cli._broker import cli_errors, open_broker
-from engine.config import ConfigError, load_broker_config
+from engine.cli._broker import _DirLocks, cli_errors, open_broker
+from engine.config import BrokerConfig, ConfigError, load_broker_config, load_properties
 from engine.protocol.acl import Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
+from engine.protocol.bucket_broker import BucketBroker
 from engine.protocol.groups import GroupCoordinator
+from engine.protocol.replica import open_replica
 from engine.protocol.sasl import MECHANISMS, Credentials
 from engine.protocol.server import KafkaServer, parse_listeners
 from engine.protocol.tls import server_context
@@ -66,42 +80,58 @@ def _endpoints(bound, advertised, node_id: int) -> dict:
     return out
 
 
-async def _serve(session, broker, listeners, advertised, ssl_context, security) -> None:
-    rlm = session.remote_log_manager()
-    manager = session.log_manager
+@dataclass(frozen=True)
+class _Listen:
+    """The listeners of the broker file, as bound and advertised, and their security."""
+
+    listeners: list
+    advertised: list
+    ssl_context: ssl.SSLContext | None
+    security: dict
+
+
+async def _serve(broker, listen: _Listen, read_broker, coordinator, housekeeping,
+                 started=lambda: None, stopping: str = "") -> None:
+    """Serves until SIGTERM/SIGINT, running `housekeeping` on the I/O threads between
+    waits of `housekeeping.every_s`; `started` runs once the listeners are bound."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.set_exception_handler(_loop_errors)
-    read_broker = ReadBroker(manager, rlm)
-    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], manager)
-    server = KafkaServer(read_broker, broker, coordinator=coordinator, **security)
-    housekeeping = _Housekeeping(manager, broker)
+    server = KafkaServer(read_broker, broker, coordinator=coordinator, **listen.security)
     try:
-        bound = await server.start(listeners, ssl_context)
+        bound = await server.start(listen.listeners, listen.ssl_context)
     except BaseException:
         await server.close()
         coordinator.close()
         raise
     try:
-        server.endpoints = _endpoints(bound, advertised, _node_id(broker))
+        server.endpoints = _endpoints(bound, listen.advertised, _node_id(broker))
         coordinator.start()
         for lst, port in bound:
             ep = server.endpoints[lst.name]
             print(f"serve: listening on {lst.uri(port)} (node {ep.node_id}, advertised "
                   f"{ep.host}:{ep.port})", file=sys.stderr, flush=True)
-        rlm.start()
+        started()
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), housekeeping.every_s)
             except TimeoutError:
                 await server.run_blocking(housekeeping.run)
     finally:
-        print("serve: stopping: closing listeners, the remote log manager and the logs",
-              file=sys.stderr, flush=True)
+        print(f"serve: stopping: closing listeners{stopping}", file=sys.stderr, flush=True)
         await server.close()
         coordinator.close()
+
+
+async def _serve_logs(session, broker, listen: _Listen) -> None:
+    rlm = session.remote_log_manager()
+    manager = session.log_manager
+    read_broker = ReadBroker(manager, rlm)
+    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], manager)
+    await _serve(broker, listen, read_broker, coordinator, _Housekeeping(manager, broker),
+                 rlm.start, ", the remote log manager and the logs")
 
 
 class _Housekeeping:
@@ -122,21 +152,31 @@ class _Housekeeping:
         self.manager.maybe_checkpoint_log_start_offsets()
 
 
-@cli_errors
-def run(args) -> int:
-    logging.basicConfig(level=logging.WARNING, format="serve: %(levelname)s %(name)s: %(message)s")
-    broker = load_broker_config(args.config)
-    if not broker["remote.log.storage.system.enable"]:
-        raise ConfigError("remote.log.storage.system.enable", False,
-                          "serve reads through the RemoteLogManager: tiered storage must be "
-                          "enabled", file=args.config)
+class _Refresh:
+    """Lists the bucket again every `--refresh-interval-ms`; a failed listing keeps what
+    was served (one warning)."""
+
+    def __init__(self, read_broker: BucketBroker, interval_ms: int) -> None:
+        self.read_broker = read_broker
+        self.every_s = interval_ms / 1000
+
+    def run(self) -> None:
+        try:
+            self.read_broker.refresh()
+        except Exception as exc:  # noqa: BLE001 - a failed listing never stops the server
+            log.warning("bucket %s not listed again: %s: %s", self.read_broker.replica.url,
+                        type(exc).__name__, exc)
+
+
+def _listen(broker, config_path) -> _Listen:
+    """The listeners, their TLS context and SASL credentials, and the authorizer."""
     protocol_map = broker["listener.security.protocol.map"]
-    listeners = parse_listeners(broker["listeners"], file=args.config,
+    listeners = parse_listeners(broker["listeners"], file=config_path,
                                 protocol_map=protocol_map)
     advertised = parse_listeners(broker["advertised.listeners"] or broker["listeners"],
-                                 "advertised.listeners", file=args.config,
+                                 "advertised.listeners", file=config_path,
                                  protocol_map=protocol_map)
-    ssl_context = (server_context(broker, args.config)
+    ssl_context = (server_context(broker, config_path)
                    if any(lst.protocol in ("SSL", "SASL_SSL") for lst in listeners) else None)
     credentials = None
     if any(lst.protocol.startswith("SASL_") for lst in listeners):
@@ -144,14 +184,73 @@ def run(args) -> int:
         if not mechanisms or any(m not in MECHANISMS for m in mechanisms):
             raise ConfigError("sasl.enabled.mechanisms", ",".join(mechanisms),
                               f"SASL listeners need mechanisms among {', '.join(MECHANISMS)}",
-                              file=args.config)
+                              file=config_path)
         if not broker["engine.sasl.credentials.file"]:
             raise ConfigError("engine.sasl.credentials.file", None, "SASL listeners need "
-                              "a credentials file", file=args.config)
+                              "a credentials file", file=config_path)
         credentials = Credentials(broker["engine.sasl.credentials.file"])
-    authorizer = Authorizer.from_config(broker)
+    return _Listen(listeners, advertised, ssl_context,
+                   {"authorizer": Authorizer.from_config(broker), "credentials": credentials})
+
+
+def _store_settings(items) -> dict[str, str]:
+    store = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--store", item, "expected KEY=VALUE")
+        store[key.strip()] = value.strip()
+    return store
+
+
+def _run_bucket(args) -> int:
+    """`serve --bucket`: a read-only replica of the bucket, its group offsets and chunk
+    cache in `--state-dir` (locked as a log dir is)."""
+    store = _store_settings(args.store)
+    if args.state_dir is None:
+        raise ConfigError("--state-dir", None, "serve --bucket keeps committed group offsets "
+                                               "and the chunk cache there")
+    props = load_properties(args.config) if args.config is not None else {}
+    broker = BrokerConfig(props)
+    listen = _listen(broker, args.config)
+    os.makedirs(args.state_dir, exist_ok=True)
+    lock = _DirLocks([args.state_dir])
+    try:
+        replica = open_replica(args.bucket, store, props, args.state_dir)
+        try:
+            read_broker = BucketBroker(replica)
+            topics = replica.topics()
+            print(f"serve: bucket {args.bucket}: {sum(map(len, topics.values()))} partitions "
+                  f"of {len(topics)} topics", file=sys.stderr, flush=True)
+            coordinator = GroupCoordinator.open(broker, args.state_dir, replica)
+            asyncio.run(_serve(broker, listen, read_broker, coordinator,
+                               _Refresh(read_broker, args.refresh_interval_ms),
+                               stopping=" and the bucket"))
+        finally:
+            replica.close()
+    finally:
+        lock.release()
+    print("serve: stopped cleanly", file=sys.stderr, flush=True)
+    return 0
+
+
+@cli_errors
+def run(args) -> int:
+    logging.basicConfig(level=logging.WARNING, format="serve: %(levelname)s %(name)s: %(message)s")
+    if args.bucket is not None:
+        return _run_bucket(args)
+    if args.config is None:
+        raise ConfigError("--config", None, "serve needs the broker file (or --bucket URL)")
+    if args.store or args.state_dir is not None:
+        raise ConfigError("--store" if args.store else "--state-dir",
+                          (args.store or [args.state_dir])[0], "only with --bucket")
+    broker = load_broker_config(args.config)
+    if not broker["remote.log.storage.system.enable"]:
+        raise ConfigError("remote.log.storage.system.enable", False,
+                          "serve reads through the RemoteLogManager: tiered storage must be "
+                          "enabled", file=args.config)
+    listen = _listen(broker, args.config)
     with open_broker(args.config) as session:
-        asyncio.run(_serve(session, broker, listeners, advertised, ssl_context,
-                           {"authorizer": authorizer, "credentials": credentials}))
+        asyncio.run(_serve_logs(session, broker, listen))
     print("serve: stopped cleanly", file=sys.stderr, flush=True)
     return 0

@@ -51,6 +51,7 @@ from engine.log.offset_index import OffsetIndex
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import TransactionIndex
 from engine.records import MemoryRecords
+from engine.records.file_region import FileRegion
 
 __all__ = [
     "FetchDataInfo",
@@ -683,6 +684,15 @@ class LogSegment:
                 os.unlink(self._log_path)
             except FileNotFoundError:
                 pass
+
+    def file_region(self, position: int, view: memoryview) -> FileRegion | None:
+        """`view` (bytes of this segment from `position`, as a read returned them) as a
+        FileRegion with a descriptor of its own, for sendfile; None once the segment is
+        closed or when the bytes are not all in the file."""
+        with self._lock:
+            if self._closed or position < 0 or position + view.nbytes > self._size:
+                return None
+            return FileRegion(os.dup(self._fd), position, view)
 
     def _require_open(self, what: str) -> None:
         if self._closed:

@@ -6,7 +6,9 @@ Each handler takes the decoded request body (engine.protocol.codec) and returns 
 body. The blocking ones (`list_offsets`, `fetch_once`) run on the server's I/O threads, never
 on the event loop. Fetch returns the record views that `RemoteLogManager.read_many` returns
 (local segment views, remote chunk views): record bytes are never decoded or re-encoded,
-only cut at batch boundaries to honour the response byte limit.
+only cut at batch boundaries to honour the response byte limit. For a plain TCP listener the
+local ones become FileRegions (engine.records.file_region), which the server sends with
+sendfile.
 
 Kafka's behaviours kept here:
 - the first partition with data is returned whole even past the response's `max_bytes`
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 _BATCH_HEAD = struct.Struct(">qi")
 _LOG_OVERHEAD = 12
 ZERO_UUID = b"\x00" * 16
+#: local records smaller than this are written from their view: sendfile's set-up (the
+#: transport's buffer drained first, a descriptor dup) costs more than copying them
+SENDFILE_MIN_BYTES = 32 * 1024
 #: ListOffsets specs (ListOffsetsRequest): latest, earliest, max timestamp, earliest local,
 #: latest tiered
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
@@ -96,6 +101,9 @@ def cluster_id_of(log_dirs) -> str:
 class ReadBroker:
     """One broker leading every partition of `log_manager`; see the module docstring."""
 
+    #: whether DescribeConfigs is answered (topic configs are known)
+    describes_configs = True
+
     def __init__(self, log_manager, rlm) -> None:
         self.log_manager = log_manager
         self.rlm = rlm
@@ -133,6 +141,9 @@ class ReadBroker:
 
     def topics(self) -> list[str]:
         return sorted({tp.topic for tp in self.log_manager.partitions()})
+
+    def leader_epoch_of(self, topic: str, partition: int) -> int:
+        return self._leader_epoch(self.log_manager.get_log(topic, partition))
 
     def _leader_epoch(self, unified) -> int:
         cache = unified.leader_epoch_cache
@@ -184,10 +195,9 @@ class ReadBroker:
                 continue
             rows = []
             for p in partitions:
-                unified = self.log_manager.get_log(entry, p)
                 rows.append({"error_code": E.NONE, "partition_index": p,
                              "leader_id": ep.node_id,
-                             "leader_epoch": self._leader_epoch(unified),
+                             "leader_epoch": self.leader_epoch_of(entry, p),
                              "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
                              "offline_replicas": []})
             topics.append({"error_code": E.NONE, "name": entry,
@@ -306,8 +316,10 @@ class ReadBroker:
         return ends
 
     def fetch_once(self, targets, max_bytes: int, read_committed: bool,
-                   version: int) -> tuple[list, int]:
-        """One pass over the requested partitions: (responses, record bytes)."""
+                   version: int, file_regions: bool = False) -> tuple[list, int]:
+        """One pass over the requested partitions: (responses, record bytes). With
+        `file_regions`, records of a local segment of at least SENDFILE_MIN_BYTES are a
+        FileRegion (sent with sendfile), others views."""
         isolation = "read_committed" if read_committed else "read_uncommitted"
         requests, slots = [], []
         responses = []
@@ -351,6 +363,10 @@ class ReadBroker:
                 view = whole_batches(view, max(0, max_bytes - total))
             total += view.nbytes
             row["records"] = view
+            if file_regions and view.nbytes >= SENDFILE_MIN_BYTES and \
+                    result.local_segment is not None:
+                row["records"] = result.local_segment.file_region(result.local_position,
+                                                                  view) or view
             if read_committed:
                 row["aborted_transactions"] = [
                     {"producer_id": a.producer_id, "first_offset": a.first_offset}

@@ -26,6 +26,7 @@ from engine.message_codec import (
     Struct,
     Writer,
     parse_schema,
+    part_nbytes,
     read_struct,
     read_tagged,
     write_struct,
@@ -134,13 +135,14 @@ def decode_response(api_key: int, version: int, frame) -> tuple[int, dict]:
 # ------------------------------------------------------------------------------- encoding
 
 def _framed(parts: list) -> list:
-    size = sum(memoryview(p).nbytes for p in parts)
+    size = sum(map(part_nbytes, parts))
     return [_I32.pack(size), *parts]
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> list:
     """The whole response frame (4-byte size first) as a list of buffers; `records`
-    values are included as given (no copy). Absent fields take their default."""
+    values (buffers or FileRegions) are included as given (no copy). Absent fields take
+    their default."""
     flexible = is_flexible(api_key, version)
     w = Writer()
     w.cur += _I32.pack(correlation_id)

@@ -3,9 +3,12 @@
 Each connection is served as Kafka serves it: one request at a time (the channel is muted
 until its response is sent), so a client that does not read its responses stops being read
 itself, and what one connection holds is bounded by one request and one response
-(per-connection backpressure through the transport's drain). The framing is Kafka's: a 4-byte
-big-endian size, then the request; a size above `socket.request.max.bytes` (or negative)
-closes the connection before anything is allocated for it. Blocking work (reads of the log,
+(per-connection backpressure through the transport's drain). Record bytes of local segments
+go out with sendfile on plain TCP listeners (the response's bytes before them first, then
+the file range: engine.records.file_region), as their views on TLS ones. The framing is
+Kafka's: a 4-byte big-endian size, then the request; a size above
+`socket.request.max.bytes` (or negative) closes the connection before anything is allocated
+for it. Blocking work (reads of the log,
 ListOffsets, the offsets store) runs on a bounded pool of I/O threads (`num.io.threads`),
 never on the event loop.
 
@@ -36,6 +39,7 @@ from engine.errors import ListenerBindError
 from engine.protocol import codec, sasl
 from engine.protocol import errors as E
 from engine.protocol.broker import ReadBroker
+from engine.records.file_region import FileRegion
 
 __all__ = ["KafkaServer", "Listener", "ListenerBindError", "parse_listeners"]
 
@@ -44,6 +48,8 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 #: how often a long-polling Fetch looks at the end offsets it waits on
 _POLL_INTERVAL_S = 0.05
+#: listeners whose sockets take sendfile (TLS ones write the record views instead)
+_SENDFILE_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 #: parts larger than this are flushed one by one (await drain), so a connection never holds
 #: more than one such part in its transport buffer
 _DRAIN_EVERY = 256 * 1024
@@ -97,6 +103,12 @@ def parse_listeners(values, key: str = "listeners", file=None,
     return out
 
 
+def _close_regions(parts) -> None:
+    for part in parts:
+        if isinstance(part, FileRegion):
+            part.close()
+
+
 class _Closed(Exception):
     """The connection is to be closed (a request Kafka would not answer)."""
 
@@ -130,7 +142,9 @@ class KafkaServer:
                            if m in sasl.MECHANISMS]
         #: the API keys answered (ApiVersions lists these only)
         self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA,
-                                   DESCRIBE_CONFIGS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
+                                   SASL_HANDSHAKE, SASL_AUTHENTICATE}
+                                  | ({DESCRIBE_CONFIGS} if broker.describes_configs
+                                     else set())
                                   | (coordinator.api_keys if coordinator else frozenset()))
 
     async def start(self, listeners: list[Listener],
@@ -189,6 +203,7 @@ class KafkaServer:
         writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
         sasl = listener.protocol.startswith("SASL_")
         session = {"peer": peer, "client_id": None, "listener": listener.name,
+                   "sendfile": listener.protocol in _SENDFILE_PROTOCOLS,
                    "authenticated": not sasl, "sasl_listener": sasl, "sasl": None,
                    "principal": "User:ANONYMOUS", "close": False}
         session["allowed"] = functools.partial(self.allowed, session)
@@ -209,11 +224,7 @@ class KafkaServer:
                 parts = await self._respond(frame, session)
                 if parts is None:
                     continue
-                for part in parts:
-                    writer.write(part)
-                    if memoryview(part).nbytes >= _DRAIN_EVERY:
-                        await writer.drain()
-                await writer.drain()
+                await self._send(writer, parts, session["sendfile"])
                 if session["close"]:
                     log.info("Closing %s: %s", peer, session["close"])
                     return
@@ -230,6 +241,29 @@ class KafkaServer:
             self._connections.discard(writer)
             self._tasks.discard(asyncio.current_task())
             writer.transport.abort()
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool) -> None:
+        """Writes a response: buffers through the transport (a drain after each large one),
+        FileRegions with sendfile once the bytes before them are out (`sendfile`), else as
+        their views. Every FileRegion is closed, however the send ends."""
+        try:
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    if sendfile:
+                        await writer.drain()
+                        if writer.transport.is_closing():  # loop.sendfile would refuse it
+                            raise ConnectionResetError("the connection closed mid-response")
+                        await asyncio.get_running_loop().sendfile(
+                            writer.transport, part.file, part.position, part.nbytes)
+                        continue
+                    part = part.view
+                writer.write(part)
+                if memoryview(part).nbytes >= _DRAIN_EVERY:
+                    await writer.drain()
+            await writer.drain()
+        finally:
+            _close_regions(parts)
 
     async def _respond(self, frame: bytes, session: dict):
         try:
@@ -297,16 +331,16 @@ class KafkaServer:
             return await self.run_blocking(self.broker.list_offsets, body, v,
                                            session["allowed"])
         if key == FETCH:
-            return await self._fetch(body, v, session["allowed"])
+            return await self._fetch(body, v, session["allowed"], session["sendfile"])
         if key == PRODUCE:
             return ReadBroker.produce(body)
-        if key == DESCRIBE_CONFIGS:
+        if key == DESCRIBE_CONFIGS and key in self.api_keys:
             return self.broker.describe_configs(body, v, session["allowed"])
         if self.coordinator is not None and key in self.coordinator.api_keys:
             return await self.coordinator.handle(req, session, self)
         raise _Closed(f"API key {key} is not served")
 
-    async def _fetch(self, body: dict, version: int, allowed) -> dict:
+    async def _fetch(self, body: dict, version: int, allowed, file_regions: bool) -> dict:
         error = ReadBroker.fetch_session_error(body)
         if error:
             return {"error_code": error, "session_id": 0, "responses": []}
@@ -317,7 +351,7 @@ class KafkaServer:
         deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
         min_bytes = body["min_bytes"]
         responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
-                                                   read_committed, version)
+                                                   read_committed, version, file_regions)
         # long poll: read again each time a partition's visible end moves, until min_bytes
         # or the deadline (every pass waits, so the loop is bounded by max_wait_ms)
         while (total < min_bytes and time.monotonic() < deadline
@@ -327,6 +361,7 @@ class KafkaServer:
                 await asyncio.sleep(min(_POLL_INTERVAL_S, deadline - time.monotonic()))
                 if broker.end_offsets(targets, read_committed) != ends:
                     break
+            _close_regions(p["records"] for t in responses for p in t["partitions"])
             responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
-                                                       read_committed, version)
+                                                       read_committed, version, file_regions)
         return {"error_code": E.NONE, "session_id": 0, "responses": responses}

@@ -10,8 +10,8 @@ with `/` gets one (a URL names a folder).
 Listing (`Bucket.listing`): every key under the prefix, paged by the store (one page in
 memory at a time); each key that parses as a segment object (`keys.parse_object_key`) adds
 to a small per-segment record, others are counted. A segment counts once its
-`.rsm-manifest` exists (the manifest is written last). The listing is cached for the life of
-the Bucket (one run).
+`.rsm-manifest` exists (the manifest is written last). The listing is cached until `refresh`
+(for one run, that is its whole life).
 
 Resolution (`Bucket.partition`), as Kafka's RLMM would with its metadata, here from what
 each segment's objects record:
@@ -416,6 +416,13 @@ class Bucket:
             if self._listing is None:
                 self._listing = group_listing(self.list_keys(), self.prefix)
             return self._listing
+
+    def refresh(self) -> None:
+        """Forgets the listing and the resolved partitions: the next call lists the bucket
+        again (a long-lived reader picking up the segments uploaded since)."""
+        with self._lock:
+            self._listing = None
+            self._views.clear()
 
     def partitions(self, topic: str | None = None) -> dict[tuple[str, int], TopicIdPartition]:
         """(topic, partition) -> TopicIdPartition of the partitions the bucket holds. A topic

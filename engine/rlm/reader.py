@@ -73,6 +73,10 @@ class RemoteFetchResult:
     aborted_transactions: list[AbortedTxn] = field(default_factory=list)
     throttle_time_ms: int = 0
     error: Exception | None = None
+    #: for a local read with records: the segment they are bytes of, from `local_position`
+    #: (a server may send them from the file: LogSegment.file_region)
+    local_segment: object | None = None
+    local_position: int = 0
 
     @property
     def size_in_bytes(self) -> int:
@@ -178,7 +182,9 @@ def read_local(unified, topic: str, partition: int, offset: int, max_bytes: int,
         view, next_offset = _trim_to(view, unified.last_stable_offset, offset, next_offset)
         if view.nbytes:
             aborted = unified.collect_aborted_transactions(offset, next_offset)
-    return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False, aborted)
+    return RemoteFetchResult(topic, int(partition), offset, view, next_offset, False, aborted,
+                             local_segment=segment if view.nbytes else None,
+                             local_position=position)
 
 
 def _check_local(unified, segment, position: int, view: memoryview, offset: int) -> None:

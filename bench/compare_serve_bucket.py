@@ -1,0 +1,161 @@
+"""`serve --bucket` (a read-only replica of a bucket on a local SeaweedFS S3 server) with a
+real librdkafka consumer on loopback, against the in-memory server of compare_serve.
+
+    .venv/bin/python bench/compare_serve_bucket.py [--records 400000] [--rounds 4]
+
+1. Starts SeaweedFS (tests/s3_server.py); produces a topic (4 partitions, zstd, 256 KiB
+   segments, 512 KiB local retention) and tiers it with `run --until-idle` into the bucket
+   with the object-store tier (64 KiB chunks).
+2. One consumer reading what the bucket holds from earliest: against `serve --bucket` (its
+   default disk chunk cache with read-ahead, under a fresh state dir each round: cold, every
+   chunk from the S3 server; then a second consumer on the same process: warm) and against
+   the in-memory server of compare_serve (the same records read once through the broker's
+   RLM into memory). Rounds alternate which server goes first; medians and each server's
+   CPU seconds while the consumer read.
+3. Fetch latency p50/p99 with raw requests (one partition, 1 MiB) on a fresh
+   `serve --bucket`: cold (every segment read for the first time: indexes and chunks come
+   from the S3 server), then the same offsets again (warm: from its caches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import compare_serve as cs
+
+PREFIX = "bench-serve-bucket/"
+
+
+class _BucketServe:
+    """`serve --bucket` as a subprocess (ServeProcess with another command line)."""
+
+    def __init__(self, url: str, settings: dict, base: Path, state: str) -> None:
+        from serve_support import ServeProcess
+
+        config = base / "node.properties"
+        config.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")
+        store = [a for k, v in settings.items() for a in ("--store", f"{k}={v}")]
+        cmd = [sys.executable, "-m", "engine", "serve", "--bucket", url, *store,
+               "--config", str(config), "--state-dir", str(base / state)]
+
+        class Proc(ServeProcess):
+            @staticmethod
+            def command(_):
+                return cmd
+
+        self.proc = Proc("")
+
+
+def build(base: Path, records: int, s3) -> str:
+    """The bench topic of compare_serve, tiered into the S3 server's bucket."""
+    config = Path(cs.build(base, records, tier={
+        "remote.log.storage.manager.class.name":
+            "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+        "rsm.config.key.prefix": PREFIX, "rsm.config.chunk.size": "65536",
+        **{f"rsm.config.{k}": v for k, v in s3.config().items()}}))
+    return str(config)
+
+
+def _bucket_ends(port: int) -> dict[int, int]:
+    """Each partition's high watermark as `serve --bucket` answers it."""
+    from engine.protocol import codec
+
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(codec.encode_request(2, 1, 1, "bench", {"replica_id": -1, "topics": [
+            {"name": cs.TOPIC, "partitions": [{"partition_index": p, "timestamp": -1}
+                                              for p in range(cs.PARTITIONS)]}]}))
+        f = s.makefile("rb")
+        resp = codec.decode_response(2, 1, f.read(struct.unpack(">i", f.read(4))[0]))[1]
+    return {r["partition_index"]: r["offset"] for r in resp["topics"][0]["partitions"]}
+
+
+def _one_round(side: str, config: str, url: str, settings: dict, base: Path, expected: int,
+               state: str) -> list[tuple[float, float]]:
+    """[(MiB/s, server CPU s)]: the in-memory server's; or a fresh `serve --bucket`'s
+    (empty caches: every chunk from the S3 server), then a second consumer's on the same
+    process (warm: from its chunk cache)."""
+    if side == "ceiling":
+        return [cs._one_consumer("ceiling", config, expected)]
+    serve = _BucketServe(url, settings, base, state).proc
+    out = []
+    try:
+        for _ in range(2):
+            before = cs._cpu_seconds(serve.proc.pid)
+            [r] = cs._consumers(serve.bootstrap, expected, 1)
+            out.append((r["bytes"] / r["seconds"] / 2**20,
+                        cs._cpu_seconds(serve.proc.pid) - before))
+    finally:
+        serve.stop()
+    return out
+
+
+def main() -> int:
+    from s3_server import S3Server
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=400_000)
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-serve-bucket-"))
+    with S3Server(base / "weed") as s3:
+        config = build(base, args.records, s3)
+        url = f"s3://{s3.buckets[0]}/{PREFIX}"
+        settings = {k: v for k, v in s3.config().items() if k != "storage.s3.bucket.name"}
+        probe = _BucketServe(url, settings, base, "probe").proc
+        try:
+            ends = _bucket_ends(probe.port)
+        finally:
+            probe.stop()
+        # data records in the bucket (a few offsets are transaction markers)
+        expected = sum(ends.values()) * 9 // 10
+        print(f"topic: {args.records} records, the bucket holds offsets up to {ends}",
+              file=sys.stderr)
+        rates: dict[str, list[float]] = {"ceiling": [], "cold": [], "warm": []}
+        cpu: dict[str, list[float]] = {"ceiling": [], "cold": [], "warm": []}
+        for i in range(args.rounds):
+            for side in (("serve", "ceiling") if i % 2 else ("ceiling", "serve")):
+                names = ["ceiling"] if side == "ceiling" else ["cold", "warm"]
+                for name, (rate, used) in zip(names, _one_round(
+                        side, config, url, settings, base, expected, f"state-{i}")):
+                    rates[name].append(rate)
+                    cpu[name].append(used)
+        fresh = _BucketServe(url, settings, base, "state-latency").proc
+        try:
+            remote = [(p, o) for p in range(cs.PARTITIONS)
+                      for o in range(0, ends[p], max(1, ends[p] // 25))]
+            cold = cs._fetch_latency(fresh.port, remote)
+            warm = cs._fetch_latency(fresh.port, remote)
+        finally:
+            fresh.stop()
+    shutil.rmtree(base, ignore_errors=True)
+    ceiling = statistics.median(rates["ceiling"])
+    print(f"one consumer, MiB/s of record payload (median of {args.rounds}):")
+    for name, side in (("ceiling (in-memory server)", "ceiling"),
+                       ("serve --bucket, cold", "cold"), ("serve --bucket, warm", "warm")):
+        rate = statistics.median(rates[side])
+        print(f"  {name:26s} {rate:8.1f}   rounds "
+              + " ".join(f"{r:.0f}" for r in rates[side])
+              + f"   server CPU {statistics.median(cpu[side]):.2f} s   "
+              f"ratio {rate / ceiling:.2f}x")
+    for name, lat in (("bucket warm", warm), ("bucket cold", cold)):
+        print(f"fetch latency {name:12s} p50 {cs._pct(lat, 0.5):7.2f} ms  "
+              f"p99 {cs._pct(lat, 0.99):7.2f} ms  ({len(lat)} requests)")
+    print(json.dumps(rates), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -605,3 +605,33 @@ def test_local_retention_failure_reaches_status_and_a_metric(tmp_path):
         assert env.rlm.metrics.value("LocalRetentionErrorsPerSec", topic=TOPIC) == 1
     finally:
         env.close()
+
+
+def test_failed_local_retention_of_an_untiered_partition_reaches_status_and_metrics(tmp_path):
+    from test_rlm_helpers import batch
+
+    from engine.cli.run import _status_line
+    from engine.cli.status import error_fields, local_status
+
+    env = Env(tmp_path, log_dirs=2)
+    try:
+        plain = env.lm.get_or_create_log("plain", 0, topic_config={
+            "remote.storage.enable": "false", "retention.bytes": "1", "segment.bytes": "1200"})
+        for i in range(3):
+            plain.append_as_leader(batch([b"v%d" % i]), 0)
+            plain.roll()
+        oldest = plain.segments[0].log_file
+        # a non-empty directory where the segment's `.deleted` name goes: the rename fails
+        blocker = oldest.with_name(oldest.name + ".deleted")
+        blocker.mkdir()
+        (blocker / "x").write_bytes(b"x")
+        assert env.rlm.metrics.value("OfflineLogDirectoryCount") == 0
+        env.lm.cleanup_logs()
+        why = env.lm.retention_error("plain", 0)
+        assert why is not None and oldest.name in why
+        assert env.rlm.metrics.value("OfflineLogDirectoryCount") == 1
+        row = local_status("plain", 0, plain, env.lm.retention_error("plain", 0))
+        assert ("last_local_retention_error", why) in error_fields(row)
+        assert "offline" in _status_line(env.rlm)
+    finally:
+        env.close()

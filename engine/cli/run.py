@@ -78,8 +78,10 @@ def _status_line(rlm) -> str:
     remote_bytes = sum(r.get("remote_size_bytes") or 0 for r in rows)
     lag = sum(r.get("copy_lag_segments") or 0 for r in rows)
     errors = [f"{r['topic']}-{r['partition']}: {r[k]}" for r in rows
-              for k in ("offline_error", "last_copy_error", "last_expiration_error")
+              for k in ("offline_error", "last_copy_error", "last_expiration_error",
+                        "last_local_retention_error")
               if r.get(k)]
+    errors += [f"log dir {d} offline" for d in rlm.log_manager.offline_dirs]
     return (f"{len(rows)} tiered partition(s), {remote} remote segment(s) "
             f"({remote_bytes / 2**20:.1f} MiB), copy lag {lag} segment(s)"
             + (f"; last error {errors[0]}" if errors else ""))

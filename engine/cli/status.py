@@ -29,8 +29,10 @@ WIDTH = 120
 _ERROR_LIKE = re.compile(r"error|offline|damaged|inconsisten|corrupt|gap")
 
 
-def local_status(topic: str, partition: int, unified) -> dict:
-    """The status of a partition that is not tiered, from its local log."""
+def local_status(topic: str, partition: int, unified,
+                 retention_error: str | None = None) -> dict:
+    """The status of a partition that is not tiered, from its local log (and why its last
+    local retention run failed, if it did)."""
     return {
         "topic": topic, "partition": partition, "remote_storage_enable": False,
         "log_start_offset": unified.log_start_offset,
@@ -39,6 +41,7 @@ def local_status(topic: str, partition: int, unified) -> dict:
         "highest_offset_in_remote_storage": unified.highest_offset_in_remote_storage,
         "local_segments": len(unified.segments),
         "local_size_bytes": unified.size_in_bytes,
+        "last_local_retention_error": retention_error,
     }
 
 
@@ -133,7 +136,9 @@ def _rows(session) -> list[dict]:
             continue
         unified = session.log_manager.get_log(tp.topic, tp.partition)
         if unified is not None:
-            rows.append(local_status(tp.topic, tp.partition, unified))
+            rows.append(local_status(
+                tp.topic, tp.partition, unified,
+                session.log_manager.retention_error(tp.topic, tp.partition)))
     return sorted(rows, key=lambda r: (str(r.get("topic")), r.get("partition", -1)))
 
 

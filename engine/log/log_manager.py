@@ -194,6 +194,8 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_configs: dict[TopicPartition, TopicConfig] = {}
         self._offline: dict[Path, str] = {}  # dir -> why
+        # partition -> why its last local retention run failed (cleared by one that succeeds)
+        self._retention_errors: dict[TopicPartition, str] = {}
         self._offline_partitions: dict[TopicPartition, Path] = {}
         #: dir -> whether its last shutdown was clean (as found at start).
         self.had_clean_shutdown: dict[Path, bool] = {}
@@ -639,20 +641,28 @@ class LogManager:
 
     def cleanup_logs(self) -> int:
         """`delete_old_segments` on every online log (Kafka's retention task). A dir whose
-        deletion fails goes offline; the others are still cleaned. Returns the number of
-        segments deleted."""
+        deletion fails goes offline (`offline_dirs`) and the partition keeps the failure as
+        its `retention_error`; the others are still cleaned. Returns the number of segments
+        deleted."""
         total = 0
         for d, logs in self._logs_by_dir().items():
             for tp, unified in logs:
-                counted = [0]
-
-                def clean(u=unified, c=counted) -> None:
-                    c[0] = u.delete_old_segments()
-
-                if not self._try(d, f"retention of {tp.topic}-{tp.partition}", clean):
+                try:
+                    total += self._run(d, f"retention of {tp.topic}-{tp.partition}",
+                                       unified.delete_old_segments)
+                except KafkaStorageError as exc:
+                    with self._lock:
+                        self._retention_errors[tp] = f"{type(exc).__name__}: {exc}"
                     break
-                total += counted[0]
+                if tp in self._retention_errors:
+                    with self._lock:
+                        self._retention_errors.pop(tp, None)
         return total
+
+    def retention_error(self, topic: str, partition: int) -> str | None:
+        """Why the partition's last local retention run (`cleanup_logs`) failed, or None."""
+        with self._lock:
+            return self._retention_errors.get(TopicPartition(topic, partition))
 
     def _try(self, log_dir: Path, what: str, fn: Callable[[], Any]) -> bool:
         """Like `_run` for background work: the failure takes the dir offline and is logged,

@@ -238,6 +238,10 @@ class RemoteLogManager:
                          "Idle share of the copier threads",
                          lambda: (self._copier_pool.busy.idle_percent()
                                   if self._copier_pool else 100.0))
+        m.gauge_function("OfflineLogDirectoryCount",  # Kafka's LogManager gauge
+                         "Log dirs taken offline by an I/O error (a failed local retention "
+                         "run among them)",
+                         lambda: len(self.log_manager.offline_dirs))
         m.gauge_function("RemoteLogOfflinePartitionsCount",
                          "Tiered partitions whose remote log metadata cannot be served",
                          lambda: sum(st.offline_error is not None

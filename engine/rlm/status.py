@@ -53,7 +53,8 @@ def partition_status(rlm, st: PartitionState) -> dict:
         "expiration_failures": st.expiration_failures,
         "next_expiration_retry_ms": max(0, st.next_expiration_attempt_ms - now),
         "last_fetch_error": st.last_fetch_error,
-        "last_local_retention_error": st.last_local_retention_error,
+        "last_local_retention_error": (st.last_local_retention_error or
+                                       rlm.log_manager.retention_error(st.topic, st.partition)),
         "offline": offline is not None,
         "offline_error": None if offline is None else f"{type(offline).__name__}: {offline}",
     }

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from engine.config import ConfigError
 from engine.remote.objectstore import custom_metadata as cm
 from engine.remote.objectstore.chunk_cache import CHUNK_CACHE_CONFIG_KEYS, ChunkCacheConfig
+from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.reads import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_IN_FLIGHT,
@@ -29,7 +30,6 @@ from engine.remote.objectstore.transforms import KeyFileError, KeyRing
 
 __all__ = [
     "RSM_CONFIG_KEYS",
-    "ConfigValues",
     "RsmConfig",
     "check_unknown_keys",
     "load_key_ring",
@@ -50,46 +50,6 @@ RSM_CONFIG_KEYS = frozenset({
 })
 _KEY_FILE_SUFFIXES = (".public.key.file", ".private.key.file")
 _SECRET_WORDS = ("secret", "password", "token", "credentials.json", "account.key")
-
-
-class ConfigValues:
-    """Typed values of an RSM config: a key that is absent or blank is unset; a bad value
-    raises ConfigError naming the key."""
-
-    __slots__ = ("_configs",)
-
-    def __init__(self, configs: Mapping[str, str]):
-        self._configs = configs
-
-    def get(self, key: str) -> str | None:
-        """The value, stripped; None when unset."""
-        v = self._configs.get(key)
-        return None if v is None or str(v).strip() == "" else str(v).strip()
-
-    def integer(self, key: str, default: int, lo: int, hi: int) -> int:
-        raw = self.get(key)
-        if raw is None:
-            return default
-        try:
-            v = int(raw)
-        except ValueError:
-            raise ConfigError(key, raw, "expected an integer") from None
-        if not lo <= v <= hi:
-            raise ConfigError(key, raw, f"must be in [{lo}, {hi}]")
-        return v
-
-    def boolean(self, key: str, default: bool = False) -> bool:
-        raw = self.get(key)
-        if raw is None:
-            return default
-        if raw.lower() not in ("true", "false"):
-            raise ConfigError(key, raw, "expected true or false")
-        return raw.lower() == "true"
-
-    def listing(self, key: str) -> list[str]:
-        """A comma-separated list, its blank items dropped."""
-        raw = self.get(key)
-        return [] if raw is None else [p.strip() for p in raw.split(",") if p.strip()]
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from engine.errors import (
     CorruptRemoteObjectError,
@@ -129,6 +130,11 @@ class _IndexSet:
         return self.nbytes
 
 
+def _index_bytes(entry: object) -> int:
+    """The weight of an index cache entry: the bytes of one index or of an `_IndexSet`."""
+    return len(cast("bytes | _IndexSet", entry))
+
+
 @dataclass(frozen=True)
 class _Segment:
     """What reads of one segment need: the manifest, its transforms, and an identity of the
@@ -167,7 +173,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._manifests = LoadingCache("segment-manifest-cache", cache.manifest_cache_size,
                                        cache.manifest_cache_retention_ms, metrics=metrics)
         self._indexes = LoadingCache("segment-indexes-cache", cache.indexes_cache_size,
-                                     cache.indexes_cache_retention_ms, weigher=len,
+                                     cache.indexes_cache_retention_ms, weigher=_index_bytes,
                                      metrics=metrics)
         self._chunk_cache = cache.build(metrics)
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
@@ -399,8 +405,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         fields = self._config.custom_metadata_fields
         if not fields:
             return None
-        values = {cm.REMOTE_SIZE: total, cm.OBJECT_PREFIX: self._keys.prefix,
-                  cm.OBJECT_KEY: main_path(metadata)}
+        values: dict[int, int | str] = {cm.REMOTE_SIZE: total,
+                                        cm.OBJECT_PREFIX: self._keys.prefix,
+                                        cm.OBJECT_KEY: main_path(metadata)}
         return cm.encode_custom_metadata({f: values[f] for f in fields})
 
     # -- delete --------------------------------------------------------------------------
@@ -464,8 +471,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             raise CorruptRemoteObjectError(
                 f"custom metadata of {metadata.remote_log_segment_id} is not the object-store "
                 f"tier's: {exc}", object_key=self._keys.key(metadata, MANIFEST)) from None
-        return self._keys.key_for_read(metadata, suffix, fields.get(cm.OBJECT_PREFIX),
-                                       fields.get(cm.OBJECT_KEY))
+        # the decoder gives the string fields (the object prefix and key) as str
+        prefix, key = fields.get(cm.OBJECT_PREFIX), fields.get(cm.OBJECT_KEY)
+        return self._keys.key_for_read(metadata, suffix,
+                                       prefix if isinstance(prefix, str) else None,
+                                       key if isinstance(key, str) else None)
 
     def _log_object(self, metadata: RemoteLogSegmentMetadata) -> SegmentObject:
         """The segment's `.log` as the range reader takes it."""

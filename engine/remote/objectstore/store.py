@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import obstore
 import obstore.exceptions as obx
@@ -55,6 +55,18 @@ from engine.config import ConfigError
 from engine.errors import KafkaEngineError, RemoteResourceNotFoundError, RemoteStorageError
 from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
+
+if TYPE_CHECKING:  # obstore's config dicts are TypedDicts of its stubs only
+    from obstore.store import (
+        AzureConfig,
+        AzureStore,
+        ClientConfig,
+        GCSConfig,
+        GCSStore,
+        RetryConfig,
+        S3Config,
+        S3Store,
+    )
 
 __all__ = [
     "BACKEND_ALIASES",
@@ -576,47 +588,49 @@ class ObjectStore:
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _build_store(cfg: StoreConfig):
+def _build_store(cfg: StoreConfig) -> AzureStore | GCSStore | S3Store:
     from obstore.store import AzureStore, GCSStore, S3Store
 
-    client = {"timeout": timedelta(milliseconds=cfg.attempt_timeout_ms),
-              "connect_timeout": timedelta(milliseconds=min(cfg.attempt_timeout_ms, 10_000))}
+    client: ClientConfig = {
+        "timeout": timedelta(milliseconds=cfg.attempt_timeout_ms),
+        "connect_timeout": timedelta(milliseconds=min(cfg.attempt_timeout_ms, 10_000))}
     if cfg.endpoint_url is not None and cfg.endpoint_url.startswith("http://"):
         client["allow_http"] = True
-    retry = {"max_retries": cfg.max_retries,
-             "retry_timeout": timedelta(milliseconds=cfg.call_timeout_ms),
-             "backoff": {"init_backoff": timedelta(milliseconds=100),
-                         "max_backoff": timedelta(seconds=5), "base": 2}}
+    retry: RetryConfig = {
+        "max_retries": cfg.max_retries,
+        "retry_timeout": timedelta(milliseconds=cfg.call_timeout_ms),
+        "backoff": {"init_backoff": timedelta(milliseconds=100),
+                    "max_backoff": timedelta(seconds=5), "base": 2}}
     if cfg.backend == "s3":
-        kw = {}
+        s3: S3Config = {}
         if cfg.endpoint_url is not None:
-            kw["endpoint"] = cfg.endpoint_url
+            s3["endpoint"] = cfg.endpoint_url
         if cfg.access_key_id is not None:
-            kw["access_key_id"] = cfg.access_key_id
-            kw["secret_access_key"] = cfg.secret_access_key
+            s3["access_key_id"] = cfg.access_key_id
+            s3["secret_access_key"] = cfg.secret_access_key
         if cfg.path_style is not None:
-            kw["virtual_hosted_style_request"] = not cfg.path_style
+            s3["virtual_hosted_style_request"] = not cfg.path_style
         return S3Store(cfg.bucket, region=cfg.region or "us-east-1", client_options=client,
-                       retry_config=retry, **kw)
+                       retry_config=retry, config=s3)
     if cfg.backend == "gcs":
-        kw = {}
+        gcs: GCSConfig = {}
         if cfg.gcs_credentials_path is not None:
-            kw["service_account"] = cfg.gcs_credentials_path
+            gcs["service_account"] = cfg.gcs_credentials_path
         if cfg.gcs_credentials_json is not None:
-            kw["service_account_key"] = cfg.gcs_credentials_json
+            gcs["service_account_key"] = cfg.gcs_credentials_json
         if cfg.endpoint_url is not None:
-            kw["base_url"] = cfg.endpoint_url
-        return GCSStore(cfg.bucket, client_options=client, retry_config=retry, **kw)
-    kw = {}
+            gcs["base_url"] = cfg.endpoint_url
+        return GCSStore(cfg.bucket, client_options=client, retry_config=retry, config=gcs)
+    azure: AzureConfig = {}
     if cfg.azure_account_name is not None:
-        kw["account_name"] = cfg.azure_account_name
+        azure["account_name"] = cfg.azure_account_name
     if cfg.azure_account_key is not None:
-        kw["account_key"] = cfg.azure_account_key
+        azure["account_key"] = cfg.azure_account_key
     if cfg.azure_sas_token is not None:
-        kw["sas_key"] = cfg.azure_sas_token
+        azure["sas_key"] = cfg.azure_sas_token
     if cfg.endpoint_url is not None:
-        kw["endpoint"] = cfg.endpoint_url
-    return AzureStore(cfg.bucket, client_options=client, retry_config=retry, **kw)
+        azure["endpoint"] = cfg.endpoint_url
+    return AzureStore(cfg.bucket, client_options=client, retry_config=retry, config=azure)
 
 
 def _is_obstore(e: BaseException) -> bool:
@@ -646,8 +660,9 @@ def _blocks(source, part_size: int) -> Iterator:
         return _file_blocks(Path(source), part_size)
     if isinstance(source, (bytes, bytearray, memoryview)):
         view = memoryview(source).cast("B")
-        return iter([view[i:i + part_size] for i in range(0, len(view), part_size)]
-                    or [b""])
+        blocks: list[bytes | memoryview] = [view[i:i + part_size]
+                                            for i in range(0, len(view), part_size)]
+        return iter(blocks or [b""])
     return iter(source)
 
 

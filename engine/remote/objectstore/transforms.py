@@ -36,6 +36,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 import zstandard
 from cryptography.exceptions import InvalidTag
@@ -129,8 +130,8 @@ class KeyRing:
             private = _load_pem(private_file, config_key(key_id, "private"), private=True)
             if private.public_key().public_numbers() != public.public_numbers():
                 raise KeyFileError(config_key(key_id, "private"), private_file,
-                                    f"is not the private key of key pair {key_id!r}'s "
-                                    "public key")
+                                   f"is not the private key of key pair {key_id!r}'s "
+                                   "public key")
             pairs[key_id] = KeyPair(key_id, public, private)
         return cls(active_id, pairs)
 
@@ -178,12 +179,22 @@ class KeyFileError(ValueError):
         self.config_key, self.path, self.rule = config_key, path, rule
 
 
-def _load_pem(path: str, config_key: str, *, private: bool):
+@overload
+def _load_pem(path: str, config_key: str, *, private: Literal[True]) -> rsa.RSAPrivateKey: ...
+
+
+@overload
+def _load_pem(path: str, config_key: str, *, private: Literal[False]) -> rsa.RSAPublicKey: ...
+
+
+def _load_pem(path: str, config_key: str, *, private: bool
+              ) -> rsa.RSAPrivateKey | rsa.RSAPublicKey:
+    key: object
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise KeyFileError(config_key, path, f"cannot be read: [Errno {exc.errno}] "
-                                              f"{exc.strerror}") from None
+                                             f"{exc.strerror}") from None
     try:
         if private:
             key = serialization.load_pem_private_key(data, password=None)
@@ -192,7 +203,7 @@ def _load_pem(path: str, config_key: str, *, private: bool):
     except (ValueError, TypeError) as exc:
         kind = "an unencrypted PKCS#8 private" if private else "an X.509 public"
         raise KeyFileError(config_key, path, f"is not {kind} key in PEM "
-                                              f"({type(exc).__name__})") from None
+                                             f"({type(exc).__name__})") from None
     expected = rsa.RSAPrivateKey if private else rsa.RSAPublicKey
     if not isinstance(key, expected):
         raise KeyFileError(config_key, path, f"holds a {type(key).__name__}, not an RSA key")

@@ -8,8 +8,9 @@ so a bucket either writes the other reads.
 - The format: `keys`, `manifest`, `custom_metadata` (object keys, `.rsm-manifest`, KIP-917
   custom metadata) and `transforms` (per-chunk zstd and AES-256-GCM envelope encryption).
 - `config`: the tier's settings in the plugin's names (RsmConfig; the store's StoreConfig and
-  the caches' ChunkCacheConfig are read next to their code).
-- `rsm`: ObjectStorageRemoteStorageManager, built on both.
+  the caches' ChunkCacheConfig are read next to their code); `config_values` reads the
+  typed values of the tier's and the store's keys.
+- `rsm`: ObjectStorageRemoteStorageManager, built on these.
 """
 
 from engine.remote.objectstore.chunk_cache import (

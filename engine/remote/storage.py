@@ -103,9 +103,12 @@ class RemoteStorageManager(abc.ABC):
 
     # -- reads the engine makes, with defaults on the abstract methods ------------------
 
-    #: whether `map_range` returns views of data already in memory (a mapping of a stored
-    #: file): redoing it costs nothing, so a reader never keeps or stitches ranges
-    zero_copy_ranges: bool = False
+    @property
+    def zero_copy_ranges(self) -> bool:
+        """Whether `map_range` returns views of data already in memory (a mapping of a
+        stored file): redoing it costs nothing, so a reader never keeps or stitches ranges.
+        A plugin overrides it with a property or a class attribute."""
+        return False
 
     def read_range(self, metadata: RemoteLogSegmentMetadata, start: int,
                    end_exclusive: int) -> bytes | memoryview:
@@ -164,9 +167,11 @@ class RemoteStorageManager(abc.ABC):
         CollectorRegistry: the RemoteLogManager's), so that one scrape of the RLM's metrics
         port sees them too. Called once per RLM; the default has none to add."""
 
-    #: whether `read_forward` has any effect (the store reads ahead): a caller skips finding
-    #: the next segment when it has none
-    reads_ahead: bool = False
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether `read_forward` has any effect (the store reads ahead): a caller skips
+        finding the next segment when it has none."""
+        return False
 
     def read_forward(self, metadata: RemoteLogSegmentMetadata,
                      next_segment: RemoteLogSegmentMetadata | None) -> None:

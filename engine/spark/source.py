@@ -7,6 +7,7 @@ import datetime as _dt
 import math
 import sys
 from collections.abc import Iterator
+from typing import cast
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -83,12 +84,12 @@ class PushedFilters:
             return self._range(f, "partition")
         if name == "topic":
             if isinstance(f, EqualTo) and isinstance(f.value, str):
-                values = {f.value}
+                topics = {f.value}
             elif isinstance(f, In) and all(isinstance(v, str) for v in f.value):
-                values = set(f.value)
+                topics = set(f.value)
             else:
                 return False
-            self.topics = values if self.topics is None else self.topics & values
+            self.topics = topics if self.topics is None else self.topics & topics
             return True
         if name == "timestamp" and isinstance(f, (GreaterThan, GreaterThanOrEqual)):
             ms = _epoch_ms(f.value)
@@ -241,8 +242,9 @@ class KafkaTieredReader(DataSourceReader):
     def partitions(self):
         return plan_scan(self.opts, self.pushed) or [ScanPartition([])]
 
-    def read(self, partition: ScanPartition) -> Iterator:
-        return scan_ranges(partition.ranges, self.opts.broker_properties,
+    def read(self, partition: InputPartition) -> Iterator:
+        # Spark hands back the partitions that `partitions` planned
+        return scan_ranges(cast(ScanPartition, partition).ranges, self.opts.broker_properties,
                            arrow_schema(self.opts.include_headers),
                            decode_ahead=self.opts.decode_ahead)
 
@@ -358,8 +360,9 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                                                  tier.offset_entries, aborted=aborted))
         return [ScanPartition(t) for t in pack_ranges(ranges, self.opts.max_bytes_per_partition)]
 
-    def read(self, partition: ScanPartition) -> Iterator:
-        return scan_ranges(partition.ranges, self.opts.broker_properties,
+    def read(self, partition: InputPartition) -> Iterator:
+        # Spark hands back the partitions that `partitions` planned
+        return scan_ranges(cast(ScanPartition, partition).ranges, self.opts.broker_properties,
                            arrow_schema(self.opts.include_headers),
                            decode_ahead=self.opts.decode_ahead)
 

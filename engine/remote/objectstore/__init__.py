@@ -7,7 +7,10 @@ so a bucket either writes the other reads.
   (metrics). Nothing there knows the key layout or the manifest.
 - The format: `keys`, `manifest`, `custom_metadata` (object keys, `.rsm-manifest`, KIP-917
   custom metadata) and `transforms` (per-chunk zstd and AES-256-GCM envelope encryption).
-- `rsm`: ObjectStorageRemoteStorageManager, built on both.
+- `config`: the tier's settings in the plugin's names (RsmConfig; the store's StoreConfig and
+  the caches' ChunkCacheConfig are read next to their code); `config_values` reads the
+  typed values of the tier's and the store's keys.
+- `rsm`: ObjectStorageRemoteStorageManager, built on these.
 """
 
 from engine.remote.objectstore.chunk_cache import (

@@ -467,7 +467,7 @@ class SegmentManifest:
                         f"segment manifest {object_key}: segmentIndexes.{name} of "
                         f"{entry.size} bytes cannot hold an encrypted index",
                         object_key=object_key)
-        if not fixed or index.original_file_size == 0:
+        if not isinstance(index, FixedChunkIndex) or index.original_file_size == 0:
             return
         extra = GCM_OVERHEAD if self.encryption is not None else 0
         c, n = index.original_chunk_size, index.chunk_count
@@ -644,7 +644,7 @@ def _parse_chunk_index(value, compression: bool, encrypted: bool) -> ChunkIndex:
 def _parse_segment_indexes(value) -> SegmentIndexes:
     names = tuple(name for _, name in _INDEX_FIELDS)
     obj = _obj(value, "segmentIndexes", required=names)
-    entries = []
+    entries: list[SegmentIndex | None] = []
     for index_type, name in _INDEX_FIELDS:
         entry = obj[name]
         if entry is None:

@@ -3,10 +3,10 @@
 Selected with
 `remote.log.storage.manager.class.name=engine.remote.ObjectStorageRemoteStorageManager` or
 the plugin's own `io.aiven.kafka.tieredstorage.RemoteStorageManager`; configured with the
-plugin's names under `rsm.config.` (see `RSM_CONFIG_KEYS` and the store's
-`STORE_CONFIG_KEYS`), so a broker file written for the plugin loads unchanged. An unknown key
-or a bad value fails `configure` with a ConfigError naming the key; secrets (the store's
-credentials) never appear in errors, logs or `repr`. The plugin's `key.prefix.mask` and
+plugin's names under `rsm.config.` (read by `config.RsmConfig`: see `RSM_CONFIG_KEYS` and
+the store's `STORE_CONFIG_KEYS`), so a broker file written for the plugin loads unchanged. An
+unknown key or a bad value fails `configure` with a ConfigError naming the key; secrets (the
+store's credentials) never appear in errors, logs or `repr`. The plugin's `key.prefix.mask` and
 `metrics.*` keys are accepted and have no effect (object keys are not secrets here; the
 metrics have no sampling windows).
 
@@ -60,16 +60,15 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import difflib
 import hashlib
 import io
 import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import cast
 
-from engine.config import ConfigError
 from engine.errors import (
     CorruptRemoteObjectError,
     KafkaEngineError,
@@ -79,12 +78,8 @@ from engine.errors import (
 )
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.objectstore import custom_metadata as cm
-from engine.remote.objectstore.chunk_cache import (
-    CHUNK_CACHE_CONFIG_KEYS,
-    ChunkCacheConfig,
-    ChunkKey,
-    LoadingCache,
-)
+from engine.remote.objectstore.chunk_cache import ChunkKey, LoadingCache
+from engine.remote.objectstore.config import RSM_CONFIG_KEYS, RsmConfig, load_key_ring
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, ObjectKeyFactory, main_path
 from engine.remote.objectstore.manifest import (
     GCM_OVERHEAD,
@@ -95,14 +90,8 @@ from engine.remote.objectstore.manifest import (
     SegmentManifest,
     VariableChunkIndex,
 )
-from engine.remote.objectstore.reads import (
-    DEFAULT_CHUNK_SIZE,
-    DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_REQUEST_BYTES,
-    RangeReader,
-    SegmentObject,
-)
-from engine.remote.objectstore.store import STORE_CONFIG_KEYS, ObjectStore, StoreConfig
+from engine.remote.objectstore.reads import RangeReader, SegmentObject
+from engine.remote.objectstore.store import ObjectStore, StoreConfig
 from engine.remote.objectstore.transforms import ChunkTransform, KeyRing, first_batch_compressed
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
@@ -117,19 +106,6 @@ log = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
 MiB = 1024 * 1024
 
-#: The keys this class reads itself (names under `rsm.config.`); the store reads
-#: STORE_CONFIG_KEYS and the caches CHUNK_CACHE_CONFIG_KEYS.
-#: `encryption.key.pairs.<id>.{public,private}.key.file` come on top. The plugin's metrics
-#: keys are accepted (the engine's metrics have no sampling windows to set).
-RSM_CONFIG_KEYS = frozenset({
-    "broker.id", "key.prefix", "key.prefix.mask", "chunk.size", "compression.enabled",
-    "compression.heuristic.enabled", "encryption.enabled", "encryption.key.pair.id",
-    "encryption.key.pairs", "custom.metadata.fields.include", "segment.format",
-    "fetch.max.in.flight.requests", "fetch.max.request.bytes",
-    "metrics.num.samples", "metrics.sample.window.ms", "metrics.recording.level",
-})
-_KEY_FILE_SUFFIXES = (".public.key.file", ".private.key.file")
-_SECRET_WORDS = ("secret", "password", "token", "credentials.json", "account.key")
 # a segment's `.indexes` up to this size is fetched whole on its first index read
 _WHOLE_INDEXES_BYTES = 1 << 20
 # chunk transforms run on a small pool, this many chunks ahead of the upload
@@ -139,130 +115,6 @@ _TRANSFORM_AHEAD = _TRANSFORM_WORKERS + 1
 _READ_INDEXES = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)
 # segments a reader said it reads forward, remembered (with their next segment) at most
 _FORWARD_KEPT = 4096
-
-
-# ---- configuration -----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RsmConfig:
-    """The tier's own settings (the store's are in `StoreConfig`, the caches' in `cache`)."""
-
-    key_prefix: str = ""
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-    compression: bool = False
-    compression_heuristic: bool = False
-    encryption: bool = False
-    key_pair_id: str | None = None
-    key_files: tuple[tuple[str, str, str], ...] = ()
-    custom_metadata_fields: tuple[int, ...] = ()
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    cache: ChunkCacheConfig = field(default_factory=ChunkCacheConfig)
-    broker_id: int = -1
-
-    @classmethod
-    def from_configs(cls, configs: Mapping[str, str]) -> RsmConfig:
-        """ConfigError naming the first unknown or bad key."""
-        _check_unknown_keys(configs)
-
-        def get(key):
-            v = configs.get(key)
-            return None if v is None or str(v).strip() == "" else str(v).strip()
-
-        def integer(key, default, lo, hi):
-            raw = get(key)
-            if raw is None:
-                if default is None:
-                    raise ConfigError(key, None, "required")
-                return default
-            try:
-                v = int(raw)
-            except ValueError:
-                raise ConfigError(key, raw, "expected an integer") from None
-            if not lo <= v <= hi:
-                raise ConfigError(key, raw, f"must be in [{lo}, {hi}]")
-            return v
-
-        def boolean(key, default=False):
-            raw = get(key)
-            if raw is None:
-                return default
-            if raw.lower() not in ("true", "false"):
-                raise ConfigError(key, raw, "expected true or false")
-            return raw.lower() == "true"
-
-        def listing(key):
-            raw = get(key)
-            return [] if raw is None else [p.strip() for p in raw.split(",") if p.strip()]
-
-        fmt = get("segment.format")
-        if fmt is not None and fmt.lower() != "kafka":
-            raise ConfigError("segment.format", fmt, "only the kafka segment format is "
-                                                     "supported (not iceberg)")
-        boolean("key.prefix.mask")
-        compression = boolean("compression.enabled")
-        heuristic = boolean("compression.heuristic.enabled")
-        if heuristic and not compression:
-            raise ConfigError("compression.heuristic.enabled", get(
-                "compression.heuristic.enabled"), "needs compression.enabled=true")
-        encryption = boolean("encryption.enabled")
-        key_pair_id, key_files = None, ()
-        if encryption:
-            key_pair_id = get("encryption.key.pair.id")
-            if key_pair_id is None:
-                raise ConfigError("encryption.key.pair.id", None,
-                                  "required with encryption.enabled=true")
-            ids = listing("encryption.key.pairs")
-            if key_pair_id not in ids:
-                raise ConfigError("encryption.key.pairs", get("encryption.key.pairs"),
-                                  f"must list the encryption key pair {key_pair_id!r} "
-                                  "(encryption.key.pair.id)")
-            files = []
-            for key_id in ids:
-                paths = []
-                for kind in ("public", "private"):
-                    key = f"encryption.key.pairs.{key_id}.{kind}.key.file"
-                    path = get(key)
-                    if path is None:
-                        raise ConfigError(key, None, f"required: the {kind} key file (PEM) "
-                                                     f"of key pair {key_id!r}")
-                    paths.append(path)
-                files.append((key_id, paths[0], paths[1]))
-            key_files = tuple(files)
-        fields = []
-        for name in listing("custom.metadata.fields.include"):
-            if name not in cm.FIELD_NAMES:
-                raise ConfigError("custom.metadata.fields.include",
-                                  get("custom.metadata.fields.include"),
-                                  f"{name!r} is not one of {', '.join(cm.FIELD_NAMES)}")
-            fields.append(cm.FIELD_NAMES[name])
-        prefix = configs.get("key.prefix")
-        return cls(
-            key_prefix="" if prefix is None else str(prefix),
-            # the plugin requires chunk.size; omitted, the engine takes its benchmarked size
-            chunk_size=integer("chunk.size", DEFAULT_CHUNK_SIZE, 1, INT32_MAX // 2),
-            compression=compression, compression_heuristic=heuristic, encryption=encryption,
-            key_pair_id=key_pair_id, key_files=key_files,
-            custom_metadata_fields=tuple(sorted(set(fields))),
-            max_in_flight=integer("fetch.max.in.flight.requests", DEFAULT_MAX_IN_FLIGHT, 1, 64),
-            max_request_bytes=integer("fetch.max.request.bytes", DEFAULT_MAX_REQUEST_BYTES, 1,
-                                      INT32_MAX),
-            cache=ChunkCacheConfig.from_configs(configs),
-            broker_id=integer("broker.id", -1, -1, INT32_MAX),
-        )
-
-
-def _check_unknown_keys(configs: Mapping[str, str]) -> None:
-    known = RSM_CONFIG_KEYS | STORE_CONFIG_KEYS | CHUNK_CACHE_CONFIG_KEYS
-    for key in configs:
-        if key in known:
-            continue
-        if key.startswith("encryption.key.pairs.") and key.endswith(_KEY_FILE_SUFFIXES):
-            continue
-        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        shown = "[hidden]" if any(w in key for w in _SECRET_WORDS) else configs[key]
-        raise ConfigError(key, shown, f"unknown object-store tier config{hint}")
 
 
 class _IndexSet:
@@ -276,6 +128,11 @@ class _IndexSet:
 
     def __len__(self) -> int:
         return self.nbytes
+
+
+def _index_bytes(entry: object) -> int:
+    """The weight of an index cache entry: the bytes of one index or of an `_IndexSet`."""
+    return len(cast("bytes | _IndexSet", entry))
 
 
 @dataclass(frozen=True)
@@ -316,7 +173,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._manifests = LoadingCache("segment-manifest-cache", cache.manifest_cache_size,
                                        cache.manifest_cache_retention_ms, metrics=metrics)
         self._indexes = LoadingCache("segment-indexes-cache", cache.indexes_cache_size,
-                                     cache.indexes_cache_retention_ms, weigher=len,
+                                     cache.indexes_cache_retention_ms, weigher=_index_bytes,
                                      metrics=metrics)
         self._chunk_cache = cache.build(metrics)
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
@@ -333,7 +190,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         bad."""
         config = RsmConfig.from_configs(configs)
         store_config = StoreConfig.from_configs(configs)
-        key_ring = _load_key_ring(config) if config.encryption else None
+        key_ring = load_key_ring(config) if config.encryption else None
         self._release()
         self._setup(ObjectStore(store_config), config, key_ring)
 
@@ -548,8 +405,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         fields = self._config.custom_metadata_fields
         if not fields:
             return None
-        values = {cm.REMOTE_SIZE: total, cm.OBJECT_PREFIX: self._keys.prefix,
-                  cm.OBJECT_KEY: main_path(metadata)}
+        values: dict[int, int | str] = {cm.REMOTE_SIZE: total,
+                                        cm.OBJECT_PREFIX: self._keys.prefix,
+                                        cm.OBJECT_KEY: main_path(metadata)}
         return cm.encode_custom_metadata({f: values[f] for f in fields})
 
     # -- delete --------------------------------------------------------------------------
@@ -613,8 +471,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             raise CorruptRemoteObjectError(
                 f"custom metadata of {metadata.remote_log_segment_id} is not the object-store "
                 f"tier's: {exc}", object_key=self._keys.key(metadata, MANIFEST)) from None
-        return self._keys.key_for_read(metadata, suffix, fields.get(cm.OBJECT_PREFIX),
-                                       fields.get(cm.OBJECT_KEY))
+        # the decoder gives the string fields (the object prefix and key) as str
+        prefix, key = fields.get(cm.OBJECT_PREFIX), fields.get(cm.OBJECT_KEY)
+        return self._keys.key_for_read(metadata, suffix,
+                                       prefix if isinstance(prefix, str) else None,
+                                       key if isinstance(key, str) else None)
 
     def _log_object(self, metadata: RemoteLogSegmentMetadata) -> SegmentObject:
         """The segment's `.log` as the range reader takes it."""
@@ -828,18 +689,6 @@ class _RangeStream(io.RawIOBase):
 
 
 # ---- helpers -----------------------------------------------------------------------------
-
-def _load_key_ring(config: RsmConfig) -> KeyRing:
-    files = {key_id: (public, private) for key_id, public, private in config.key_files}
-    try:
-        return KeyRing.load(config.key_pair_id, files,
-                            lambda key_id, kind: f"encryption.key.pairs.{key_id}.{kind}.key.file")
-    except ValueError as exc:
-        key = getattr(exc, "config_key", None)
-        if key is None:
-            raise ConfigError("encryption.key.pair.id", config.key_pair_id, str(exc)) from None
-        raise ConfigError(key, exc.path, exc.rule) from None
-
 
 def _file_size(path) -> int:
     try:

@@ -46,14 +46,27 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import obstore
 import obstore.exceptions as obx
 
 from engine.config import ConfigError
 from engine.errors import KafkaEngineError, RemoteResourceNotFoundError, RemoteStorageError
+from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
+
+if TYPE_CHECKING:  # obstore's config dicts are TypedDicts of its stubs only
+    from obstore.store import (
+        AzureConfig,
+        AzureStore,
+        ClientConfig,
+        GCSConfig,
+        GCSStore,
+        RetryConfig,
+        S3Config,
+        S3Store,
+    )
 
 __all__ = [
     "BACKEND_ALIASES",
@@ -139,73 +152,56 @@ class StoreConfig:
         are ignored here, so the caller checks for unknown ones against STORE_CONFIG_KEYS
         plus its own). Raises ConfigError naming the first bad key (never its value when
         the key holds a secret)."""
-        def get(key):
-            v = configs.get(key)
-            return None if v is None or str(v).strip() == "" else str(v).strip()
-
-        def integer(key, default, lo, hi):
-            raw = get(key)
-            if raw is None:
-                return default
-            try:
-                v = int(raw)
-            except ValueError:
-                raise ConfigError(key, raw, "expected an integer") from None
-            if not lo <= v <= hi:
-                raise ConfigError(key, raw, f"must be in [{lo}, {hi}]")
-            return v
-
-        def boolean(key):
-            raw = get(key)
-            if raw is None:
-                return None
-            if raw.lower() not in ("true", "false"):
-                raise ConfigError(key, raw, "expected true or false")
-            return raw.lower() == "true"
-
-        backend_raw = get("storage.backend.class") or "s3"
-        backend = BACKEND_ALIASES.get(backend_raw)
-        if backend is None:
-            raise ConfigError("storage.backend.class", backend_raw,
-                              f"one of {', '.join(sorted(BACKEND_ALIASES))}")
-        bucket_key = {"s3": "storage.s3.bucket.name", "gcs": "storage.gcs.bucket.name",
-                      "azure": "storage.azure.container.name"}[backend]
-        bucket = get(bucket_key)
-        if bucket is None:
-            raise ConfigError(bucket_key, None, f"required for the {backend} backend")
-        endpoint = get({"s3": "storage.s3.endpoint.url", "gcs": "storage.gcs.endpoint.url",
-                        "azure": "storage.azure.endpoint.url"}[backend])
-        if endpoint is not None and not re.match(r"^https?://[^/\s]+", endpoint):
-            raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
-                              "expected an http:// or https:// URL")
-        key_id, secret = get("storage.aws.access.key.id"), get("storage.aws.secret.access.key")
+        values = ConfigValues(configs)
+        backend, bucket, endpoint = _location(values)
+        key_id = values.get("storage.aws.access.key.id")
+        secret = values.get("storage.aws.secret.access.key")
         if (key_id is None) != (secret is None):
             raise ConfigError("storage.aws.access.key.id", "[hidden]",
                               "storage.aws.access.key.id and storage.aws.secret.access.key "
                               "must be set together")
-        if backend == "s3" and get("storage.s3.region") is None and endpoint is None:
+        if backend == "s3" and values.get("storage.s3.region") is None and endpoint is None:
             raise ConfigError("storage.s3.region", None, "required without an endpoint url")
-        rate = get("upload.rate.limit.bytes.per.second")
-        attempt = integer("storage.s3.api.call.attempt.timeout", 30_000, 1, 3_600_000)
+        attempt = values.integer("storage.s3.api.call.attempt.timeout", 30_000, 1, 3_600_000)
         return cls(
-            backend=backend, bucket=bucket, region=get("storage.s3.region"),
-            endpoint_url=endpoint, path_style=boolean("storage.s3.path.style.access.enabled"),
+            backend=backend, bucket=bucket, region=values.get("storage.s3.region"),
+            endpoint_url=endpoint,
+            path_style=values.optional_boolean("storage.s3.path.style.access.enabled"),
             access_key_id=key_id, secret_access_key=secret,
-            gcs_credentials_path=get("storage.gcs.credentials.path"),
-            gcs_credentials_json=get("storage.gcs.credentials.json"),
-            azure_account_name=get("storage.azure.account.name"),
-            azure_account_key=get("storage.azure.account.key"),
-            azure_sas_token=get("storage.azure.sas.token"),
-            part_size=integer("storage.s3.multipart.upload.part.size", 25 * MiB, 5 * MiB,
-                              2**31 - 1),
-            parts_in_flight=integer("storage.upload.parts.in.flight", 4, 1, 64),
-            upload_rate_limit=None if rate is None else integer(
-                "upload.rate.limit.bytes.per.second", None, 1, 2**62),
-            max_retries=integer("storage.api.call.max.retries", 3, 0, 20),
+            gcs_credentials_path=values.get("storage.gcs.credentials.path"),
+            gcs_credentials_json=values.get("storage.gcs.credentials.json"),
+            azure_account_name=values.get("storage.azure.account.name"),
+            azure_account_key=values.get("storage.azure.account.key"),
+            azure_sas_token=values.get("storage.azure.sas.token"),
+            part_size=values.integer("storage.s3.multipart.upload.part.size", 25 * MiB,
+                                     5 * MiB, 2**31 - 1),
+            parts_in_flight=values.integer("storage.upload.parts.in.flight", 4, 1, 64),
+            upload_rate_limit=values.optional_integer("upload.rate.limit.bytes.per.second",
+                                                      1, 2**62),
+            max_retries=values.integer("storage.api.call.max.retries", 3, 0, 20),
             attempt_timeout_ms=attempt,
-            call_timeout_ms=integer("storage.s3.api.call.timeout", max(120_000, attempt),
-                                    attempt, 24 * 3_600_000),
+            call_timeout_ms=values.integer("storage.s3.api.call.timeout",
+                                           max(120_000, attempt), attempt, 24 * 3_600_000),
         )
+
+
+def _location(values: ConfigValues) -> tuple[str, str, str | None]:
+    """(backend, bucket or container, endpoint url or None) of the store."""
+    backend_raw = values.get("storage.backend.class") or "s3"
+    backend = BACKEND_ALIASES.get(backend_raw)
+    if backend is None:
+        raise ConfigError("storage.backend.class", backend_raw,
+                          f"one of {', '.join(sorted(BACKEND_ALIASES))}")
+    bucket_key = {"s3": "storage.s3.bucket.name", "gcs": "storage.gcs.bucket.name",
+                  "azure": "storage.azure.container.name"}[backend]
+    bucket = values.get(bucket_key)
+    if bucket is None:
+        raise ConfigError(bucket_key, None, f"required for the {backend} backend")
+    endpoint = values.get(f"storage.{backend}.endpoint.url")
+    if endpoint is not None and not re.match(r"^https?://[^/\s]+", endpoint):
+        raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
+                          "expected an http:// or https:// URL")
+    return backend, bucket, endpoint
 
 
 class TokenBucket:
@@ -448,7 +444,6 @@ class ObjectStore:
         about (parts_in_flight + 2) x part_size. On failure obstore aborts the multipart
         upload (its parts are dropped) and a RemoteStorageError naming the key is raised (or
         the source's own typed error); nothing is left visible under the key."""
-        cfg = self.config
         object_type = object_type or key.rpartition(".")[2]
         if self._closed:
             raise RemoteStorageError("upload on a closed store", file=self.url(key))
@@ -465,49 +460,56 @@ class ObjectStore:
                 source_errors.append(e)
                 raise
 
-        blocks = guarded(_blocks(source, cfg.part_size))
-        more = False
         try:
-            head, more = _first_part(blocks, cfg.part_size)
-            if not more:
-                data = b"".join(head) if len(head) != 1 else head[0]
-                self._throttle(len(data))
-                self.metrics.request("put_object_requests")
-                obstore.put(self._store, key, data, use_multipart=False)
-                total = len(data)
-            else:
-                counted = [0]
-
-                def stream() -> Iterator:
-                    for block in _chain(head, blocks):
-                        n = len(block)
-                        self._throttle(n)
-                        counted[0] += n
-                        yield block
-
-                self.metrics.request("create_multipart_upload_requests")
-                obstore.put(self._store, key, stream(), use_multipart=True,
-                            chunk_size=cfg.part_size, max_concurrency=cfg.parts_in_flight)
-                total = counted[0]
-                self.metrics.request("upload_part_requests",
-                                     max(1, -(-total // cfg.part_size)))
-                self.metrics.request("complete_multipart_upload_requests")
+            total = self._put_blocks(key, guarded(_blocks(source, self.config.part_size)))
         except Exception as e:
-            if more:  # obstore aborts the multipart upload it started
-                self.metrics.request("abort_multipart_upload_requests")
-            if source_errors:
-                cause = source_errors[0]
-                if isinstance(cause, KafkaEngineError):
-                    raise cause from None
-                name = str(source) if isinstance(source, (str, os.PathLike)) else None
-                err = RemoteStorageError(
-                    f"upload to {self.url(key)} stopped: reading its source failed: {cause}",
-                    file=name)
-                if isinstance(cause, OSError):
-                    err.errno, err.strerror = cause.errno, cause.strerror
-                raise err from cause
-            raise self._error("PUT", key, e) from e
+            if not source_errors:
+                raise self._error("PUT", key, e) from e
+            cause = source_errors[0]
+            if isinstance(cause, KafkaEngineError):
+                raise cause from None
+            name = str(source) if isinstance(source, (str, os.PathLike)) else None
+            err = RemoteStorageError(
+                f"upload to {self.url(key)} stopped: reading its source failed: {cause}",
+                file=name)
+            if isinstance(cause, OSError):
+                err.errno, err.strerror = cause.errno, cause.strerror
+            raise err from cause
         self.metrics.uploaded(object_type, total)
+        return total
+
+    def _put_blocks(self, key: str, blocks: Iterator) -> int:
+        """One PUT of blocks that end within one part, else a multipart upload of
+        `parts_in_flight` parts at once, every block through the rate limit; the bytes
+        sent."""
+        cfg = self.config
+        head, more = _first_part(blocks, cfg.part_size)
+        if not more:
+            data = b"".join(head) if len(head) != 1 else head[0]
+            self._throttle(len(data))
+            self.metrics.request("put_object_requests")
+            obstore.put(self._store, key, data, use_multipart=False)
+            return len(data)
+        total = 0
+
+        def stream() -> Iterator:
+            nonlocal total
+            for block in _chain(head, blocks):
+                n = len(block)
+                self._throttle(n)
+                total += n
+                yield block
+
+        self.metrics.request("create_multipart_upload_requests")
+        try:
+            obstore.put(self._store, key, stream(), use_multipart=True,
+                        chunk_size=cfg.part_size, max_concurrency=cfg.parts_in_flight)
+        except Exception:
+            # obstore aborts the multipart upload it started
+            self.metrics.request("abort_multipart_upload_requests")
+            raise
+        self.metrics.request("upload_part_requests", max(1, -(-total // cfg.part_size)))
+        self.metrics.request("complete_multipart_upload_requests")
         return total
 
     def _upload_file(self, key: str, path: Path, object_type: str) -> int:
@@ -595,47 +597,49 @@ class ObjectStore:
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _build_store(cfg: StoreConfig):
+def _build_store(cfg: StoreConfig) -> AzureStore | GCSStore | S3Store:
     from obstore.store import AzureStore, GCSStore, S3Store
 
-    client = {"timeout": timedelta(milliseconds=cfg.attempt_timeout_ms),
-              "connect_timeout": timedelta(milliseconds=min(cfg.attempt_timeout_ms, 10_000))}
+    client: ClientConfig = {
+        "timeout": timedelta(milliseconds=cfg.attempt_timeout_ms),
+        "connect_timeout": timedelta(milliseconds=min(cfg.attempt_timeout_ms, 10_000))}
     if cfg.endpoint_url is not None and cfg.endpoint_url.startswith("http://"):
         client["allow_http"] = True
-    retry = {"max_retries": cfg.max_retries,
-             "retry_timeout": timedelta(milliseconds=cfg.call_timeout_ms),
-             "backoff": {"init_backoff": timedelta(milliseconds=100),
-                         "max_backoff": timedelta(seconds=5), "base": 2}}
+    retry: RetryConfig = {
+        "max_retries": cfg.max_retries,
+        "retry_timeout": timedelta(milliseconds=cfg.call_timeout_ms),
+        "backoff": {"init_backoff": timedelta(milliseconds=100),
+                    "max_backoff": timedelta(seconds=5), "base": 2}}
     if cfg.backend == "s3":
-        kw = {}
+        s3: S3Config = {}
         if cfg.endpoint_url is not None:
-            kw["endpoint"] = cfg.endpoint_url
+            s3["endpoint"] = cfg.endpoint_url
         if cfg.access_key_id is not None:
-            kw["access_key_id"] = cfg.access_key_id
-            kw["secret_access_key"] = cfg.secret_access_key
+            s3["access_key_id"] = cfg.access_key_id
+            s3["secret_access_key"] = cfg.secret_access_key
         if cfg.path_style is not None:
-            kw["virtual_hosted_style_request"] = not cfg.path_style
+            s3["virtual_hosted_style_request"] = not cfg.path_style
         return S3Store(cfg.bucket, region=cfg.region or "us-east-1", client_options=client,
-                       retry_config=retry, **kw)
+                       retry_config=retry, config=s3)
     if cfg.backend == "gcs":
-        kw = {}
+        gcs: GCSConfig = {}
         if cfg.gcs_credentials_path is not None:
-            kw["service_account"] = cfg.gcs_credentials_path
+            gcs["service_account"] = cfg.gcs_credentials_path
         if cfg.gcs_credentials_json is not None:
-            kw["service_account_key"] = cfg.gcs_credentials_json
+            gcs["service_account_key"] = cfg.gcs_credentials_json
         if cfg.endpoint_url is not None:
-            kw["base_url"] = cfg.endpoint_url
-        return GCSStore(cfg.bucket, client_options=client, retry_config=retry, **kw)
-    kw = {}
+            gcs["base_url"] = cfg.endpoint_url
+        return GCSStore(cfg.bucket, client_options=client, retry_config=retry, config=gcs)
+    azure: AzureConfig = {}
     if cfg.azure_account_name is not None:
-        kw["account_name"] = cfg.azure_account_name
+        azure["account_name"] = cfg.azure_account_name
     if cfg.azure_account_key is not None:
-        kw["account_key"] = cfg.azure_account_key
+        azure["account_key"] = cfg.azure_account_key
     if cfg.azure_sas_token is not None:
-        kw["sas_key"] = cfg.azure_sas_token
+        azure["sas_key"] = cfg.azure_sas_token
     if cfg.endpoint_url is not None:
-        kw["endpoint"] = cfg.endpoint_url
-    return AzureStore(cfg.bucket, client_options=client, retry_config=retry, **kw)
+        azure["endpoint"] = cfg.endpoint_url
+    return AzureStore(cfg.bucket, client_options=client, retry_config=retry, config=azure)
 
 
 def _is_obstore(e: BaseException) -> bool:
@@ -665,8 +669,9 @@ def _blocks(source, part_size: int) -> Iterator:
         return _file_blocks(Path(source), part_size)
     if isinstance(source, (bytes, bytearray, memoryview)):
         view = memoryview(source).cast("B")
-        return iter([view[i:i + part_size] for i in range(0, len(view), part_size)]
-                    or [b""])
+        blocks: list[bytes | memoryview] = [view[i:i + part_size]
+                                            for i in range(0, len(view), part_size)]
+        return iter(blocks or [b""])
     return iter(source)
 
 

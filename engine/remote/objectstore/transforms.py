@@ -36,6 +36,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 import zstandard
 from cryptography.exceptions import InvalidTag
@@ -52,6 +53,7 @@ __all__ = [
     "DATA_KEY_SIZE",
     "ChunkTransform",
     "DataKey",
+    "KeyFileError",
     "KeyPair",
     "KeyRing",
     "compress_chunk",
@@ -127,9 +129,9 @@ class KeyRing:
             public = _load_pem(public_file, config_key(key_id, "public"), private=False)
             private = _load_pem(private_file, config_key(key_id, "private"), private=True)
             if private.public_key().public_numbers() != public.public_numbers():
-                raise _KeyFileError(config_key(key_id, "private"), private_file,
-                                    f"is not the private key of key pair {key_id!r}'s "
-                                    "public key")
+                raise KeyFileError(config_key(key_id, "private"), private_file,
+                                   f"is not the private key of key pair {key_id!r}'s "
+                                   "public key")
             pairs[key_id] = KeyPair(key_id, public, private)
         return cls(active_id, pairs)
 
@@ -169,18 +171,30 @@ class KeyRing:
         return f"KeyRing(active={self.active_id!r}, pairs={list(self._pairs)!r})"
 
 
-class _KeyFileError(ValueError):
+class KeyFileError(ValueError):
+    """A key pair's PEM file that cannot be used: its config key, path and the rule broken."""
+
     def __init__(self, config_key: str, path: str, rule: str):
         super().__init__(f"{path}: {rule}")
         self.config_key, self.path, self.rule = config_key, path, rule
 
 
-def _load_pem(path: str, config_key: str, *, private: bool):
+@overload
+def _load_pem(path: str, config_key: str, *, private: Literal[True]) -> rsa.RSAPrivateKey: ...
+
+
+@overload
+def _load_pem(path: str, config_key: str, *, private: Literal[False]) -> rsa.RSAPublicKey: ...
+
+
+def _load_pem(path: str, config_key: str, *, private: bool
+              ) -> rsa.RSAPrivateKey | rsa.RSAPublicKey:
+    key: object
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise _KeyFileError(config_key, path, f"cannot be read: [Errno {exc.errno}] "
-                                              f"{exc.strerror}") from None
+        raise KeyFileError(config_key, path, f"cannot be read: [Errno {exc.errno}] "
+                                             f"{exc.strerror}") from None
     try:
         if private:
             key = serialization.load_pem_private_key(data, password=None)
@@ -188,11 +202,11 @@ def _load_pem(path: str, config_key: str, *, private: bool):
             key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
         kind = "an unencrypted PKCS#8 private" if private else "an X.509 public"
-        raise _KeyFileError(config_key, path, f"is not {kind} key in PEM "
-                                              f"({type(exc).__name__})") from None
+        raise KeyFileError(config_key, path, f"is not {kind} key in PEM "
+                                             f"({type(exc).__name__})") from None
     expected = rsa.RSAPrivateKey if private else rsa.RSAPublicKey
     if not isinstance(key, expected):
-        raise _KeyFileError(config_key, path, f"holds a {type(key).__name__}, not an RSA key")
+        raise KeyFileError(config_key, path, f"holds a {type(key).__name__}, not an RSA key")
     return key
 
 

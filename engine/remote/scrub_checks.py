@@ -117,8 +117,11 @@ class PacedStorage(RemoteStorageManager):
         self.rsm = rsm
         self.rate = rate
         self.bytes_read = 0
-        self.zero_copy_ranges = rsm.zero_copy_ranges
         self._lock = threading.Lock()
+
+    @property
+    def zero_copy_ranges(self) -> bool:
+        return self.rsm.zero_copy_ranges
 
     def __getattr__(self, name):
         return getattr(self.rsm, name)

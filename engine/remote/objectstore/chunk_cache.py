@@ -261,18 +261,19 @@ class ChunkCache:
         self._report_size()
 
     # -- lookups -------------------------------------------------------------------------
-    def get(self, key: ChunkKey) -> bytes | memoryview | None:
-        """The chunk's bytes, or None (counted as a miss) when absent, expired or damaged."""
+    def get(self, key: ChunkKey, *, background: bool = False) -> bytes | memoryview | None:
+        """The chunk's bytes, or None (counted as a miss) when absent, expired or damaged.
+        `background`: a lookup of the engine's own (a check of cached bytes), neither
+        counted nor promoted into memory, so it displaces no reader's chunks."""
         digest = key.digest()
         now = self._clock()
         with self._lock:
             data = self._memory_hit_locked(digest, now)
+            if data is None:
+                data = self._open_hit_locked(digest, now)
             if data is not None:
-                self.metrics.cache_event(self.CACHE, "cache_hits")
-                return data
-            data = self._open_hit_locked(digest, now)
-            if data is not None:
-                self.metrics.cache_event(self.CACHE, "cache_hits")
+                if not background:
+                    self.metrics.cache_event(self.CACHE, "cache_hits")
                 return data
             on_disk = self._disk.get(digest)
             if on_disk is not None and self._expired(on_disk[2], now):
@@ -289,6 +290,8 @@ class ChunkCache:
                     path, size, _ = self._disk[digest]
                     self._disk[digest] = (path, size, now)
                     self._disk.move_to_end(digest)
+        if background:
+            return data
         if data is None:
             self.metrics.cache_event(self.CACHE, "cache_misses")
             return None

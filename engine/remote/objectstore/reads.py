@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import io
 import logging
 import threading
 import time
@@ -60,6 +61,7 @@ __all__ = [
     "ChunkRanges",
     "Detransform",
     "RangeReader",
+    "RangeStream",
     "SegmentObject",
     "cut_chunks",
 ]
@@ -150,12 +152,15 @@ class RangeReader:
     per read (the reader pool's thread count bounds how many reads run at once).
     `max_request_bytes`: the largest coalesced GET. `fetch_max_wait_ms`: the default bound
     of a read (`remote.fetch.max.wait.ms`). `prefetch_max_bytes`: read-ahead after each
-    read (0 = none; needs a cache)."""
+    read (0 = none; needs a cache). `on_fetched(seg)` is called whenever chunks of `seg`
+    came from the store, before any reader is handed them (a check of cached bytes learns
+    that they may have changed)."""
 
     def __init__(self, store: ObjectStore, cache: ChunkCache | None = None, *,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 fetch_max_wait_ms: int = 500, prefetch_max_bytes: int = 0):
+                 fetch_max_wait_ms: int = 500, prefetch_max_bytes: int = 0,
+                 on_fetched: Callable[[SegmentObject], None] | None = None):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.store = store
@@ -164,6 +169,7 @@ class RangeReader:
         self.max_request_bytes = max(1, max_request_bytes)
         self.fetch_max_wait_s = fetch_max_wait_ms / 1000.0
         self.prefetch_max_bytes = prefetch_max_bytes if cache is not None else 0
+        self._on_fetched = on_fetched
         self._lock = threading.Lock()
         self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
         self._prefetch_pool = None
@@ -337,6 +343,8 @@ class RangeReader:
                 for task in done:
                     run, t0 = pending.pop(task)
                     raw = memoryview(task.result())
+                    if self._on_fetched is not None:
+                        self._on_fetched(seg)
                     for i in run:
                         a, b = seg.index.transformed_range(i)
                         data = self._detransform(seg, i, raw[a - t0:b - t0])
@@ -477,3 +485,28 @@ class RangeReader:
         finally:
             with self._lock:
                 self._prefetch_pending -= nbytes
+
+
+class RangeStream(io.RawIOBase):
+    """`.log` bytes [pos, end) read `window` bytes at a time through the range reader."""
+
+    def __init__(self, reader: RangeReader, seg: SegmentObject, pos: int, end: int,
+                 window: int):
+        self._reader, self._seg, self._pos, self._end = reader, seg, pos, end
+        self._window = window
+        self._buf = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self._buf:
+            if self._pos >= self._end:
+                return 0
+            hi = min(self._end, self._pos + self._window)
+            self._buf = memoryview(self._reader.read(self._seg, self._pos, hi))
+            self._pos = hi
+        n = min(len(buffer), len(self._buf))
+        memoryview(buffer).cast("B")[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n

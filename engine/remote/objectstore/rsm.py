@@ -51,6 +51,10 @@ cached is loaded in the background, the read-ahead continues into its chunks, an
 are loaded while those GETs run, so that the reader crosses boundaries without a GET. Nothing
 of it blocks a read.
 
+With a chunk cache, `verifies_batch_crcs` holds for a segment once a background pass checked
+every batch CRC over its cached chunks, until a chunk of it comes from the store again
+(verdicts.py): readers then skip their own CRC pass, as over the filesystem tier's files.
+
 Metrics (engine.remote.objectstore.metrics) live in the store's registry;
 `register_metrics` adds a collector of them to another registry (the RLM's), which follows
 the store across a reconfiguration.
@@ -103,11 +107,13 @@ from engine.remote.objectstore.reads import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_REQUEST_BYTES,
     RangeReader,
+    RangeStream,
     SegmentObject,
     cut_chunks,
 )
 from engine.remote.objectstore.store import STORE_CONFIG_KEYS, ObjectStore, StoreConfig
 from engine.remote.objectstore.transforms import ChunkTransform, KeyRing, first_batch_compressed
+from engine.remote.objectstore.verdicts import BatchCrcVerdicts
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 __all__ = [
@@ -325,10 +331,13 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._chunk_cache = cache.build(metrics)
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=_TRANSFORM_WORKERS, thread_name_prefix="chunk-transform")
+        self._verdicts = None if self._chunk_cache is None else BatchCrcVerdicts(
+            self._chunk_cache, self._transform_pool)
         self._reader = RangeReader(store, self._chunk_cache, max_in_flight=config.max_in_flight,
                                    max_request_bytes=config.max_request_bytes,
                                    fetch_max_wait_ms=cache.get_timeout_ms,
-                                   prefetch_max_bytes=cache.prefetch_max_size)
+                                   prefetch_max_bytes=cache.prefetch_max_size,
+                                   on_fetched=self._verdicts and self._verdicts.fetched)
         self._closed = False
 
     def configure(self, configs: Mapping[str, str]) -> None:
@@ -393,6 +402,15 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         or of the mapped cache entry (one join when a range spans chunks), so a reader may
         redo ranges rather than keep and stitch them."""
         return self._store is not None and self._chunk_cache is not None
+
+    def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        """With a chunk cache: once the segment's cached chunks were checked whole in this
+        process, and none came from the store since (verdicts.py)."""
+        if self._closed or self._store is None or self._verdicts is None:
+            return False
+        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+        return segment is not None and self._verdicts.holds(self._read_key(metadata, LOG),
+                                                            segment.identity)
 
     @property
     def read_ahead_pending_bytes(self) -> int:
@@ -654,6 +672,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)
         data = self._reader.read(seg, start, end_exclusive, sequential=sequential,
                                  next_segments=next_segs)
+        if self._verdicts is not None:
+            self._verdicts.check_after(seg, end_exclusive)
         return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -664,8 +684,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         end = start + memoryview(buffer).nbytes
         _check_range(metadata, seg, start, end)
         sequential, next_segs = self._read_ahead(metadata, seg, end)
-        return self._reader.read_into(seg, start, buffer, sequential=sequential,
-                                      next_segments=next_segs)
+        n = self._reader.read_into(seg, start, buffer, sequential=sequential,
+                                   next_segments=next_segs)
+        if self._verdicts is not None:
+            self._verdicts.check_after(seg, end)
+        return n
 
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
                           end_exclusive: int) -> memoryview | None:
@@ -693,8 +716,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             parts.append((i, data))
         if not parts:
             return memoryview(b"")
+        seg = self._segment_object(metadata, segment)
+        self._verdicts.check_after(seg, end_exclusive)
         if self._reader.prefetch_max_bytes > 0:
-            seg = self._segment_object(metadata, segment)
             sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)
             self._reader.note_read(seg, start, end_exclusive, sequential=sequential,
                                    next_segments=next_segs)
@@ -709,7 +733,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         end = size if end_position is None else min(size, end_position + 1)
         _check_range(metadata, seg, start_position, max(start_position, end))
         window = max(self._config.chunk_size, 8 * MiB)
-        return io.BufferedReader(_RangeStream(self._reader, seg, start_position, end, window),
+        return io.BufferedReader(RangeStream(self._reader, seg, start_position, end, window),
                                  buffer_size=1 << 16)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType):
@@ -800,31 +824,6 @@ class _StoreMetricsCollector:
         if store is None:
             return iter(())
         return store.metrics.registry.collect()
-
-
-class _RangeStream(io.RawIOBase):
-    """`.log` bytes [pos, end) read `window` bytes at a time through the range reader."""
-
-    def __init__(self, reader: RangeReader, seg: SegmentObject, pos: int, end: int,
-                 window: int):
-        self._reader, self._seg, self._pos, self._end = reader, seg, pos, end
-        self._window = window
-        self._buf = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if not self._buf:
-            if self._pos >= self._end:
-                return 0
-            hi = min(self._end, self._pos + self._window)
-            self._buf = memoryview(self._reader.read(self._seg, self._pos, hi))
-            self._pos = hi
-        n = min(len(buffer), len(self._buf))
-        memoryview(buffer).cast("B")[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
 
 
 # ---- helpers -----------------------------------------------------------------------------

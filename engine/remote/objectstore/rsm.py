@@ -634,7 +634,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if metadata.custom_metadata is None:
             return self._keys.key(metadata, suffix)
         try:
-            fields = cm.decode_custom_metadata(metadata.custom_metadata)
+            fields = cm.decoded_fields(metadata.custom_metadata)
         except ValueError as exc:
             if not strict:
                 return self._keys.key(metadata, suffix)
@@ -673,7 +673,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         data = self._reader.read(seg, start, end_exclusive, sequential=sequential,
                                  next_segments=next_segs)
         if self._verdicts is not None:
-            self._verdicts.check_after(seg, end_exclusive)
+            self._verdicts.check_after(seg.key, seg.identity, seg.index, end_exclusive)
         return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -687,7 +687,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         n = self._reader.read_into(seg, start, buffer, sequential=sequential,
                                    next_segments=next_segs)
         if self._verdicts is not None:
-            self._verdicts.check_after(seg, end)
+            self._verdicts.check_after(seg.key, seg.identity, seg.index, end)
         return n
 
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -716,9 +716,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             parts.append((i, data))
         if not parts:
             return memoryview(b"")
-        seg = self._segment_object(metadata, segment)
-        self._verdicts.check_after(seg, end_exclusive)
+        self._verdicts.check_after(key, segment.identity, index, end_exclusive)
         if self._reader.prefetch_max_bytes > 0:
+            seg = self._segment_object(metadata, segment)
             sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)
             self._reader.note_read(seg, start, end_exclusive, sequential=sequential,
                                    next_segments=next_segs)

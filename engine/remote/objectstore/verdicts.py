@@ -29,7 +29,7 @@ from collections import OrderedDict
 from engine._native import records as _records
 from engine.errors import KafkaEngineError
 from engine.remote.objectstore.chunk_cache import ChunkCache
-from engine.remote.objectstore.reads import SegmentObject
+from engine.remote.objectstore.reads import ChunkRanges, SegmentObject
 
 __all__ = ["BatchCrcVerdicts"]
 
@@ -64,19 +64,20 @@ class BatchCrcVerdicts:
             if k in self._checking:
                 self._checking[k] = False
 
-    def check_after(self, seg: SegmentObject, end: int) -> None:
-        """A read of `seg` ended at original byte `end`: once reads reach the last chunk,
-        queue the segment's check (once at a time; never blocks)."""
-        n = seg.index.chunk_count
-        if n == 0 or end <= seg.index.original_range(n - 1)[0]:
+    def check_after(self, key: str, identity: str, index: ChunkRanges, end: int) -> None:
+        """A read of the upload (`.log` key, identity; its chunk index) ended at original
+        byte `end`: once reads reach the last chunk, queue the segment's check (once at a
+        time; never blocks)."""
+        n = index.chunk_count
+        if n == 0 or end <= index.original_range(n - 1)[0]:
             return
-        k = (seg.key, seg.identity)
+        k = (key, identity)
         with self._lock:
             if k in self._checked or k in self._checking:
                 return
             self._checking[k] = True
-        try:
-            self._pool.submit(self._check, seg)
+        try:  # the chunks are read from the cache, detransformed already
+            self._pool.submit(self._check, SegmentObject(key, index, identity))
         except RuntimeError:  # closing
             with self._lock:
                 self._checking.pop(k, None)

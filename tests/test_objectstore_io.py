@@ -32,6 +32,7 @@ from engine.remote.objectstore import (
     StoreConfig,
     TokenBucket,
 )
+from engine.remote.objectstore import chunk_cache as chunk_cache_module
 from engine.remote.objectstore.store import STORE_CONFIG_KEYS
 
 MiB = 1024 * 1024
@@ -443,10 +444,11 @@ def test_a_damaged_disk_entry_is_dropped_and_refetched(tmp_path, s3_server, faul
         assert reopened.metrics.value("cache_misses", cache="chunk-cache") == 2
 
 
-def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path):
+def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path, monkeypatch):
     """A disk hit is a read-only view (of the mapped entry for one of 1 MiB or more), its
     CRC checked once; an entry file replaced under the cache (another inode) is checked
-    again, and damage dropped."""
+    again when its mapping is not kept open, and damage dropped."""
+    monkeypatch.setattr(chunk_cache_module, "_OPEN_MAPPINGS", 0)
     dirs = [str(tmp_path / "c")]
     big, small = ChunkKey("obj.log", "id-1", 0), ChunkKey("obj.log", "id-1", 1)
     data = os.urandom(2 * MiB)
@@ -468,6 +470,44 @@ def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path):
     os.replace(replaced, entry)  # as a rewrite would: a new file under the name
     assert cache.get(big) is None and not entry.exists()
     assert bytes(first) == data  # a view handed out earlier stays valid
+    cache.close()
+
+
+def test_checked_entries_stay_mapped_and_serve_without_io(tmp_path, monkeypatch):
+    """After its first check a mapped entry stays open: later hits (and `get_if_open`, which
+    never opens a file) are views of the same mapping, with no file system call; a file
+    replaced under it is not read, the checked bytes are served. Dropping the entry closes
+    that path: the next lookup opens and checks the file, and drops damage."""
+    dirs = [str(tmp_path / "c")]
+    monkeypatch.setattr(chunk_cache_module, "_OPEN_MAPPINGS", 1)
+    key, other = ChunkKey("obj.log", "id-1", 0), ChunkKey("obj.log", "id-1", 1)
+    data = os.urandom(2 * MiB)
+    writer = ChunkCache(memory_bytes=0, disk_paths=dirs)
+    writer.put(key, data)
+    writer.put(other, data)
+    assert writer.flush(30)
+    writer.close()
+    cache = ChunkCache(memory_bytes=0, disk_paths=dirs)
+    assert cache.get_if_open(key) is None  # never opened in this process
+    first = cache.get(key)
+    entry = next(Path(dirs[0]).rglob(f"{key.digest()}.chunk"))
+    raw = bytearray(entry.read_bytes())
+    raw[-1] ^= 0x01
+    replaced = entry.with_suffix(".new")
+    replaced.write_bytes(raw)
+    os.replace(replaced, entry)
+
+    def no_io(*args, **kwargs):
+        raise AssertionError("a kept mapping was opened again")
+
+    with monkeypatch.context() as m:
+        m.setattr(chunk_cache_module, "open", no_io, raising=False)
+        for got in (cache.get(key), cache.get_if_open(key)):
+            assert got.obj is first.obj and bytes(got) == data
+    assert bytes(cache.get(other)) == data  # mapped now, the first mapping let go
+    assert cache.get_if_open(key) is None
+    assert cache.get(key) is None and not entry.exists()  # checked again: damage dropped
+    assert bytes(first) == data
     cache.close()
 
 
@@ -541,7 +581,7 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
                              prefetch_max_bytes=3 * CHUNK)
         n = first.index.chunk_count
         reader.read(first, first.index.original_range(n - 2)[0], len(data),
-                    next_segment=second, sequential=True)
+                    next_segments=(second,), sequential=True)
         wanted = [second.chunk_key(i) for i in range(3)]
         deadline = time.monotonic() + 20
         while not all(cache.contains(k) for k in wanted) and time.monotonic() < deadline:
@@ -553,6 +593,32 @@ def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_
         # only the next read-ahead (chunks 3..) may have gone to the store
         assert all(int(r.range[6:].split("-")[0]) >= 3 * CHUNK
                    for r in fault_proxy.requests("GET", key))
+        reader.close()
+
+
+def test_read_ahead_window_spans_several_small_segments(s3_server, fault_proxy,
+                                                       plain_object):
+    """Segments smaller than the read-ahead window: the window continues through the next
+    segments named, one after another, and stops at its size."""
+    key, data = plain_object
+    small = [plain_segment(key, 2 * CHUNK, CHUNK, identity=f"seg-{n}") for n in range(4)]
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000,
+                             prefetch_max_bytes=5 * CHUNK)
+        assert bytes(reader.read(small[0], CHUNK, 2 * CHUNK, next_segments=small[1:],
+                                 sequential=True)) == data[CHUNK:2 * CHUNK]
+        wanted = [seg.chunk_key(i) for seg in small[1:3] for i in range(2)]
+        wanted.append(small[3].chunk_key(0))
+        deadline = time.monotonic() + 20
+        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(cache.contains(k) for k in wanted)
+        assert not cache.contains(small[3].chunk_key(1))  # past the window
+        fault_proxy.clear()
+        for seg in small[1:3]:
+            assert bytes(reader.read(seg, 0, 2 * CHUNK)) == data[:2 * CHUNK]
+        assert fault_proxy.requests("GET", key) == []  # all of it came from read-ahead
         reader.close()
 
 

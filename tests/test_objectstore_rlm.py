@@ -141,6 +141,37 @@ def test_sequential_rlm_read_crosses_a_segment_boundary_without_a_get(
         broker.close()
 
 
+def test_read_ahead_window_reaches_past_the_next_segment(tmp_path, s3_server, fault_proxy):
+    """A read-ahead window larger than a segment: a consumer's fetches at the start of one
+    segment put GETs of the segment after the next one in flight, not only of the next."""
+    extra = ("log.local.retention.bytes=1\n"
+             "rsm.config.fetch.chunk.cache.class="
+             "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache\n"
+             "rsm.config.fetch.chunk.cache.size=-1\n"
+             "rsm.config.fetch.chunk.cache.prefetch.max.size=7000\n")
+    broker = Broker(tmp_path, extra, s3_server=_Proxied(s3_server, fault_proxy))
+    try:
+        broker.create("wide", remote_storage_enable=True, segment_bytes=3000)
+        broker.produce("wide", batches=80, records=3)
+        broker.tier()
+        first, second, third = broker.remote_segments("wide")[:3]
+        assert first.segment_size_in_bytes + second.segment_size_in_bytes < 7000
+        broker.restart()  # nothing cached
+        third_path = f"{third.start_offset:020d}-{third.remote_log_segment_id.id}"
+        offset = 0
+        for _ in range(2):  # the second fetch finds the next segment's manifest loaded
+            result = broker.rlm.read("wide", 0, offset, 256)
+            assert result.from_remote and result.next_offset > offset
+            offset = result.next_offset
+        assert offset < first.end_offset  # still in the first segment
+        wait_for(lambda: fault_proxy.requests("GET", third_path + ".log"),
+                 "read-ahead GETs of the segment after the next")
+        wait_for(lambda: broker.rlm.rsm.map_range_if_open(third, 0, 100) is not None,
+                 "the third segment's first chunk in the cache")
+    finally:
+        broker.close()
+
+
 def _records(view):
     from engine.records import MemoryRecords
     return [r for batch in MemoryRecords(bytes(view)).batches() for r in batch]

@@ -704,3 +704,51 @@ def test_a_failing_store_leaves_local_work_alone_and_copies_resume(s3_server, fa
         assert records == expected("t", 0, 0, 36) and remote >= 3
     finally:
         broker.close()
+
+
+def _until(predicate, what: str, timeout_s: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_batch_crcs_are_declared_checked_only_over_cached_checked_chunks(
+        s3_server, segment, tmp_path):
+    """With a chunk cache, `verifies_batch_crcs` turns true once a read reached the last
+    chunk and a background pass found every batch CRC good over the cached chunks (batches
+    straddle the 1000-byte chunks); a chunk fetched from the store again ends it; a segment
+    with a bad batch CRC never gets it."""
+    import dataclasses
+
+    data, last, size = segment
+    configs = rsm_configs(s3_server, fetch_chunk_cache_class="memory",
+                          fetch_chunk_cache_size=str(size * 3 // 2))
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        assert not rsm.verifies_batch_crcs(md)
+        rsm.read_range(md, 0, size // 2)
+        assert not rsm.verifies_batch_crcs(md)  # the last chunk not reached: no pass yet
+        rsm.read_range(md, size // 2, size)
+        _until(lambda: rsm.verifies_batch_crcs(md), "the batch CRC pass")
+
+        other = copy(rsm, segment)  # another upload: reading it evicts the first's chunks
+        rsm.read_range(other, 0, size)
+        assert rsm.verifies_batch_crcs(md)  # evicted, not refetched: nothing served changed
+        assert rsm.read_range(md, 0, 100) == data.log_segment.read_bytes()[:100]
+        assert not rsm.verifies_batch_crcs(md)  # chunk 0 came from the store again
+
+        raw = bytearray(data.log_segment.read_bytes())
+        raw[size // 2 + 100] ^= 0x01  # inside a batch: its CRC fails, the framing holds
+        damaged = tmp_path / data.log_segment.name
+        damaged.write_bytes(raw)
+        bad = copy(rsm, (dataclasses.replace(data, log_segment=damaged), last, size))
+        rsm.read_range(bad, 0, size)
+        _until(lambda: not rsm._verdicts._checking, "the batch CRC pass")
+        assert not rsm.verifies_batch_crcs(bad)
+    with make_rsm(rsm_configs(s3_server)) as rsm:  # no chunk cache: never
+        md = copy(rsm, segment)
+        rsm.read_range(md, 0, size)
+        assert not rsm.verifies_batch_crcs(md)

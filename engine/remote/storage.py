@@ -151,7 +151,9 @@ class RemoteStorageManager(abc.ABC):
         before it serves any range of it (`read_range`, `read_range_into`, `map_range`,
         `map_range_if_open`), failing the read otherwise: a reader's own CRC pass over
         those ranges would check the same bytes again, so it may skip it (offset continuity
-        is still the reader's). The default: no."""
+        is still the reader's). The answer may turn true later (a store that checks a
+        segment once its bytes are all at hand) and false again: a reader asks after it read
+        its range, and true then covers that range. The default: no."""
         return False
 
     def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
@@ -178,8 +180,9 @@ class RemoteStorageManager(abc.ABC):
         """Says that the caller reads `metadata`'s `.log` forward (a consumer fetch walking
         on, a Spark task's ranges, export) and, past its end, continues into `next_segment`
         (the next segment of the lineage; None when there is none or it is unknown). A
-        store with read-ahead uses it to prefetch past the segment's end; the default does
-        nothing, and reads are correct either way."""
+        store with read-ahead uses it to prefetch past the segment's end (a reader may name
+        several links of the lineage ahead, one call each, for read-ahead wider than a
+        segment); the default does nothing, and reads are correct either way."""
 
     def close(self) -> None:
         """Releases resources. Idempotent."""

@@ -51,6 +51,8 @@ __all__ = ["RemoteFetchResult", "WouldBlock", "read_local", "read_remote",
 
 #: bytes past the walk window that the first header probe may need
 _HEADER_PROBE = 64
+#: segments named ahead of the one read, for read-ahead across several small segments
+_READ_FORWARD_LINKS = 3
 
 
 @dataclass
@@ -144,13 +146,25 @@ def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
     epoch, md = _segment_for(rlm, st, offset)
     if md is None:
         raise _out_of_range(st, offset, epoch)
-    if rlm.rsm.reads_ahead:  # a consumer reads on: read-ahead may cross into the next segment
-        rlm.rsm.read_forward(md, _segment_for(rlm, st, md.end_offset + 1)[1])
+    if rlm.rsm.reads_ahead:  # a consumer reads on: read-ahead may cross into next segments
+        _name_next_segments(rlm, st, md)
     data, next_offset = _read_segment(rlm, md, offset, max_bytes, min_one_message, nonblocking)
     aborted = []
     if isolation == "read_committed" and len(data):
         aborted = remote_aborted_txns(rlm, st, md, offset, next_offset)
     return data, next_offset, aborted
+
+
+def _name_next_segments(rlm, st, md) -> None:
+    """Tells the RSM the lineage after `md`, one `read_forward` a link, up to
+    _READ_FORWARD_LINKS segments ahead: a read-ahead window larger than a segment keeps
+    going past the next one instead of stalling at its end."""
+    for _ in range(_READ_FORWARD_LINKS):
+        nxt = _segment_for(rlm, st, md.end_offset + 1)[1]
+        rlm.rsm.read_forward(md, nxt)
+        if nxt is None:
+            return
+        md = nxt
 
 
 def remote_aborted_txns(rlm, st, md, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:

@@ -32,7 +32,10 @@ mapping of the entry file, not copies. The CRC verdict is kept per entry while t
 identity (inode, size, mtime) stays the same, as the filesystem tier keeps its verdict per
 segment file: an entry is never rewritten in place (a new one replaces it by rename), so a
 later read of an entry already checked costs a mapping, not a pass over its bytes. An entry
-this process wrote is checked by construction.
+this process wrote is checked by construction. The mappings of the last entries checked
+are kept open (`_OPEN_MAPPINGS`): a hit on one needs no file system call at all, so
+`get_if_open` serves it to readers that must not block, as the filesystem tier serves its
+open, checked segment mappings.
 
 **Never a failed or partial fetch.** Only `put` fills the cache, and the reader calls it
 with a complete, detransformed chunk; failures are never stored (`LoadingCache` likewise
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import mmap
 import os
@@ -82,6 +86,9 @@ _HEADER = struct.Struct(">4sBHQI")
 # descriptor while any view of it lives, so small entries (many per MiB of memory tier)
 # are read into memory instead
 _MAP_MIN_BYTES = 1 << 20
+# mapped entries kept open after their check (each holds a file descriptor), so a later hit
+# costs a dict lookup rather than an open, a map and a key comparison
+_OPEN_MAPPINGS = 64
 _SUFFIX = ".chunk"
 
 CACHE_CLASS_ALIASES = {
@@ -200,7 +207,13 @@ class ChunkKey:
         return f"{self.object_key}\n{self.identity}\n{self.index}"
 
     def digest(self) -> str:
-        return hashlib.blake2b(self.text().encode(), digest_size=20).hexdigest()
+        return _digest(self.object_key, self.identity, self.index)
+
+
+@functools.lru_cache(maxsize=8192)  # every lookup names its entry: a hash per call otherwise
+def _digest(object_key: str, identity: str, index: int) -> str:
+    text = f"{object_key}\n{identity}\n{index}"
+    return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
 
 
 class ChunkCache:
@@ -228,6 +241,8 @@ class ChunkCache:
         self._disk_bytes = 0
         # digest -> (inode, size, mtime_ns) of the entry file whose whole content checked out
         self._verified: dict[str, tuple[int, int, int]] = {}
+        # digest -> a read-only view of the data of a checked, mapped entry; LRU order
+        self._open: OrderedDict[str, memoryview] = OrderedDict()
         self._dirs = [Path(p) for p in disk_paths]
         self._writing_bytes = 0
         self._write_queue_cap = write_queue_bytes
@@ -246,14 +261,19 @@ class ChunkCache:
         self._report_size()
 
     # -- lookups -------------------------------------------------------------------------
-    def get(self, key: ChunkKey) -> bytes | memoryview | None:
-        """The chunk's bytes, or None (counted as a miss) when absent, expired or damaged."""
+    def get(self, key: ChunkKey, *, background: bool = False) -> bytes | memoryview | None:
+        """The chunk's bytes, or None (counted as a miss) when absent, expired or damaged.
+        `background`: a lookup of the engine's own (a check of cached bytes), neither
+        counted nor promoted into memory, so it displaces no reader's chunks."""
         digest = key.digest()
         now = self._clock()
         with self._lock:
             data = self._memory_hit_locked(digest, now)
+            if data is None:
+                data = self._open_hit_locked(digest, now)
             if data is not None:
-                self.metrics.cache_event(self.CACHE, "cache_hits")
+                if not background:
+                    self.metrics.cache_event(self.CACHE, "cache_hits")
                 return data
             on_disk = self._disk.get(digest)
             if on_disk is not None and self._expired(on_disk[2], now):
@@ -270,6 +290,8 @@ class ChunkCache:
                     path, size, _ = self._disk[digest]
                     self._disk[digest] = (path, size, now)
                     self._disk.move_to_end(digest)
+        if background:
+            return data
         if data is None:
             self.metrics.cache_event(self.CACHE, "cache_misses")
             return None
@@ -307,6 +329,33 @@ class ChunkCache:
             data = self._memory_hit_locked(key.digest(), self._clock())
         if data is not None:
             self.metrics.cache_event(self.CACHE, "cache_hits")
+        return data
+
+    def get_if_open(self, key: ChunkKey) -> bytes | memoryview | None:
+        """The chunk's bytes if the memory tier holds them or its disk entry is checked and
+        mapped already, else None: no open, map or check of a file (page faults on a kept
+        mapping remain, page-cache reads as for the filesystem tier). Counted as
+        `get_in_memory`."""
+        digest = key.digest()
+        now = self._clock()
+        with self._lock:
+            data = self._memory_hit_locked(digest, now)
+            if data is None:
+                data = self._open_hit_locked(digest, now)
+        if data is not None:
+            self.metrics.cache_event(self.CACHE, "cache_hits")
+        return data
+
+    def _open_hit_locked(self, digest: str, now: float):
+        data = self._open.get(digest)
+        if data is None:
+            return None
+        on_disk = self._disk.get(digest)
+        if on_disk is None or self._expired(on_disk[2], now):
+            return None  # `get` expires it
+        self._open.move_to_end(digest)
+        self._disk[digest] = (on_disk[0], on_disk[1], now)
+        self._disk.move_to_end(digest)
         return data
 
     def _memory_hit_locked(self, digest: str, now: float):
@@ -407,6 +456,7 @@ class ChunkCache:
                 old = self._disk.pop(digest, None)
                 if old is not None:
                     self._disk_bytes -= old[1]
+                self._open.pop(digest, None)  # a mapping of the file replaced
                 self._disk[digest] = (final, size, self._clock())
                 self._disk_bytes += size
                 self._verified[digest] = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -427,6 +477,7 @@ class ChunkCache:
         while self._disk_bytes > self._disk_cap and self._disk:
             digest, (path, size, _) = self._disk.popitem(last=False)
             self._verified.pop(digest, None)
+            self._open.pop(digest, None)
             self._disk_bytes -= size
             victims.append(path)
             self.metrics.cache_event(self.CACHE, "cache_eviction")
@@ -435,6 +486,7 @@ class ChunkCache:
 
     def _drop_disk_locked(self, digest: str, *, evicted: bool) -> None:
         self._verified.pop(digest, None)
+        self._open.pop(digest, None)
         path, size, _ = self._disk.pop(digest)
         self._disk_bytes -= size
         with contextlib.suppress(OSError):
@@ -474,7 +526,17 @@ class ChunkCache:
             with self._lock:
                 if digest in self._disk:
                     self._verified[digest] = identity
-        return raw[_HEADER.size + key_len:]
+        data = raw[_HEADER.size + key_len:]
+        if isinstance(raw.obj, mmap.mmap):
+            with self._lock:
+                on_disk = self._disk.get(digest)
+                if on_disk is not None and on_disk[0] == path and \
+                        self._verified.get(digest) == identity:
+                    self._open[digest] = data
+                    self._open.move_to_end(digest)
+                    if len(self._open) > _OPEN_MAPPINGS:
+                        self._open.popitem(last=False)
+        return data
 
     def _reopen(self) -> None:
         """Index the entries already on disk (oldest access first) and delete leftovers."""

@@ -16,6 +16,8 @@ read, as Kafka's tagged fields are.
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Mapping
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "OBJECT_PREFIX",
     "REMOTE_SIZE",
     "decode_custom_metadata",
+    "decoded_fields",
     "encode_custom_metadata",
 ]
 
@@ -80,6 +83,12 @@ def encode_custom_metadata(fields: Mapping[int, int | str]) -> bytes:
             raise ValueError(f"unknown custom metadata tag {tag}")
         out += _uvarint(tag) + _uvarint(len(body)) + body
     return bytes(out)
+
+
+@functools.lru_cache(maxsize=4096)  # every read of a segment names its objects from them
+def decoded_fields(data: bytes) -> Mapping[int, int | str]:
+    """`decode_custom_metadata`, memoized, read-only."""
+    return types.MappingProxyType(decode_custom_metadata(data))
 
 
 def decode_custom_metadata(data: bytes) -> dict[int, int | str]:

@@ -20,6 +20,7 @@ path (the plugin does the same).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -52,10 +53,13 @@ _KEY_RE = re.compile(
 
 def main_path(metadata: RemoteLogSegmentMetadata) -> str:
     """`<topic>-<topicId>/<partition>/<startOffset:020d>-<segmentId>`."""
-    segment_id = metadata.remote_log_segment_id
+    return _main_path(metadata.remote_log_segment_id, metadata.start_offset)
+
+
+@functools.lru_cache(maxsize=4096)  # every read names its objects: base64 of two Uuids
+def _main_path(segment_id, start_offset: int) -> str:
     tip = segment_id.topic_id_partition
-    return (f"{tip.topic}-{tip.topic_id}/{tip.partition}/"
-            f"{metadata.start_offset:020d}-{segment_id.id}")
+    return f"{tip.topic}-{tip.topic_id}/{tip.partition}/{start_offset:020d}-{segment_id.id}"
 
 
 class ObjectKeyFactory:

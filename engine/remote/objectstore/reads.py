@@ -27,10 +27,11 @@ the range. Each GET is also bounded by the store's own timeouts and retries.
 first chunk or where the reader's previous read of the segment ended, or one the caller
 flags) schedules the chunks that follow it, up to that many original bytes, in the
 background, queued before the read's own GETs so that both are in flight together; random
-reads (index probes, timestamp searches) fetch only what they ask. When
-the read-ahead reaches the segment's end and
-the caller names the segment that comes next in the lineage (`next_segment`), the read-ahead
-continues into that segment's first chunks (the plugin stops at the segment's end).
+reads (index probes, timestamp searches) fetch only what they ask. When the read-ahead
+reaches the segment's end and the caller names the segments that come next in the lineage
+(`next_segments`), the read-ahead continues into their chunks, segment after segment, so
+that a reader of segments smaller than the window keeps the whole window in flight (the
+plugin stops at the segment's end).
 
 The interface the RSM builds on: a `SegmentObject` (object key, `ChunkRanges`, cache identity,
 detransform) per segment, and `RangeReader.read` / `read_into`.
@@ -40,11 +41,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import io
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -59,7 +61,9 @@ __all__ = [
     "ChunkRanges",
     "Detransform",
     "RangeReader",
+    "RangeStream",
     "SegmentObject",
+    "cut_chunks",
 ]
 
 log = logging.getLogger(__name__)
@@ -126,6 +130,21 @@ class SegmentObject:
         return ChunkKey(self.key, self.identity, i)
 
 
+def cut_chunks(index: ChunkRanges, parts: Sequence[tuple[int, object]], start: int,
+               end: int) -> bytes | memoryview:
+    """Original bytes [start, end) out of `parts`, the plain chunks (index, bytes) that
+    cover them in order: a view of the one chunk, or one join of several (one copy, no
+    zero-fill first)."""
+    if len(parts) == 1:
+        lo = index.original_range(parts[0][0])[0]
+        return memoryview(parts[0][1])[start - lo:end - lo]
+    pieces = []
+    for i, data in parts:
+        lo, hi = index.original_range(i)
+        pieces.append(memoryview(data)[max(start, lo) - lo:min(end, hi) - lo])
+    return b"".join(pieces)
+
+
 class RangeReader:
     """Chunk-aligned, coalesced, parallel, single-flight ranged reads through a chunk cache.
 
@@ -133,12 +152,15 @@ class RangeReader:
     per read (the reader pool's thread count bounds how many reads run at once).
     `max_request_bytes`: the largest coalesced GET. `fetch_max_wait_ms`: the default bound
     of a read (`remote.fetch.max.wait.ms`). `prefetch_max_bytes`: read-ahead after each
-    read (0 = none; needs a cache)."""
+    read (0 = none; needs a cache). `on_fetched(seg)` is called whenever chunks of `seg`
+    came from the store, before any reader is handed them (a check of cached bytes learns
+    that they may have changed)."""
 
     def __init__(self, store: ObjectStore, cache: ChunkCache | None = None, *,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 fetch_max_wait_ms: int = 500, prefetch_max_bytes: int = 0):
+                 fetch_max_wait_ms: int = 500, prefetch_max_bytes: int = 0,
+                 on_fetched: Callable[[SegmentObject], None] | None = None):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.store = store
@@ -147,6 +169,7 @@ class RangeReader:
         self.max_request_bytes = max(1, max_request_bytes)
         self.fetch_max_wait_s = fetch_max_wait_ms / 1000.0
         self.prefetch_max_bytes = prefetch_max_bytes if cache is not None else 0
+        self._on_fetched = on_fetched
         self._lock = threading.Lock()
         self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
         self._prefetch_pool = None
@@ -159,7 +182,7 @@ class RangeReader:
 
     # -- public reads --------------------------------------------------------------------
     def read(self, seg: SegmentObject, start: int, end: int, *,
-             timeout_s: float | None = None, next_segment: SegmentObject | None = None,
+             timeout_s: float | None = None, next_segments: Sequence[SegmentObject] = (),
              sequential: bool | None = None):
         """Original bytes [start, end) of the segment (clamped to its size), as bytes or a
         read-only memoryview (a read within one chunk is a view of the cached or fetched
@@ -168,7 +191,7 @@ class RangeReader:
         Read-ahead follows a sequential read: `sequential` True or False says whether this
         one is; None (the default) takes it as sequential when it starts in the segment's
         first chunk or in the chunk where this reader's previous read of the segment ended.
-        `next_segment` is where read-ahead continues past the segment's end.
+        `next_segments` (in lineage order) are where read-ahead continues past its end.
 
         Raises RemoteFetchTimeoutError past the deadline,
         RemoteStorageError / RemoteResourceNotFoundError for store failures, and the
@@ -186,32 +209,25 @@ class RangeReader:
             # queued before this read's own GETs, so they run alongside it: a cold reader's
             # next chunks are in flight while it waits for this one, as a raw reader keeps
             # its GETs in flight back to back
-            self._prefetch_after(seg, chunks[-1], next_segment)
+            self._prefetch_after(seg, chunks[-1], next_segments)
         plain = self._fetch(seg, list(chunks), deadline, what=f"bytes [{start}, {end})")
         self.store.metrics.requested(end - start)
-        if len(chunks) == 1:
-            lo = seg.index.original_range(chunks[0])[0]
-            return memoryview(plain[chunks[0]])[start - lo:end - lo]
-        pieces = []
-        for i in chunks:
-            lo, hi = seg.index.original_range(i)
-            pieces.append(memoryview(plain[i])[max(start, lo) - lo:min(end, hi) - lo])
-        return b"".join(pieces)  # one copy, no zero-fill first
+        return cut_chunks(seg.index, [(i, plain[i]) for i in chunks], start, end)
 
     def read_into(self, seg: SegmentObject, start: int, buffer, *,
                   timeout_s: float | None = None,
-                  next_segment: SegmentObject | None = None,
+                  next_segments: Sequence[SegmentObject] = (),
                   sequential: bool | None = None) -> int:
         """Fill `buffer` with original bytes from `start`; returns the bytes written
         (fewer at the segment's end). As `read`."""
         view = memoryview(buffer).cast("B")
         data = self.read(seg, start, start + len(view), timeout_s=timeout_s,
-                         next_segment=next_segment, sequential=sequential)
+                         next_segments=next_segments, sequential=sequential)
         view[:len(data)] = data
         return len(data)
 
     def note_read(self, seg: SegmentObject, start: int, end: int, *,
-                  next_segment: SegmentObject | None = None,
+                  next_segments: Sequence[SegmentObject] = (),
                   sequential: bool | None = None) -> None:
         """Lets read-ahead follow a read of original bytes [start, end) that the caller
         served itself from the cache's memory, as it follows `read` (same arguments). Only
@@ -221,17 +237,17 @@ class RangeReader:
             return
         chunks = seg.index.chunks_for(start, end)
         if self._follows(seg, chunks, end, sequential):
-            self._prefetch_after(seg, chunks[-1], next_segment)
+            self._prefetch_after(seg, chunks[-1], next_segments)
 
     def read_ahead_from(self, seg: SegmentObject, end: int,
-                        next_segment: SegmentObject | None = None) -> None:
+                        next_segments: Sequence[SegmentObject] = ()) -> None:
         """Queues the read-ahead that a sequential read ending at original byte `end` of
-        `seg` gets (continuing into `next_segment`), without a read: for a caller that
-        learns the next segment after the read. Never blocks on I/O."""
+        `seg` gets (continuing into `next_segments`), without a read: for a caller that
+        learns the next segments after the read. Never blocks on I/O."""
         end = min(end, seg.size)
         if self.prefetch_max_bytes <= 0 or end <= 0:
             return
-        self._prefetch_after(seg, seg.index.chunks_for(end - 1, end)[-1], next_segment)
+        self._prefetch_after(seg, seg.index.chunks_for(end - 1, end)[-1], next_segments)
 
     @property
     def prefetch_pending_bytes(self) -> int:
@@ -327,6 +343,8 @@ class RangeReader:
                 for task in done:
                     run, t0 = pending.pop(task)
                     raw = memoryview(task.result())
+                    if self._on_fetched is not None:
+                        self._on_fetched(seg)
                     for i in run:
                         a, b = seg.index.transformed_range(i)
                         data = self._detransform(seg, i, raw[a - t0:b - t0])
@@ -416,13 +434,16 @@ class RangeReader:
         return last is not None and seg.index.original_range(chunks[0])[0] <= last <= end
 
     def _prefetch_after(self, seg: SegmentObject, last: int,
-                        next_segment: SegmentObject | None) -> None:
+                        next_segments: Sequence[SegmentObject]) -> None:
+        """Queues the chunks after chunk `last` of `seg`, then those of `next_segments`
+        from their first, up to `prefetch_max_bytes` of original bytes (the window: chunks
+        already cached or in flight count against it, so it slides with the reader)."""
         if self.prefetch_max_bytes <= 0:
             return
         plan: list[tuple[SegmentObject, list[int]]] = []
         budget = self.prefetch_max_bytes
-        for s, first in ((seg, last + 1), (next_segment, 0)):
-            if s is None or budget <= 0:
+        for s, first in ((seg, last + 1), *((n, 0) for n in next_segments)):
+            if budget <= 0:
                 break
             picked = []
             for i in range(first, s.index.chunk_count):
@@ -464,3 +485,28 @@ class RangeReader:
         finally:
             with self._lock:
                 self._prefetch_pending -= nbytes
+
+
+class RangeStream(io.RawIOBase):
+    """`.log` bytes [pos, end) read `window` bytes at a time through the range reader."""
+
+    def __init__(self, reader: RangeReader, seg: SegmentObject, pos: int, end: int,
+                 window: int):
+        self._reader, self._seg, self._pos, self._end = reader, seg, pos, end
+        self._window = window
+        self._buf = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self._buf:
+            if self._pos >= self._end:
+                return 0
+            hi = min(self._end, self._pos + self._window)
+            self._buf = memoryview(self._reader.read(self._seg, self._pos, hi))
+            self._pos = hi
+        n = min(len(buffer), len(self._buf))
+        memoryview(buffer).cast("B")[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n

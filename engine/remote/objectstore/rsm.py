@@ -45,9 +45,15 @@ custom metadata names an object prefix or key, reads of `.log` and `.indexes` us
 Read-ahead (`fetch.chunk.cache.prefetch.max.size` > 0, with a chunk cache) follows the
 reads of a segment a reader said it reads forward (`read_forward`), those served from the
 chunk cache's memory (`map_range_if_open`) included: once the read-ahead window reaches past
-the segment's end, the next segment's manifest is loaded in the background, the read-ahead
-continues into the first chunks of that segment, and its indexes are loaded while those GETs
-run, so that the reader crosses the boundary without a GET. Nothing of it blocks a read.
+the segment's end, it follows the chain of next segments the reader named (each
+`read_forward` one link) as far as the window reaches; the first whose manifest is not
+cached is loaded in the background, the read-ahead continues into its chunks, and its indexes
+are loaded while those GETs run, so that the reader crosses boundaries without a GET. Nothing
+of it blocks a read.
+
+With a chunk cache, `verifies_batch_crcs` holds for a segment once a background pass checked
+every batch CRC over its cached chunks, until a chunk of it comes from the store again
+(verdicts.py): readers then skip their own CRC pass, as over the filesystem tier's files.
 
 Metrics (engine.remote.objectstore.metrics) live in the store's registry;
 `register_metrics` adds a collector of them to another registry (the RLM's), which follows
@@ -60,6 +66,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import hashlib
 import io
 import logging
@@ -90,9 +97,10 @@ from engine.remote.objectstore.manifest import (
     SegmentManifest,
     VariableChunkIndex,
 )
-from engine.remote.objectstore.reads import RangeReader, SegmentObject
+from engine.remote.objectstore.reads import RangeReader, RangeStream, SegmentObject, cut_chunks
 from engine.remote.objectstore.store import ObjectStore, StoreConfig
 from engine.remote.objectstore.transforms import ChunkTransform, KeyRing, first_batch_compressed
+from engine.remote.objectstore.verdicts import BatchCrcVerdicts
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 __all__ = [
@@ -178,10 +186,14 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._chunk_cache = cache.build(metrics)
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=_TRANSFORM_WORKERS, thread_name_prefix="chunk-transform")
+        self._verdicts = None if self._chunk_cache is None else BatchCrcVerdicts(
+            self._chunk_cache, self._transform_pool)
         self._reader = RangeReader(store, self._chunk_cache, max_in_flight=config.max_in_flight,
                                    max_request_bytes=config.max_request_bytes,
                                    fetch_max_wait_ms=cache.get_timeout_ms,
-                                   prefetch_max_bytes=cache.prefetch_max_size)
+                                   prefetch_max_bytes=cache.prefetch_max_size,
+                                   on_fetched=(None if self._verdicts is None
+                                               else self._verdicts.fetched))
         self._closed = False
 
     def configure(self, configs: Mapping[str, str]) -> None:
@@ -247,6 +259,15 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         redo ranges rather than keep and stitch them."""
         return self._store is not None and self._chunk_cache is not None
 
+    def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        """With a chunk cache: once the segment's cached chunks were checked whole in this
+        process, and none came from the store since (verdicts.py)."""
+        if self._closed or self._store is None or self._verdicts is None:
+            return False
+        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+        return segment is not None and self._verdicts.holds(self._read_key(metadata, LOG),
+                                                            segment.identity)
+
     @property
     def read_ahead_pending_bytes(self) -> int:
         """Original bytes of read-ahead queued or running."""
@@ -258,41 +279,47 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         return self._store is not None and self._reader.prefetch_max_bytes > 0
 
     def _read_ahead(self, metadata: RemoteLogSegmentMetadata, seg: SegmentObject,
-                    end: int) -> tuple[bool | None, SegmentObject | None]:
-        """(sequential, next segment) for the range reader: (None, None) for a segment no
-        reader said it reads forward. Once the read-ahead window from `end` reaches past
-        this segment's end, the next segment: when its manifest is cached; else its
-        manifest and indexes are loaded in the background, and a later read continues into
-        it. Never blocks on I/O."""
-        with self._hint_lock:
-            entry = self._forward.get(metadata.remote_log_segment_id.id)
-            if entry is None:
-                return None, None
-            next_md, warming = entry
-            if next_md is None or seg.size - end >= self._reader.prefetch_max_bytes:
-                return True, None
-            entry[1] = True
-        segment = self._manifests.peek(self._keys.key(next_md, MANIFEST))
-        if segment is not None:
-            return True, self._segment_object(next_md, segment)
+                    end: int) -> tuple[bool | None, tuple[SegmentObject, ...]]:
+        """(sequential, next segments) for the range reader: (None, ()) for a segment no
+        reader said it reads forward. The next segments are the links of the `read_forward`
+        chain from this one that the read-ahead window from `end` reaches, while their
+        manifests are cached; the first one not cached is loaded in the background, and a
+        later read continues into it. Never blocks on I/O."""
+        chain: list[SegmentObject] = []
+        reach = self._reader.prefetch_max_bytes - (seg.size - end)
+        md = metadata
+        for _ in range(_FORWARD_KEPT):  # a chain of at most the links kept
+            with self._hint_lock:
+                entry = self._forward.get(md.remote_log_segment_id.id)
+                if entry is None:
+                    return (None if md is metadata else True), tuple(chain)
+                next_md, warming = entry
+                if next_md is None or reach <= 0:
+                    return True, tuple(chain)
+                entry[1] = True
+            segment = self._manifests.peek(self._keys.key(next_md, MANIFEST))
+            if segment is None:
+                break
+            chain.append(self._segment_object(next_md, segment))
+            reach -= chain[-1].size
+            md = next_md
+        else:
+            return True, tuple(chain)
         if not warming:
-            try:
-                self._transform_pool.submit(self._warm, next_md, seg, end)
-            except RuntimeError:  # closing: no read-ahead any more
-                return True, None
-        return True, None
+            with contextlib.suppress(RuntimeError):  # closing: no read-ahead any more
+                self._transform_pool.submit(self._warm, next_md, seg, end, tuple(chain))
+        return True, tuple(chain)
 
     def _warm(self, metadata: RemoteLogSegmentMetadata, previous: SegmentObject,
-              end: int) -> None:
+              end: int, between: tuple[SegmentObject, ...]) -> None:
         """Loads the segment's manifest, ahead of a reader crossing into it from
-        `previous`, whose read ended at `end`, and queues the read-ahead from there into
-        the segment's first chunks (their GETs need only the manifest); then loads the
-        indexes a remote read wants (offset, time, transaction: one GET when `.indexes` is
-        small) while those GETs run."""
+        `previous` (whose read ended at `end`) through `between`, and queues the read-ahead
+        from there into the segment's chunks (their GETs need only the manifest); then loads
+        the indexes a remote read wants (offset, time, transaction: one GET when `.indexes`
+        is small) while those GETs run."""
         try:
-            self._reader.read_ahead_from(previous, end,
-                                         self._segment_object(metadata,
-                                                              self._segment(metadata)))
+            loaded = self._segment_object(metadata, self._segment(metadata))
+            self._reader.read_ahead_from(previous, end, (*between, loaded))
             for index_type in _READ_INDEXES:
                 if index_type is IndexType.TRANSACTION and metadata.txn_idx_empty:
                     continue
@@ -464,7 +491,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if metadata.custom_metadata is None:
             return self._keys.key(metadata, suffix)
         try:
-            fields = cm.decode_custom_metadata(metadata.custom_metadata)
+            fields = cm.decoded_fields(metadata.custom_metadata)
         except ValueError as exc:
             if not strict:
                 return self._keys.key(metadata, suffix)
@@ -502,9 +529,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         CorruptRemoteObjectError when its manifest holds fewer bytes than its metadata."""
         seg = self._log_object(metadata)
         _check_range(metadata, seg, start, end_exclusive)
-        sequential, next_seg = self._read_ahead(metadata, seg, end_exclusive)
+        sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)
         data = self._reader.read(seg, start, end_exclusive, sequential=sequential,
-                                 next_segment=next_seg)
+                                 next_segments=next_segs)
+        if self._verdicts is not None:
+            self._verdicts.check_after(seg.key, seg.identity, seg.index, end_exclusive)
         return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -514,15 +543,18 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         seg = self._log_object(metadata)
         end = start + memoryview(buffer).nbytes
         _check_range(metadata, seg, start, end)
-        sequential, next_seg = self._read_ahead(metadata, seg, end)
-        return self._reader.read_into(seg, start, buffer, sequential=sequential,
-                                      next_segment=next_seg)
+        sequential, next_segs = self._read_ahead(metadata, seg, end)
+        n = self._reader.read_into(seg, start, buffer, sequential=sequential,
+                                   next_segments=next_segs)
+        if self._verdicts is not None:
+            self._verdicts.check_after(seg.key, seg.identity, seg.index, end)
+        return n
 
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
                           end_exclusive: int) -> memoryview | None:
         """`.log` bytes [start, end_exclusive) when they need no storage I/O: the manifest
-        cached and every chunk of the range in the chunk cache's memory tier (plain chunks
-        of one chunk are handed out without a copy); else None, and the caller reads through
+        cached and every chunk of the range in the chunk cache's memory or a checked, mapped
+        disk entry (a range in one chunk: no copy); else None, and the caller reads through
         `read_range` on a thread that may block. Read-ahead follows a range served here as
         it follows `read_range`."""
         if self._closed or self._store is None or self._chunk_cache is None:
@@ -538,28 +570,19 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         ids = index.chunk_ids(start, end_exclusive)
         parts = []
         for i in ids:
-            data = self._chunk_cache.get_in_memory(ChunkKey(key, segment.identity, i))
+            data = self._chunk_cache.get_if_open(ChunkKey(key, segment.identity, i))
             if data is None:
                 return None
             parts.append((i, data))
         if not parts:
             return memoryview(b"")
+        self._verdicts.check_after(key, segment.identity, index, end_exclusive)
         if self._reader.prefetch_max_bytes > 0:
             seg = self._segment_object(metadata, segment)
-            sequential, next_seg = self._read_ahead(metadata, seg, end_exclusive)
+            sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)
             self._reader.note_read(seg, start, end_exclusive, sequential=sequential,
-                                   next_segment=next_seg)
-        if len(parts) == 1:
-            lo = index.original_range(parts[0][0])[0]
-            return memoryview(parts[0][1]).toreadonly()[start - lo:end_exclusive - lo]
-        out = bytearray(end_exclusive - start)
-        pos = 0
-        for i, data in parts:
-            lo, hi = index.original_range(i)
-            a, b = max(start, lo) - lo, min(end_exclusive, hi) - lo
-            out[pos:pos + b - a] = memoryview(data)[a:b]
-            pos += b - a
-        return memoryview(out).toreadonly()
+                                   next_segments=next_segs)
+        return memoryview(cut_chunks(index, parts, start, end_exclusive)).toreadonly()
 
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None):
@@ -570,7 +593,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         end = size if end_position is None else min(size, end_position + 1)
         _check_range(metadata, seg, start_position, max(start_position, end))
         window = max(self._config.chunk_size, 8 * MiB)
-        return io.BufferedReader(_RangeStream(self._reader, seg, start_position, end, window),
+        return io.BufferedReader(RangeStream(self._reader, seg, start_position, end, window),
                                  buffer_size=1 << 16)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType):
@@ -661,31 +684,6 @@ class _StoreMetricsCollector:
         if store is None:
             return iter(())
         return store.metrics.registry.collect()
-
-
-class _RangeStream(io.RawIOBase):
-    """`.log` bytes [pos, end) read `window` bytes at a time through the range reader."""
-
-    def __init__(self, reader: RangeReader, seg: SegmentObject, pos: int, end: int,
-                 window: int):
-        self._reader, self._seg, self._pos, self._end = reader, seg, pos, end
-        self._window = window
-        self._buf = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if not self._buf:
-            if self._pos >= self._end:
-                return 0
-            hi = min(self._end, self._pos + self._window)
-            self._buf = memoryview(self._reader.read(self._seg, self._pos, hi))
-            self._pos = hi
-        n = min(len(buffer), len(self._buf))
-        memoryview(buffer).cast("B")[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
 
 
 # ---- helpers -----------------------------------------------------------------------------

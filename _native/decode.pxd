@@ -8,12 +8,15 @@ from engine._native.scan cimport BufferView
 
 
 cdef class Record:
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
+    # offset, timestamp (ints, made at decode), key, value and headers are exposed as
+    # read-only member descriptors (set up in decode.pyx), which CPython's attribute
+    # specialisation reads without a call
+    cdef object offset
+    cdef object timestamp
     cdef int8_t _timestamp_type
-    cdef readonly object key
-    cdef readonly object value
-    cdef readonly tuple headers
+    cdef object key
+    cdef object value
+    cdef tuple headers
     cdef readonly int32_t sequence
     cdef readonly bint is_control
 

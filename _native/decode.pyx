@@ -11,12 +11,14 @@ buffer they were decoded from alive.
 cimport cython
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.ref cimport Py_INCREF
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 from batch cimport *
 from checksums cimport eng_crc32, eng_crc32c
@@ -45,6 +47,36 @@ from engine._native.scan import BATCH_HEADER_DTYPE, scan
 cnp.import_array()
 
 
+cdef extern from *:
+    """
+    #include <structmember.h>
+
+    /* Adds a member descriptor to a type made by Cython (which exposes attributes as
+       properties): CPython 3.11+ specialises loads of a T_OBJECT_EX member to one indexed
+       read, where a property costs a lookup and a call. */
+    static int eng_add_member(PyTypeObject *t, PyMemberDef *m) {
+        PyObject *d = PyDescr_NewMember(t, m);
+        int rc;
+        if (d == NULL)
+            return -1;
+        rc = PyDict_SetItemString(t->tp_dict, m->name, d);
+        Py_DECREF(d);
+        if (rc == 0)
+            PyType_Modified(t);
+        return rc;
+    }
+    """
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char *doc
+    int T_OBJECT_EX
+    int READONLY
+    int eng_add_member(PyTypeObject *t, PyMemberDef *m) except -1
+
+
 class TimestampType(enum.IntEnum):
     """Kafka's TimestampType; magic 0 data has none."""
     NO_TIMESTAMP_TYPE = -1
@@ -68,6 +100,7 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
 
+@cython.no_gc  # holds only ints, bytes, None and a tuple of (str, bytes): never in a cycle
 @cython.freelist(256)
 cdef class Record:
     """One record with Kafka's field names. `headers` is a tuple of (str, bytes | None);
@@ -93,13 +126,39 @@ cdef class Record:
                 f"key={self.key!r}, value={_short(self.value)}, headers={self.headers!r})")
 
 
+cdef PyMemberDef _RECORD_MEMBERS[5]
+
+
+cdef int _record_members() except -1:
+    """offset, timestamp, key, value and headers as read-only member descriptors."""
+    cdef Record probe = Record.__new__(Record)
+    cdef char *base = <char *><PyObject *>probe
+    cdef char *fields[5]
+    cdef const char *names[5]
+    fields[:] = [<char *>&probe.offset, <char *>&probe.timestamp, <char *>&probe.key,
+                 <char *>&probe.value, <char *>&probe.headers]
+    names[:] = [b"offset", b"timestamp", b"key", b"value", b"headers"]
+    cdef int i
+    for i in range(5):
+        _RECORD_MEMBERS[i].name = names[i]
+        _RECORD_MEMBERS[i].type = T_OBJECT_EX
+        _RECORD_MEMBERS[i].offset = fields[i] - base
+        _RECORD_MEMBERS[i].flags = READONLY
+        _RECORD_MEMBERS[i].doc = NULL
+        eng_add_member(<PyTypeObject *>Record, &_RECORD_MEMBERS[i])
+    return 0
+
+
+_record_members()
+
+
 cdef str _short(object value):
     if value is None or len(value) <= 32:
         return repr(value)
     return repr(value[:32]) + f"...({len(value)} bytes)"
 
 
-cdef inline Record _new_record(int64_t offset, int64_t timestamp, int8_t ts_type, object key,
+cdef inline Record _new_record(object offset, object timestamp, int8_t ts_type, object key,
                                object value, tuple headers, int32_t sequence, bint control):
     cdef Record r = Record.__new__(Record)
     r.offset = offset
@@ -406,7 +465,42 @@ cdef eng_record_view *_alloc_views(RecordBatch b, size_t sec_len) except NULL:
     return views
 
 
-cdef tuple _headers_tuple(const uint8_t *sec, const eng_record_view *r):
+cdef enum:
+    _KEY_SLOTS = 8
+
+
+cdef struct _HeaderKeys:
+    # header keys of the previous record, by index: their bytes (in the same section) and
+    # the str made of them (a strong reference, released by _drop_keys)
+    const uint8_t *ptr[_KEY_SLOTS]
+    int32_t len[_KEY_SLOTS]
+    PyObject *str[_KEY_SLOTS]
+
+
+cdef inline void _drop_keys(_HeaderKeys *keys) noexcept:
+    cdef int i
+    for i in range(_KEY_SLOTS):
+        Py_XDECREF(keys.str[i])
+        keys.str[i] = NULL
+
+
+cdef object _header_key(_HeaderKeys *keys, int32_t i, const uint8_t *p, int32_t n):
+    """The header key at `p` as str. The records of a batch usually carry the same header
+    keys: one equal to the previous record's key at this index is that same str."""
+    if (i < _KEY_SLOTS and keys.str[i] != NULL and keys.len[i] == n
+            and memcmp(keys.ptr[i], p, n) == 0):
+        return <object>keys.str[i]
+    s = PyUnicode_DecodeUTF8(<const char *>p, n, "surrogateescape")
+    if i < _KEY_SLOTS:
+        Py_XDECREF(keys.str[i])
+        Py_INCREF(s)
+        keys.str[i] = <PyObject *>s
+        keys.ptr[i] = p
+        keys.len[i] = n
+    return s
+
+
+cdef tuple _headers_tuple(const uint8_t *sec, const eng_record_view *r, _HeaderKeys *keys):
     cdef eng_header_view hv[16]
     cdef eng_header_view *hs = hv
     cdef int32_t i
@@ -420,8 +514,7 @@ cdef tuple _headers_tuple(const uint8_t *sec, const eng_record_view *r):
     try:
         eng_parse_headers(sec, r, hs)
         for i in range(r.headers_count):
-            pair = (PyUnicode_DecodeUTF8(<const char *>sec + hs[i].key_off, hs[i].key_len,
-                                         "surrogateescape"),
+            pair = (_header_key(keys, i, sec + hs[i].key_off, hs[i].key_len),
                     _bytes_or_none(sec, hs[i].value_off, hs[i].value_len))
             Py_INCREF(pair)
             PyTuple_SET_ITEM(out, i, pair)
@@ -446,27 +539,42 @@ cdef list _v2_records(RecordBatch b, object section=None):
         sec = sv.ptr
         sec_len = sv.nbytes
     cdef eng_record_view *views = _alloc_views(b, sec_len)
-    cdef list out
-    cdef const eng_record_view *r
-    cdef int32_t i, seq
-    cdef int8_t ts_type = h.timestamp_type
+    cdef _HeaderKeys keys
+    memset(&keys, 0, sizeof(keys))
     try:
         _parse_views(b, sec, sec_len, views)
-        out = [None] * h.record_count
-        for i in range(h.record_count):
-            r = &views[i]
-            seq = -1 if h.base_sequence < 0 else eng_increment_sequence(h.base_sequence,
-                                                                        r.offset_delta)
-            out[i] = _new_record(
-                _wrap_add(h.base_offset, r.offset_delta), _record_timestamp(h, r.timestamp_delta),
-                ts_type, _bytes_or_none(sec, r.key_off, r.key_len),
-                _bytes_or_none(sec, r.value_off, r.value_len),
-                _headers_tuple(sec, r) if r.headers_count else _NO_HEADERS,
-                seq, h.is_control)
-        return out
+        return _v2_build(h, sec, views, &keys)
     finally:
+        _drop_keys(&keys)
         free(views)
         give_scratch(scratch)
+
+
+cdef list _v2_build(const eng_batch_header *h, const uint8_t *sec,
+                    const eng_record_view *views, _HeaderKeys *keys):
+    """The Record objects of parsed views; consecutive equal timestamps share one int."""
+    cdef const eng_record_view *r
+    cdef int32_t i, seq
+    cdef int64_t ts, last_ts = 0
+    cdef object ts_obj = None
+    cdef list out = PyList_New(h.record_count)  # items NULL until set (list_dealloc copes)
+    for i in range(h.record_count):
+        r = &views[i]
+        seq = -1 if h.base_sequence < 0 else eng_increment_sequence(h.base_sequence,
+                                                                    r.offset_delta)
+        ts = _record_timestamp(h, r.timestamp_delta)
+        if ts_obj is None or ts != last_ts:
+            ts_obj = ts
+            last_ts = ts
+        rec = _new_record(
+            _wrap_add(h.base_offset, r.offset_delta), ts_obj, h.timestamp_type,
+            _bytes_or_none(sec, r.key_off, r.key_len),
+            _bytes_or_none(sec, r.value_off, r.value_len),
+            _headers_tuple(sec, r, keys) if r.headers_count else _NO_HEADERS,
+            seq, h.is_control)
+        Py_INCREF(rec)
+        PyList_SET_ITEM(out, i, rec)
+    return out
 
 
 # ---- legacy v0/v1 ---------------------------------------------------------------------

@@ -289,3 +289,40 @@ def test_values_not_asked_for_are_never_read():
     assert untouched.stdout.strip() == "[0, 1] [1000, 1001] [b'k', b'k2']"
     touched = run("values")
     assert touched.returncode == -signal.SIGSEGV, (touched.returncode, touched.stderr)
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.LZ4])
+def test_header_keys_and_timestamps_shared_between_records_stay_exact(codec):
+    # consecutive records may share one str for an equal header key at the same index and
+    # one int for an equal timestamp: keys that differ in length, content, count or
+    # position (and more headers than the shared slots) must still come out exactly
+    many = [(f"k{j}", b"%d" % j) for j in range(11)]
+    rows = [
+        ([("trace", b"1"), ("span", None)], 7),
+        ([("trace", b"2"), ("span", b"")], 7),
+        ([("tracf", b"3")], 7),
+        ([("trac", b"4"), ("trace", b"5")], 8),
+        ([], 8),
+        ([("\udcff\udcfe", b"6")], 8),
+        (many, 9),
+        (many[:3] + [("k3x", b"y")] + many[4:], 9),
+        ([("span", None), ("trace", b"7")], 7),
+    ]
+    b = RecordBatchBuilder(compression_type=codec)
+    for headers, ts in rows:
+        b.append(b"v", headers=headers, timestamp=ts)
+    recs = list(MemoryRecords(b.build()).records())
+    assert [list(r.headers) for r in recs] == [[(k, v) for k, v in h] for h, _ in rows]
+    assert [r.timestamp for r in recs] == [ts for _, ts in rows]
+    assert recs[0].headers[0][0] is recs[1].headers[0][0]  # shared, not merely equal
+
+
+def test_record_fields_are_read_only_and_outside_the_cyclic_gc():
+    import gc
+
+    rec = next(iter(MemoryRecords(_batch()).records()))
+    for name in ("offset", "timestamp", "key", "value", "headers", "sequence", "is_control"):
+        with pytest.raises(AttributeError):
+            setattr(rec, name, None)
+    assert not gc.is_tracked(rec)
+    assert (rec.offset, rec.timestamp, rec.key, rec.value) == (0, 1000, b"k0", b"value-0")

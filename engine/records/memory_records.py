@@ -89,6 +89,11 @@ class MemoryRecords:
         measured here (bench/RESULTS.md) the pool threads' GIL hand-offs cost more than the
         overlap gains while this thread is busy creating Record objects.
         """
+        # one list per batch: chain hands its records out from C, where a generator
+        # yielding each record would be resumed once per record
+        return itertools.chain.from_iterable(self._record_lists(verify_crc, decompress_ahead))
+
+    def _record_lists(self, verify_crc: bool, decompress_ahead: int) -> Iterator[list]:
         batches = list(self.batches())
         sections = (_prefetch.sections_ahead(batches, decompress_ahead, verify_crc)
                     if decompress_ahead > 0 else None)
@@ -97,12 +102,12 @@ class MemoryRecords:
                 if sections is None:
                     if verify_crc:
                         batch.ensure_valid()
-                    yield from batch.records()
+                    yield batch.records()
                 else:
                     section = next(sections)
                     if isinstance(section, Exception):
                         raise section
-                    yield from batch.records(section)
+                    yield batch.records(section)
         except KafkaEngineError as exc:
             raise self._named(exc) from None
         finally:

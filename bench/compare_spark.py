@@ -38,8 +38,10 @@ REPO = Path(__file__).resolve().parent.parent
 TOPIC = "bench"
 
 
-def tier_data(base: Path, partitions: int, mb: int, codec: str) -> dict:
-    """Produces and tiers the bench topic; returns the broker properties."""
+def tier_data(base: Path, partitions: int, mb: int, codec: str, tier: dict | None = None
+              ) -> dict:
+    """Produces and tiers the bench topic; returns the broker properties. `tier`: the RSM's
+    properties (class name, `rsm.config.*`) instead of the filesystem tier's."""
     from bench.segment import segment
     from engine.config import BrokerConfig
     from engine.log.log_manager import LogManager
@@ -48,9 +50,9 @@ def tier_data(base: Path, partitions: int, mb: int, codec: str) -> dict:
 
     dirs = [base / "logs"]
     dirs[0].mkdir(parents=True)
-    (base / "tier").mkdir()
+    (base / "tier").mkdir(exist_ok=True)
     props = {"log.dirs": str(dirs[0]), "remote.log.storage.system.enable": "true",
-             "rsm.config.dirs": str(base / "tier"), "rsm.config.fsync": "false"}
+             **(tier or {"rsm.config.dirs": str(base / "tier"), "rsm.config.fsync": "false"})}
     config = BrokerConfig(props)
     data = segment(codec, mb << 20)
     heads = scan_batches(data, verify_crc=False).headers

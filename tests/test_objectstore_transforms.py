@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from engine.errors import CorruptRemoteObjectError, RemoteEncryptionKeyError
+from engine.errors import ConfigError, CorruptRemoteObjectError, RemoteEncryptionKeyError
 from engine.records import CompressionType, RecordBatchBuilder
 from engine.remote.objectstore.manifest import EncryptionMetadata
 from engine.remote.objectstore.transforms import (
@@ -123,9 +123,9 @@ def test_bad_key_files_name_their_config_key(ring_files, tmp_path):
          "encryption.key.pairs.k1.private.key.file", "not the private key"),
     ]
     for pairs, config_key, match in cases:
-        with pytest.raises(ValueError, match=match) as info:
+        with pytest.raises(ConfigError, match=match) as info:
             KeyRing.load("k1", pairs, _config_key)
-        assert info.value.config_key == config_key
+        assert info.value.key == config_key
 
 
 @pytest.mark.parametrize("compression,encryption", [(False, False), (True, False),

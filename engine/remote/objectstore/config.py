@@ -26,7 +26,7 @@ from engine.remote.objectstore.reads import (
     DEFAULT_MAX_REQUEST_BYTES,
 )
 from engine.remote.objectstore.store import STORE_CONFIG_KEYS
-from engine.remote.objectstore.transforms import KeyFileError, KeyRing
+from engine.remote.objectstore.transforms import KeyRing
 
 __all__ = [
     "RSM_CONFIG_KEYS",
@@ -117,8 +117,8 @@ def load_key_ring(config: RsmConfig) -> KeyRing:
     try:
         return KeyRing.load(config.key_pair_id, files,
                             lambda key_id, kind: f"encryption.key.pairs.{key_id}.{kind}.key.file")
-    except KeyFileError as exc:
-        raise ConfigError(exc.config_key, exc.path, exc.rule) from None
+    except ConfigError:
+        raise
     except ValueError as exc:
         raise ConfigError("encryption.key.pair.id", config.key_pair_id, str(exc)) from None
 

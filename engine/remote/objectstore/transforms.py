@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from engine.errors import CorruptRemoteObjectError, RemoteEncryptionKeyError
+from engine.errors import ConfigError, CorruptRemoteObjectError, RemoteEncryptionKeyError
 from engine.records import scan_batches
 from engine.remote.objectstore.manifest import GCM_OVERHEAD, IV_SIZE, EncryptionMetadata
 
@@ -53,7 +53,6 @@ __all__ = [
     "DATA_KEY_SIZE",
     "ChunkTransform",
     "DataKey",
-    "KeyFileError",
     "KeyPair",
     "KeyRing",
     "compress_chunk",
@@ -123,13 +122,13 @@ class KeyRing:
         """Loads each pair's PEM files (`files`: id -> (public file, private file)).
         `config_key(id, "public" | "private")` names the config key of a file; a missing,
         unreadable or non-RSA file, or a private key that is not the public key's, raises
-        ValueError naming that key (the caller raises it as ConfigError)."""
+        ConfigError naming that key; a ValueError for a key id without files."""
         pairs = {}
         for key_id, (public_file, private_file) in files.items():
             public = _load_pem(public_file, config_key(key_id, "public"), private=False)
             private = _load_pem(private_file, config_key(key_id, "private"), private=True)
             if private.public_key().public_numbers() != public.public_numbers():
-                raise KeyFileError(config_key(key_id, "private"), private_file,
+                raise ConfigError(config_key(key_id, "private"), private_file,
                                    f"is not the private key of key pair {key_id!r}'s "
                                    "public key")
             pairs[key_id] = KeyPair(key_id, public, private)
@@ -171,14 +170,6 @@ class KeyRing:
         return f"KeyRing(active={self.active_id!r}, pairs={list(self._pairs)!r})"
 
 
-class KeyFileError(ValueError):
-    """A key pair's PEM file that cannot be used: its config key, path and the rule broken."""
-
-    def __init__(self, config_key: str, path: str, rule: str):
-        super().__init__(f"{path}: {rule}")
-        self.config_key, self.path, self.rule = config_key, path, rule
-
-
 @overload
 def _load_pem(path: str, config_key: str, *, private: Literal[True]) -> rsa.RSAPrivateKey: ...
 
@@ -193,7 +184,7 @@ def _load_pem(path: str, config_key: str, *, private: bool
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise KeyFileError(config_key, path, f"cannot be read: [Errno {exc.errno}] "
+        raise ConfigError(config_key, path, f"cannot be read: [Errno {exc.errno}] "
                                              f"{exc.strerror}") from None
     try:
         if private:
@@ -202,11 +193,11 @@ def _load_pem(path: str, config_key: str, *, private: bool
             key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
         kind = "an unencrypted PKCS#8 private" if private else "an X.509 public"
-        raise KeyFileError(config_key, path, f"is not {kind} key in PEM "
+        raise ConfigError(config_key, path, f"is not {kind} key in PEM "
                                              f"({type(exc).__name__})") from None
     expected = rsa.RSAPrivateKey if private else rsa.RSAPublicKey
     if not isinstance(key, expected):
-        raise KeyFileError(config_key, path, f"holds a {type(key).__name__}, not an RSA key")
+        raise ConfigError(config_key, path, f"holds a {type(key).__name__}, not an RSA key")
     return key
 
 

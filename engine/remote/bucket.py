@@ -17,7 +17,8 @@ Resolution (`Bucket.partition`), as Kafka's RLMM would with its metadata, here f
 each segment's objects record:
 - each counted segment is described from its manifest and indexes: its size from the chunk
   index, its end offset and max timestamp from the tail of the `.log` after the last
-  offset-index entry (and the time index), its leader epochs from its leader-epoch index
+  offset-index entry (and the time index; the tail is read once, by `read_range_once`: in
+  plain mode an exact ranged GET, not whole chunks), its leader epochs from its leader-epoch index
   (the broker's checkpoint, cumulative up to the segment's end);
 - the latest leader's view wins: the segment of the highest last epoch (then the highest end
   offset) gives the lineage (its leader-epoch index lists every epoch and where it began);
@@ -106,8 +107,11 @@ _KEPT_UNPARSED = 20
 #: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
 _EXPECTED = frozenset({"duplicate-segment", "covered-segment", "displaced-segment",
                        "below-log-start-offset", "not-finished"})
-#: bytes read at once while walking a segment's tail for its end offset
+#: bytes read at once while walking a segment's tail for its end offset: the whole tail
+#: after the last offset-index entry when it is at most _TAIL_READ_MAX (one exact read; a
+#: segment without index entries, or with a damaged index, is walked in such windows)
 _TAIL_WINDOW = 64 * 1024
+_TAIL_READ_MAX = 1024 * 1024
 
 
 # ---- naming a bucket ---------------------------------------------------------------------
@@ -506,10 +510,12 @@ class Bucket:
         times = TimeIndex.from_buffer(index_bytes(self.rsm, probe, IndexType.TIMESTAMP),
                                       start).entries_array()
         position = int(offsets["position"][-1]) if len(offsets) else 0
-        reader = RemoteSegmentReader(self.rsm, probe)
+        reader = RemoteSegmentReader(self.rsm, probe, once=True)
         last_offset, max_ts, last_epoch = -1, -1, -1
         while position < size:
-            headers, position = reader.scan_window(position, _TAIL_WINDOW)
+            # the tail after the last index entry is usually one read of a few KB
+            window = max(_TAIL_WINDOW, min(size - position, _TAIL_READ_MAX))
+            headers, position = reader.scan_window(position, window)
             last_offset = int(headers["last_offset"][-1])
             max_ts = max(max_ts, int(headers["max_timestamp"].max()))
             last_epoch = int(headers["partition_leader_epoch"][-1])

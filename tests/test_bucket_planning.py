@@ -7,6 +7,7 @@ import dataclasses
 import uuid
 
 import pytest
+from bucket_support import HandBucket
 from rsm_crash_writer import make_segment, segment_metadata
 
 from engine.log.checkpoint import Uuid
@@ -86,3 +87,26 @@ def test_planning_reads_the_tails_not_whole_chunks(s3_server, tmp_path, compress
             got = bytes(bucket.rsm.read_range(md, 0, size))
             assert got == (tmp_path / str(view.chain.index(link)) /
                            f"{md.start_offset:020d}.log").read_bytes()
+
+
+def test_partitions_resolved_together_match_one_by_one(s3_server):
+    hand = HandBucket(s3_server, partitions=3)
+    try:
+        for p in range(3):
+            for start in range(0, 30 * (p + 1), 15):
+                hand.segment(start, start + 14, [(0, 0)], partition=p)
+        with hand.open() as together, hand.open() as alone:
+            tips = list(together.partitions().values())
+            together.resolve(tips)
+            gets = together.store.metrics.value("object_fetch")
+            for tip in tips:
+                want = alone.partition(tip)
+                got = together.partition(tip)
+                assert [(link.start_offset, link.end) for link in got.chain] == [
+                    (link.start_offset, link.end) for link in want.chain]
+                assert got.chain[-1].end == 30 * (tip.partition + 1)
+                assert not got.skipped and not got.gaps
+            # resolved by `resolve`, not left for `partition` to do
+            assert together.store.metrics.value("object_fetch") == gets > 0
+    finally:
+        hand.close()

@@ -100,8 +100,11 @@ _SCHEMES = {"s3": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
             "az": "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage"}
 _BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
                 "az": "storage.azure.container.name"}
-#: segments described at once (each is a manifest GET, an indexes GET and a tail read)
+#: segments described at once, over all partitions being resolved (each is a manifest GET,
+#: an indexes GET and a tail read, one after another)
 DESCRIBE_THREADS = 8
+#: partitions resolved at once by `Bucket.resolve` (their segments share the describe pool)
+RESOLVE_THREADS = 4
 #: keys that do not parse are counted; this many are kept to be named
 _KEPT_UNPARSED = 20
 #: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
@@ -389,8 +392,13 @@ class Bucket:
         self._listing: BucketListing | None = None
         self._views: dict[TopicIdPartition, PartitionView] = {}
         self._offset_entries: dict = {}
+        self._describe_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def close(self) -> None:
+        with self._lock:
+            pool, self._describe_pool = self._describe_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         self.rsm.close()
 
     def __enter__(self):
@@ -465,15 +473,34 @@ class Bucket:
                 self._views.setdefault(tip, view)
         return view
 
+    def resolve(self, tips: Iterable[TopicIdPartition]) -> None:
+        """Resolves the partitions not resolved yet, RESOLVE_THREADS at once (their segments
+        described on one pool of DESCRIBE_THREADS): a planner reading several partitions
+        calls it first, and `partition` then answers from what it resolved."""
+        with self._lock:
+            todo = [t for t in dict.fromkeys(tips) if t not in self._views]
+        if len(todo) <= 1:
+            for tip in todo:
+                self.partition(tip)
+            return
+        with concurrent.futures.ThreadPoolExecutor(
+                min(RESOLVE_THREADS, len(todo)), thread_name_prefix="bucket-resolve") as pool:
+            for _ in pool.map(self.partition, todo):
+                pass
+
     def describe_all(self, tip: TopicIdPartition, segments: list[SegmentObjects]
                      ) -> list[Described]:
-        """Every segment with a manifest, described (on DESCRIBE_THREADS threads)."""
+        """Every segment with a manifest, described (on the Bucket's pool of
+        DESCRIBE_THREADS, shared by the partitions being resolved)."""
         counted = [s for s in segments if s.manifest_size is not None]
         if len(counted) <= 1:
             return [self.describe(tip, s) for s in counted]
-        with concurrent.futures.ThreadPoolExecutor(
-                DESCRIBE_THREADS, thread_name_prefix="bucket-describe") as pool:
-            return list(pool.map(lambda s: self.describe(tip, s), counted))
+        with self._lock:
+            if self._describe_pool is None:
+                self._describe_pool = concurrent.futures.ThreadPoolExecutor(
+                    DESCRIBE_THREADS, thread_name_prefix="bucket-describe")
+            pool = self._describe_pool
+        return list(pool.map(lambda s: self.describe(tip, s), counted))
 
     def describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:
         """The segment's metadata from its objects, or the reason it cannot be read."""

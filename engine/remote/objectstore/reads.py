@@ -252,12 +252,21 @@ class RangeReader:
             # plain mode: each chunk's object bytes are its original bytes
             shift = (seg.index.transformed_range(chunks[0])[0]
                      - seg.index.original_range(chunks[0])[0])
-            return memoryview(self.store.get_range(
-                seg.key, start + shift, end + shift,
-                timeout_s=max(0.0, deadline - time.monotonic())))
+            return memoryview(self.store.run(self._get_by(
+                seg, start + shift, end + shift, deadline, chunks,
+                what=f"bytes [{start}, {end})")))
         plain = cached or self._fetch(seg, list(chunks), deadline,
                                       what=f"bytes [{start}, {end})")
         return cut_chunks(seg.index, [(i, plain[i]) for i in chunks], start, end)
+
+    async def _get_by(self, seg: SegmentObject, start: int, end: int, deadline: float,
+                      chunks: range, *, what: str):
+        """Object bytes [start, end) in one GET, bounded by the read's deadline."""
+        try:
+            return await asyncio.wait_for(self.store.get_range_async(seg.key, start, end),
+                                          max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise self._timeout(seg, what, list(chunks)) from None
 
     def _cached(self, seg: SegmentObject, chunks: range) -> dict[int, object] | None:
         """The chunks from the cache when it holds them all, else None (no miss counted)."""

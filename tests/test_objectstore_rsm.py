@@ -558,6 +558,12 @@ def test_slow_store_read_fails_at_the_fetch_deadline(s3_server, fault_proxy, seg
             rsm.read_range(md, 0, 100)
         assert rsm.keys.key(md, "log") in str(info.value)
         assert rsm.read_range(md, 0, 100) == segment[0].log_segment.read_bytes()[:100]
+        # a read made once (its exact bytes, no chunk) keeps the same deadline
+        fault_proxy.add(Fault("delay", method="GET", path_contains=".log", delay_s=2.0,
+                              times=1))
+        with pytest.raises(RemoteFetchTimeoutError, match="did not finish"):
+            rsm.read_range_once(md, 50, 150)
+        assert rsm.read_range_once(md, 50, 150) == segment[0].log_segment.read_bytes()[50:150]
 
 
 @pytest.mark.parametrize("compression", [False, True])

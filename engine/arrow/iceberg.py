@@ -191,8 +191,7 @@ def export_to_iceberg(props: Mapping[str, str], config_path: str | None, topic: 
     state = committed_state(table, topic)
     while True:
         with tier_for_export(props, config_path, topic, bucket, store) as tier:
-            chains = {p: tier.chain(tip) for (t, p), tip in tier.partitions().items()
-                      if t == topic}
+            chains = tier.chains(topic)
         if not chains:
             raise UnknownTopicError(f"unknown topic {topic!r}: nothing of it is in the remote "
                                     "tier")

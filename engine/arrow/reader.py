@@ -102,6 +102,9 @@ class _TierSource:
     def chain(self, tip, start, end, fail_on_data_loss):
         return self.tier.chain(tip)
 
+    def resolve(self, tips):
+        self.tier.resolve(tips)
+
     def offset_entries(self, segment):
         return self.tier.offset_entries(segment)
 
@@ -125,6 +128,9 @@ class _BucketSource:
 
     def view(self, tip):
         return self.bucket.partition(tip)
+
+    def resolve(self, tips):
+        self.bucket.resolve(tips)
 
     def chain(self, tip, start, end, fail_on_data_loss):
         view = self.bucket.partition(tip)
@@ -225,6 +231,7 @@ class TopicStream:
             raise ConfigError("partitions", ",".join(map(str, missing)),
                               f"not in the remote tier, which holds partitions "
                               f"{', '.join(map(str, sorted(known)))} of {self.topic}")
+        source.resolve(known[p] for p in wanted)
         out: list[SegmentRange] = []
         for p in wanted:
             tip = known[p]

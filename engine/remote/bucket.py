@@ -17,7 +17,8 @@ Resolution (`Bucket.partition`), as Kafka's RLMM would with its metadata, here f
 each segment's objects record:
 - each counted segment is described from its manifest and indexes: its size from the chunk
   index, its end offset and max timestamp from the tail of the `.log` after the last
-  offset-index entry (and the time index), its leader epochs from its leader-epoch index
+  offset-index entry (and the time index; the tail is read once, by `read_range_once`: in
+  plain mode an exact ranged GET, not whole chunks), its leader epochs from its leader-epoch index
   (the broker's checkpoint, cumulative up to the segment's end);
 - the latest leader's view wins: the segment of the highest last epoch (then the highest end
   offset) gives the lineage (its leader-epoch index lists every epoch and where it began);
@@ -99,15 +100,21 @@ _SCHEMES = {"s3": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
             "az": "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage"}
 _BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
                 "az": "storage.azure.container.name"}
-#: segments described at once (each is a manifest GET, an indexes GET and a tail read)
+#: segments described at once, over all partitions being resolved (each is a manifest GET,
+#: an indexes GET and a tail read, one after another)
 DESCRIBE_THREADS = 8
+#: partitions resolved at once by `Bucket.resolve` (their segments share the describe pool)
+RESOLVE_THREADS = 4
 #: keys that do not parse are counted; this many are kept to be named
 _KEPT_UNPARSED = 20
 #: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
 _EXPECTED = frozenset({"duplicate-segment", "covered-segment", "displaced-segment",
                        "below-log-start-offset", "not-finished"})
-#: bytes read at once while walking a segment's tail for its end offset
+#: bytes read at once while walking a segment's tail for its end offset: the whole tail
+#: after the last offset-index entry when it is at most _TAIL_READ_MAX (one exact read; a
+#: segment without index entries, or with a damaged index, is walked in such windows)
 _TAIL_WINDOW = 64 * 1024
+_TAIL_READ_MAX = 1024 * 1024
 
 
 # ---- naming a bucket ---------------------------------------------------------------------
@@ -385,8 +392,13 @@ class Bucket:
         self._listing: BucketListing | None = None
         self._views: dict[TopicIdPartition, PartitionView] = {}
         self._offset_entries: dict = {}
+        self._describe_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def close(self) -> None:
+        with self._lock:
+            pool, self._describe_pool = self._describe_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         self.rsm.close()
 
     def __enter__(self):
@@ -461,15 +473,34 @@ class Bucket:
                 self._views.setdefault(tip, view)
         return view
 
+    def resolve(self, tips: Iterable[TopicIdPartition]) -> None:
+        """Resolves the partitions not resolved yet, RESOLVE_THREADS at once (their segments
+        described on one pool of DESCRIBE_THREADS): a planner reading several partitions
+        calls it first, and `partition` then answers from what it resolved."""
+        with self._lock:
+            todo = [t for t in dict.fromkeys(tips) if t not in self._views]
+        if len(todo) <= 1:
+            for tip in todo:
+                self.partition(tip)
+            return
+        with concurrent.futures.ThreadPoolExecutor(
+                min(RESOLVE_THREADS, len(todo)), thread_name_prefix="bucket-resolve") as pool:
+            for _ in pool.map(self.partition, todo):
+                pass
+
     def describe_all(self, tip: TopicIdPartition, segments: list[SegmentObjects]
                      ) -> list[Described]:
-        """Every segment with a manifest, described (on DESCRIBE_THREADS threads)."""
+        """Every segment with a manifest, described (on the Bucket's pool of
+        DESCRIBE_THREADS, shared by the partitions being resolved)."""
         counted = [s for s in segments if s.manifest_size is not None]
         if len(counted) <= 1:
             return [self.describe(tip, s) for s in counted]
-        with concurrent.futures.ThreadPoolExecutor(
-                DESCRIBE_THREADS, thread_name_prefix="bucket-describe") as pool:
-            return list(pool.map(lambda s: self.describe(tip, s), counted))
+        with self._lock:
+            if self._describe_pool is None:
+                self._describe_pool = concurrent.futures.ThreadPoolExecutor(
+                    DESCRIBE_THREADS, thread_name_prefix="bucket-describe")
+            pool = self._describe_pool
+        return list(pool.map(lambda s: self.describe(tip, s), counted))
 
     def describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:
         """The segment's metadata from its objects, or the reason it cannot be read."""
@@ -506,10 +537,12 @@ class Bucket:
         times = TimeIndex.from_buffer(index_bytes(self.rsm, probe, IndexType.TIMESTAMP),
                                       start).entries_array()
         position = int(offsets["position"][-1]) if len(offsets) else 0
-        reader = RemoteSegmentReader(self.rsm, probe)
+        reader = RemoteSegmentReader(self.rsm, probe, once=True)
         last_offset, max_ts, last_epoch = -1, -1, -1
         while position < size:
-            headers, position = reader.scan_window(position, _TAIL_WINDOW)
+            # the tail after the last index entry is usually one read of a few KB
+            window = max(_TAIL_WINDOW, min(size - position, _TAIL_READ_MAX))
+            headers, position = reader.scan_window(position, window)
             last_offset = int(headers["last_offset"][-1])
             max_ts = max(max_ts, int(headers["max_timestamp"].max()))
             last_epoch = int(headers["partition_leader_epoch"][-1])

@@ -108,16 +108,20 @@ BUFFERS = BufferPool()
 class RemoteSegmentReader:
     """Byte ranges of one remote segment's `.log`, keeping the last range read so that
     header walks within it cost no further read. With `nonblocking`, every range comes from
-    `map_range_if_open` or the read raises WouldBlock."""
+    `map_range_if_open` or the read raises WouldBlock; with `once`, from `read_range_once`
+    (ranges read once, such as a segment's tail: the store's cache and read-ahead are left
+    alone)."""
 
     def __init__(self, rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata,
-                 nonblocking: bool = False):
+                 nonblocking: bool = False, once: bool = False):
         self.rsm = rsm
         self.metadata = metadata
         self.size = metadata.segment_size_in_bytes
         self.nonblocking = nonblocking
-        # a view of a mapping costs nothing to redo, so ranges are never stitched together
-        self._views = nonblocking or rsm.zero_copy_ranges
+        self.once = once
+        # a view of a mapping costs nothing to redo, so ranges are never stitched together;
+        # nor are ranges read once (each is whole as read)
+        self._views = nonblocking or once or rsm.zero_copy_ranges
         self._start = 0
         self._buf: bytes | memoryview = b""
         self.bytes_read = 0
@@ -127,6 +131,8 @@ class RemoteSegmentReader:
             data = self.rsm.map_range_if_open(self.metadata, start, end)
             if data is None:
                 raise WouldBlock
+        elif self.once:
+            data = memoryview(self.rsm.read_range_once(self.metadata, start, end))
         elif self._views:
             data = self.rsm.map_range(self.metadata, start, end)
         else:

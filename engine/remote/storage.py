@@ -133,6 +133,14 @@ class RemoteStorageManager(abc.ABC):
         finally:
             view.release()
 
+    def read_range_once(self, metadata: RemoteLogSegmentMetadata, start: int,
+                        end_exclusive: int) -> bytes | memoryview:
+        """`.log` bytes [start, end_exclusive) that the caller reads once and not again
+        soon (a segment's tail read to learn its end offset): a store with a cache or
+        read-ahead reads just these bytes, leaving both alone. As `read_range` otherwise;
+        the default is `read_range`."""
+        return self.read_range(metadata, start, end_exclusive)
+
     def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
                   end_exclusive: int) -> memoryview:
         """A read-only view of `.log` bytes [start, end_exclusive): zero-copy where the

@@ -3,7 +3,7 @@ for indexes, both built from the engine's broker properties."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -157,6 +157,16 @@ class Tier:
     def chain(self, tip: TopicIdPartition) -> list[ChainLink]:
         return lineage(self.rlmm.list_remote_log_segments(tip))
 
+    def resolve(self, tips: Iterable[TopicIdPartition]) -> None:
+        """Prepares the chains of `tips`, all wanted next (a tier that must work them out
+        does them together); the RLMM has them at hand: nothing to do."""
+
+    def chains(self, topic: str) -> dict[int, list[ChainLink]]:
+        """partition -> chain of every partition of `topic` the tier holds."""
+        tips = {p: tip for (t, p), tip in self.partitions().items() if t == topic}
+        self.resolve(tips.values())
+        return {p: self.chain(tip) for p, tip in tips.items()}
+
     # -- indexes ----------------------------------------------------------------------
 
     def offset_entries(self, segment) -> np.ndarray:
@@ -227,6 +237,15 @@ class BucketTier(Tier):
 
     def partitions(self) -> dict[tuple[str, int], TopicIdPartition]:
         return self.bucket.partitions()
+
+    def select(self, opts) -> list[tuple[str, int, TopicIdPartition]]:
+        # every selected partition gets planned: resolve them together, not one by one
+        selected = super().select(opts)
+        self.resolve(tip for _, _, tip in selected)
+        return selected
+
+    def resolve(self, tips: Iterable[TopicIdPartition]) -> None:
+        self.bucket.resolve(tips)
 
     def _where(self) -> str:
         return f"bucket {self.bucket.url}"

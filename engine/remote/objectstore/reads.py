@@ -33,8 +33,12 @@ reaches the segment's end and the caller names the segments that come next in th
 that a reader of segments smaller than the window keeps the whole window in flight (the
 plugin stops at the segment's end).
 
+**Reads made once.** `read_once` serves bytes a caller reads once (a segment's tail while
+planning a bucket): in plain mode an exact ranged GET, never cached (a cache entry is always
+a whole, checked chunk); with transforms the covering chunks only. No read-ahead follows it.
+
 The interface the RSM builds on: a `SegmentObject` (object key, `ChunkRanges`, cache identity,
-detransform) per segment, and `RangeReader.read` / `read_into`.
+detransform) per segment, and `RangeReader.read` / `read_into` / `read_once`.
 """
 
 from __future__ import annotations
@@ -225,6 +229,57 @@ class RangeReader:
                          next_segments=next_segments, sequential=sequential)
         view[:len(data)] = data
         return len(data)
+
+    def read_once(self, seg: SegmentObject, start: int, end: int, *,
+                  timeout_s: float | None = None):
+        """Original bytes [start, end) (clamped to the segment's size) that the caller reads
+        once (a segment's tail while planning): chunks already cached serve it; otherwise,
+        in plain mode one exact ranged GET of those bytes, cached nowhere (the cache holds
+        whole chunks only); with transforms the covering chunks, fetched and cached as
+        `read` does. Neither schedules read-ahead nor counts as this reader's position in
+        the segment. Raises as `read`."""
+        deadline = time.monotonic() + (self.fetch_max_wait_s if timeout_s is None
+                                       else timeout_s)
+        if start < 0 or end < start:
+            raise ValueError(f"bad range [{start}, {end}) of {self.store.url(seg.key)}")
+        end = min(end, seg.size)
+        if start >= end:
+            return b""
+        chunks = seg.index.chunks_for(start, end)
+        self.store.metrics.requested(end - start)
+        cached = self._cached(seg, chunks)
+        if cached is None and seg.detransform is None:
+            # plain mode: each chunk's object bytes are its original bytes
+            shift = (seg.index.transformed_range(chunks[0])[0]
+                     - seg.index.original_range(chunks[0])[0])
+            return memoryview(self.store.run(self._get_by(
+                seg, start + shift, end + shift, deadline, chunks,
+                what=f"bytes [{start}, {end})")))
+        plain = cached or self._fetch(seg, list(chunks), deadline,
+                                      what=f"bytes [{start}, {end})")
+        return cut_chunks(seg.index, [(i, plain[i]) for i in chunks], start, end)
+
+    async def _get_by(self, seg: SegmentObject, start: int, end: int, deadline: float,
+                      chunks: range, *, what: str):
+        """Object bytes [start, end) in one GET, bounded by the read's deadline."""
+        try:
+            return await asyncio.wait_for(self.store.get_range_async(seg.key, start, end),
+                                          max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise self._timeout(seg, what, list(chunks)) from None
+
+    def _cached(self, seg: SegmentObject, chunks: range) -> dict[int, object] | None:
+        """The chunks from the cache when it holds them all, else None (no miss counted)."""
+        if self.cache is None or not all(self.cache.contains(seg.chunk_key(i))
+                                         for i in chunks):
+            return None
+        plain = {}
+        for i in chunks:
+            data = self.cache.get(seg.chunk_key(i))
+            if data is None:  # evicted meanwhile
+                return None
+            plain[i] = data
+        return plain
 
     def note_read(self, seg: SegmentObject, start: int, end: int, *,
                   next_segments: Sequence[SegmentObject] = (),

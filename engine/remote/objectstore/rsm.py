@@ -536,6 +536,14 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             self._verdicts.check_after(seg.key, seg.identity, seg.index, end_exclusive)
         return memoryview(data) if isinstance(data, bytearray) else data
 
+    def read_range_once(self, metadata: RemoteLogSegmentMetadata, start: int,
+                        end_exclusive: int) -> bytes | memoryview:
+        """`.log` bytes [start, end_exclusive) read once: an exact ranged GET in plain mode,
+        the covering chunks only with transforms; no read-ahead (`RangeReader.read_once`)."""
+        seg = self._log_object(metadata)
+        _check_range(metadata, seg, start, end_exclusive)
+        return self._reader.read_once(seg, start, end_exclusive)
+
     def read_range_into(self, metadata: RemoteLogSegmentMetadata, start: int,
                         buffer) -> int:
         """Fills `buffer` with `.log` bytes from `start` (the range must lie inside the

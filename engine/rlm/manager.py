@@ -81,7 +81,7 @@ from engine.rlm.metrics import RLMMetrics
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
 from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
-from engine.rlm.reader import RemoteFetchResult
+from engine.rlm.reader import NextPositions, RemoteFetchResult
 from engine.rlm.state import PartitionState
 from engine.rlm.status import partition_status
 
@@ -187,6 +187,7 @@ class RemoteLogManager:
         self.index_cache = index_cache or RemoteIndexCache(
             rsm, first_dir / INDEX_CACHE_DIR_NAME,
             broker_config["remote.log.index.file.cache.total.size.bytes"])
+        self.next_positions = NextPositions()
         self.reader_pool = RemoteLogReaderPool(broker_config["remote.log.reader.threads"],
                                                broker_config["remote.log.reader.max.pending.tasks"])
         self._copier_pool: WorkerPool | None = None

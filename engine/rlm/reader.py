@@ -2,11 +2,11 @@
 
 For a fetch offset below the local log start: the epoch of the offset -> the RLMM's
 COPY_SEGMENT_FINISHED segment holding it -> the start position from the segment's remote
-offset index (RemoteIndexCache) -> batch headers walked from there with the native scan
-(engine.remote.segment_access: every batch ending before the offset is skipped by its header
-alone) -> the first batch with last offset >= the fetch offset -> whole batches up to
-`max_bytes`, read with one bounded range read. Kafka's rules for the first batch: when it is larger
-than `max_bytes` it is
+offset index (RemoteIndexCache; byte 0 for the segment's base offset, with no index) ->
+batch headers walked from there with the native scan (engine.remote.segment_access: every
+batch ending before the offset is skipped by its header alone) -> the first batch with
+last offset >= the fetch offset -> whole batches up to `max_bytes`, read with one bounded
+range read. Kafka's rules for the first batch: when it is larger than `max_bytes` it is
 returned whole with `min_one_message`, and nothing is returned without. Unlike Kafka (which
 may end on a partial batch the client drops), only whole batches are returned, as a local
 read does.
@@ -30,6 +30,7 @@ mapping when its ranges are zero-copy (the filesystem tier), else recycled buffe
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -46,7 +47,7 @@ from engine.remote.segment_access import (
     describe_segment,
 )
 
-__all__ = ["RemoteFetchResult", "WouldBlock", "read_local", "read_remote",
+__all__ = ["NextPositions", "RemoteFetchResult", "WouldBlock", "read_local", "read_remote",
            "remote_aborted_txns"]
 
 #: bytes past the walk window that the first header probe may need
@@ -105,13 +106,7 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
     """(whole batches, next offset) from `md`, which holds `offset`. `nonblocking`: raise
     WouldBlock instead of any storage I/O."""
     reader = RemoteSegmentReader(rlm.rsm, md, nonblocking)
-    if nonblocking:
-        entry = rlm.index_cache.cached_entry(md)
-        if entry is None:
-            raise WouldBlock
-        start = entry.lookup_offset(offset)
-    else:
-        start = rlm.index_cache.lookup_offset(md, offset)
+    start = _start_position(rlm, md, offset, nonblocking)
     # batch headers are walked in a window of at most 64 KiB from the index position (the
     # target is within index.interval.bytes of it); the answer is then one exact read,
     # or a slice of the window when the window holds it
@@ -133,7 +128,52 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
     if not len(headers):  # find_batch framed it whole: the bytes changed under the read
         raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte {position} "
                                  "on the second read", position=position, offset=offset)
-    return view[:valid], int(headers["last_offset"][-1]) + 1
+    next_offset = int(headers["last_offset"][-1]) + 1
+    if next_offset <= md.end_offset:
+        rlm.next_positions.put(md.remote_log_segment_id.id, next_offset, position + valid)
+    return view[:valid], next_offset
+
+
+def _start_position(rlm, md, offset: int, nonblocking: bool) -> int:
+    """Where to walk from for `offset` in `md`: byte 0 for the segment's base offset (its
+    first batch: what the offset index answers for it), the end of an earlier read that
+    stopped right before `offset`, else the offset index's position."""
+    if offset == md.start_offset:
+        return 0
+    known = rlm.next_positions.get(md.remote_log_segment_id.id, offset)
+    if known is not None:
+        return known
+    if nonblocking:
+        entry = rlm.index_cache.cached_entry(md)
+        if entry is None:
+            raise WouldBlock
+        return entry.lookup_offset(offset)
+    return rlm.index_cache.lookup_offset(md, offset)
+
+
+class NextPositions:
+    """Where the latest remote reads ended: (segment id, next offset) -> byte position of
+    the batch after the last one returned. A consumer's next fetch starts where its
+    previous one ended, so a sequential reader, entering a segment at its base offset and
+    going on from there, needs no `.indexes` GET on its path. The position comes from
+    bytes read and checked, and the walk from it checks the offsets again. At most
+    `capacity` entries, the oldest dropped first."""
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = capacity
+        self._positions: dict[tuple[object, int], int] = {}
+        self._lock = threading.Lock()
+
+    def get(self, segment_id, offset: int) -> int | None:
+        with self._lock:
+            return self._positions.get((segment_id, offset))
+
+    def put(self, segment_id, offset: int, position: int) -> None:
+        with self._lock:
+            self._positions.pop((segment_id, offset), None)  # the newest goes last
+            self._positions[(segment_id, offset)] = position
+            if len(self._positions) > self.capacity:
+                del self._positions[next(iter(self._positions))]
 
 
 def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,

@@ -314,28 +314,55 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
               end: int, between: tuple[SegmentObject, ...]) -> None:
         """Loads the segment's manifest, ahead of a reader crossing into it from
         `previous` (whose read ended at `end`) through `between`, and queues the read-ahead
-        from there into the segment's chunks (their GETs need only the manifest); then loads
-        the indexes a remote read wants (offset, time, transaction: one GET when `.indexes`
-        is small) while those GETs run."""
+        from there into the segment's chunks (their GETs need only the manifest); while
+        the window reaches past it, the same for the next links of the `read_forward`
+        chain, so the read-ahead does not wait for a later read to go on. Then loads the
+        indexes a remote read wants (offset, time, transaction: one GET when `.indexes`
+        is small) of each segment loaded, while the chunk GETs run."""
+        md: RemoteLogSegmentMetadata | None = metadata
+        warmed = []
+        reach = self._reader.prefetch_max_bytes - (previous.size - end) - sum(
+            seg.size for seg in between)
         try:
-            loaded = self._segment_object(metadata, self._segment(metadata))
-            self._reader.read_ahead_from(previous, end, (*between, loaded))
-            for index_type in _READ_INDEXES:
-                if index_type is IndexType.TRANSACTION and metadata.txn_idx_empty:
-                    continue
-                try:
-                    self.fetch_index_bytes(metadata, index_type)
-                except RemoteResourceNotFoundError:
-                    continue  # a transaction index the segment does not have
+            while md is not None:
+                loaded = self._segment_object(md, self._segment(md))
+                between = (*between, loaded)
+                self._reader.read_ahead_from(previous, end, between)
+                warmed.append(md)
+                reach -= loaded.size
+                md = self._link_to_warm(md) if reach > 0 else None
+            for md in warmed:
+                self._warm_indexes(md)
         except (KafkaEngineError, OSError) as e:
             # read-ahead is an optimisation: the reader loads them itself when it gets there
+            assert md is not None
             log.debug("read-ahead: the manifest and indexes of %s not loaded: %s",
-                      metadata.remote_log_segment_id, e)
+                      md.remote_log_segment_id, e)
             with self._hint_lock:
                 for entry in self._forward.values():
                     if entry[0] is not None and (entry[0].remote_log_segment_id
-                                                 == metadata.remote_log_segment_id):
+                                                 == md.remote_log_segment_id):
                         entry[1] = False  # a later read may try again
+
+    def _link_to_warm(self, metadata: RemoteLogSegmentMetadata
+                      ) -> RemoteLogSegmentMetadata | None:
+        """The segment a reader named after `metadata`, when no read-ahead loads it yet
+        (then marked as loading)."""
+        with self._hint_lock:
+            entry = self._forward.get(metadata.remote_log_segment_id.id)
+            if entry is None or entry[0] is None or entry[1]:
+                return None
+            entry[1] = True
+            return entry[0]
+
+    def _warm_indexes(self, metadata: RemoteLogSegmentMetadata) -> None:
+        for index_type in _READ_INDEXES:
+            if index_type is IndexType.TRANSACTION and metadata.txn_idx_empty:
+                continue
+            try:
+                self.fetch_index_bytes(metadata, index_type)
+            except RemoteResourceNotFoundError:
+                continue  # a transaction index the segment does not have
 
     def _check_open(self) -> None:
         if self._closed:

@@ -10,6 +10,8 @@ so a bucket either writes the other reads.
 - `config`: the tier's settings in the plugin's names (RsmConfig; the store's StoreConfig and
   the caches' ChunkCacheConfig are read next to their code); `config_values` reads the
   typed values of the tier's and the store's keys.
+- `segment_source`: what an upload reads from the broker's segment files (the `.log`'s
+  chunks transformed ahead on a pool); `verdicts`: batch-CRC verdicts over cached chunks.
 - `rsm`: ObjectStorageRemoteStorageManager, built on these.
 """
 

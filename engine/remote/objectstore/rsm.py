@@ -72,7 +72,7 @@ import io
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -85,6 +85,7 @@ from engine.errors import (
 )
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.objectstore import custom_metadata as cm
+from engine.remote.objectstore import segment_source
 from engine.remote.objectstore.chunk_cache import ChunkKey, LoadingCache
 from engine.remote.objectstore.config import RSM_CONFIG_KEYS, RsmConfig, load_key_ring
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, ObjectKeyFactory, main_path
@@ -382,7 +383,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         keys = {s: self._keys.key(metadata, s) for s in (LOG, INDEXES, MANIFEST)}
         self._drop_cached(metadata)
         try:
-            file_size = _file_size(segment_data.log_segment)
+            file_size = segment_source.file_size(segment_data.log_segment)
             compress = file_size > 0 and cfg.compression and (
                 not cfg.compression_heuristic
                 or first_batch_compressed(segment_data.log_segment) is False)
@@ -400,8 +401,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             self._delete_keys(list(keys.values()), quiet=True)
             if isinstance(exc, KafkaEngineError) or not isinstance(exc, Exception):
                 raise
-            raise _storage_error(exc, f"copy of {metadata.remote_log_segment_id} to "
-                                      f"{self._store.url(keys[LOG])}") from exc
+            raise segment_source.storage_error(
+                exc, f"copy of {metadata.remote_log_segment_id} to "
+                     f"{self._store.url(keys[LOG])}") from exc
         return self._custom_metadata(metadata, log_bytes + index_bytes + manifest_bytes)
 
     def _upload_log(self, key: str, path, file_size: int, transform: ChunkTransform):
@@ -416,8 +418,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             last = file_size - (n - 1) * c
             return FixedChunkIndex(c, file_size, c, last), written
         sizes: list[int] = []
-        written = self._store.upload(key, _transformed_chunks(
-            path, file_size, c, transform, sizes, self._transform_pool), object_type="log")
+        written = self._store.upload(key, segment_source.transformed_chunks(
+            path, file_size, c, transform, sizes, self._transform_pool, _TRANSFORM_AHEAD),
+            object_type="log")
         if sum(sizes) != written or len(sizes) != (-(-file_size // c) if file_size else 0):
             raise RemoteStorageError(f"upload of {path} sent {written} bytes for "
                                      f"{len(sizes)} chunks", file=str(path))
@@ -440,7 +443,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             sources.append((IndexType.TRANSACTION, txn))
         parts, entries, position = [], {}, 0
         for index_type, source in sources:
-            raw = _read_source(source)
+            raw = segment_source.read_source(source)
             stored = transform.encrypt(raw) if raw else b""
             parts.append(stored)
             entries[index_type] = SegmentIndex(position, len(stored))
@@ -723,65 +726,6 @@ class _StoreMetricsCollector:
 
 # ---- helpers -----------------------------------------------------------------------------
 
-def _file_size(path) -> int:
-    try:
-        size = os.stat(path).st_size
-    except OSError as exc:
-        raise _storage_error(exc, f"cannot stat segment {path}") from None
-    if size > INT32_MAX:
-        raise RemoteStorageError(f"segment {path} is {size} bytes: the format's positions "
-                                 "are int32", file=str(path))
-    return size
-
-
-def _read_source(source) -> bytes:
-    if source is None:
-        return b""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source)
-    try:
-        with open(source, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise _storage_error(exc, f"cannot read {source}") from None
-
-
-def _transformed_chunks(path, file_size: int, chunk_size: int, transform: ChunkTransform,
-                        sizes: list[int], pool: concurrent.futures.Executor
-                        ) -> Iterator[bytes]:
-    """The `.log`'s chunks, transformed, in order; records each transformed size. Up to
-    `_TRANSFORM_AHEAD` chunks are read and transformed ahead of the upload on `pool` (zstd
-    and AES-GCM run without the GIL), so memory stays at a few chunks."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _storage_error(exc, f"cannot open segment {path}") from None
-    pending: collections.deque = collections.deque()
-    try:
-        pos = 0
-        while pos < file_size or pending:
-            while pos < file_size and len(pending) < _TRANSFORM_AHEAD:
-                n = min(chunk_size, file_size - pos)
-                data = os.pread(fd, n, pos)
-                if len(data) != n:
-                    raise RemoteStorageError(f"segment {path} ended at byte "
-                                             f"{pos + len(data)}, before its size {file_size}",
-                                             file=str(path))
-                pending.append(pool.submit(transform.transform, data))
-                pos += n
-            stored = pending.popleft().result()
-            sizes.append(len(stored))
-            yield stored
-    except RemoteStorageError:
-        raise
-    except OSError as exc:
-        raise _storage_error(exc, f"cannot read segment {path}") from None
-    finally:
-        for fut in pending:
-            fut.cancel()
-        os.close(fd)
-
-
 def _check_range(metadata: RemoteLogSegmentMetadata, seg: SegmentObject, start: int,
                  end: int) -> None:
     size = metadata.segment_size_in_bytes
@@ -792,12 +736,3 @@ def _check_range(metadata: RemoteLogSegmentMetadata, seg: SegmentObject, start: 
         raise CorruptRemoteObjectError(
             f"{seg.key}: its manifest holds {seg.size} bytes, the metadata of "
             f"{metadata.remote_log_segment_id} {size}", object_key=seg.key)
-
-
-def _storage_error(exc: BaseException, what: str) -> RemoteStorageError:
-    if isinstance(exc, OSError) and exc.errno is not None:
-        err = RemoteStorageError(f"{what}: [Errno {exc.errno}] {exc.strerror}",
-                                 file=getattr(exc, "filename", None))
-        err.errno, err.strerror = exc.errno, exc.strerror
-        return err
-    return RemoteStorageError(f"{what}: {type(exc).__name__}: {exc}")

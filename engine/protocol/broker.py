@@ -321,23 +321,7 @@ class ReadBroker:
         `file_regions`, records of a local segment of at least SENDFILE_MIN_BYTES are a
         FileRegion (sent with sendfile), others views."""
         isolation = "read_committed" if read_committed else "read_uncommitted"
-        requests, slots = [], []
-        responses = []
-        for head, name, parts in targets:
-            rows = []
-            for p in parts:
-                row = {"partition_index": p["partition"], "error_code": E.NONE,
-                       "high_watermark": -1, "last_stable_offset": -1,
-                       "log_start_offset": -1, "aborted_transactions": None,
-                       "preferred_read_replica": -1, "records": b""}
-                rows.append(row)
-                if not isinstance(name, str):
-                    row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
-                    continue
-                requests.append((name, p["partition"], p["fetch_offset"],
-                                 max(0, p["partition_max_bytes"])))
-                slots.append((row, name))
-            responses.append({**head, "partitions": rows})
+        responses, requests, slots = self.fetch_requests(targets)
         results = self.rlm.read_many(requests, isolation=isolation) if requests else []
         total = 0
         for (row, name), result in zip(slots, results):
@@ -358,20 +342,53 @@ class ReadBroker:
             row["high_watermark"] = unified.high_watermark
             row["last_stable_offset"] = unified.last_stable_offset
             row["log_start_offset"] = unified.log_start_offset
-            view = memoryview(result.records)
-            if total and total + view.nbytes > max_bytes:
-                view = whole_batches(view, max(0, max_bytes - total))
-            total += view.nbytes
-            row["records"] = view
+            total = self.add_records(row, result.records, result.aborted_transactions,
+                                     total, max_bytes, read_committed)
+            view = row["records"]
             if file_regions and view.nbytes >= SENDFILE_MIN_BYTES and \
                     result.local_segment is not None:
                 row["records"] = result.local_segment.file_region(result.local_position,
                                                                   view) or view
-            if read_committed:
-                row["aborted_transactions"] = [
-                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                    for a in result.aborted_transactions] if view.nbytes else []
         return responses, total
+
+    @staticmethod
+    def fetch_requests(targets) -> tuple[list, list, list]:
+        """A Fetch's response skeleton and the reads it needs: (responses, requests, slots),
+        with a (row, topic) slot for each (topic, partition, offset, max bytes) request;
+        partitions of unknown topic ids get their error and no request."""
+        responses, requests, slots = [], [], []
+        for head, name, parts in targets:
+            rows = []
+            for p in parts:
+                row = {"partition_index": p["partition"], "error_code": E.NONE,
+                       "high_watermark": -1, "last_stable_offset": -1,
+                       "log_start_offset": -1, "aborted_transactions": None,
+                       "preferred_read_replica": -1, "records": b""}
+                rows.append(row)
+                if not isinstance(name, str):
+                    row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
+                    continue
+                requests.append((name, p["partition"], p["fetch_offset"],
+                                 max(0, p["partition_max_bytes"])))
+                slots.append((row, name))
+            responses.append({**head, "partitions": rows})
+        return responses, requests, slots
+
+    @staticmethod
+    def add_records(row: dict, records, aborted, total: int, max_bytes: int,
+                    read_committed: bool) -> int:
+        """Puts a read's records (and, read_committed, its aborted transactions) into `row`
+        within the response's `max_bytes` (past the first records, whole batches only);
+        returns the response's record bytes so far."""
+        view = memoryview(records)
+        if total and total + view.nbytes > max_bytes:
+            view = whole_batches(view, max(0, max_bytes - total))
+        row["records"] = view
+        if read_committed:
+            row["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in aborted] if view.nbytes else []
+        return total + view.nbytes
 
     @staticmethod
     def fetch_session_error(body: dict) -> int:

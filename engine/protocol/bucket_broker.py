@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from engine.protocol import errors as E
-from engine.protocol.broker import ReadBroker, cluster_id_of, whole_batches
+from engine.protocol.broker import ReadBroker, cluster_id_of
 from engine.protocol.replica import BucketReplica
 
 __all__ = ["BucketBroker"]
@@ -78,40 +78,18 @@ class BucketBroker(ReadBroker):
                    version: int, file_regions: bool = False) -> tuple[list, int]:
         """One pass over the requested partitions: (responses, record bytes). Records are
         views of the chunks read (`file_regions` has no effect: nothing is a local file)."""
-        responses, requests, slots = [], [], []
-        for head, name, parts in targets:
-            rows = []
-            for p in parts:
-                row = {"partition_index": p["partition"], "error_code": E.NONE,
-                       "high_watermark": -1, "last_stable_offset": -1,
-                       "log_start_offset": -1, "aborted_transactions": None,
-                       "preferred_read_replica": -1, "records": b""}
-                rows.append(row)
-                if not isinstance(name, str):
-                    row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
-                    continue
-                requests.append((name, p["partition"], p["fetch_offset"],
-                                 max(0, p["partition_max_bytes"])))
-                slots.append(row)
-            responses.append({**head, "partitions": rows})
+        responses, requests, slots = self.fetch_requests(targets)
         total = 0
-        for row, request, result in zip(slots, requests,
-                                        self.replica.read_many(requests, read_committed)):
+        for (row, _), request, result in zip(slots, requests,
+                                             self.replica.read_many(requests, read_committed)):
             if isinstance(result, Exception):
                 row["error_code"] = E.error_code(result)
                 log.log(logging.WARNING if row["error_code"] == E.UNKNOWN_SERVER_ERROR
                         else logging.INFO, "Fetch %s-%s at %s: %s", *request[:3], result)
                 continue
             self._fill_offsets(row, result.partition)
-            view = memoryview(result.records)
-            if total and total + view.nbytes > max_bytes:
-                view = whole_batches(view, max(0, max_bytes - total))
-            total += view.nbytes
-            row["records"] = view
-            if read_committed:
-                row["aborted_transactions"] = [
-                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                    for a in result.aborted_transactions] if view.nbytes else []
+            total = self.add_records(row, result.records, result.aborted_transactions,
+                                     total, max_bytes, read_committed)
         return responses, total
 
     @staticmethod

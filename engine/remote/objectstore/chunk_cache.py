@@ -67,6 +67,7 @@ from pathlib import Path
 from engine.checksums import crc32c
 from engine.config import ConfigError
 from engine.errors import KafkaStorageError
+from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
 
 __all__ = [
@@ -132,22 +133,12 @@ class ChunkCacheConfig:
     @classmethod
     def from_configs(cls, configs: Mapping[str, str]) -> ChunkCacheConfig:
         """Parse the cache keys (without `rsm.config.`); ConfigError names a bad key."""
-        def get(key):
-            v = configs.get(key)
-            return None if v is None or str(v).strip() == "" else str(v).strip()
+        values = ConfigValues(configs)
 
         def integer(key, default, lo, hi=2**62):
-            raw = get(key)
-            if raw is None:
-                return default
-            try:
-                v = int(raw)
-            except ValueError:
-                raise ConfigError(key, raw, "expected an integer") from None
-            if not lo <= v <= hi:
-                raise ConfigError(key, raw, f"must be in [{lo}, {hi}]")
-            return v
+            return values.integer(key, default, lo, hi)
 
+        get = values.get
         raw_class = get("fetch.chunk.cache.class")
         kind = None
         if raw_class is not None:
@@ -155,7 +146,7 @@ class ChunkCacheConfig:
             if kind is None:
                 raise ConfigError("fetch.chunk.cache.class", raw_class,
                                   f"one of {', '.join(sorted(CACHE_CLASS_ALIASES))}")
-        size = integer("fetch.chunk.cache.size", None, -1)
+        size = values.optional_integer("fetch.chunk.cache.size", -1, 2**62)
         if kind is not None and size is None:
             raise ConfigError("fetch.chunk.cache.size", None,
                               "required when fetch.chunk.cache.class is set")

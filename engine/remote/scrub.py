@@ -20,8 +20,6 @@ and paced by an optional shared byte rate (`max_bytes_per_second`).
 from __future__ import annotations
 
 import concurrent.futures
-import threading
-import time
 from collections.abc import Callable
 
 from engine.remote.bucket import Bucket, Described, Finding, PartitionView, SegmentObjects
@@ -34,6 +32,7 @@ from engine.remote.scrub_checks import (
     SegmentFindings,
     check_manifest,
     check_segment_data,
+    progress_ticker,
 )
 
 __all__ = ["ScrubReport", "scrub_bucket"]
@@ -49,16 +48,7 @@ def scrub_bucket(bucket: Bucket, *, topic: str | None = None, threads: int = 4,
     listing = bucket.listing()
     tips = [tip for tip in listing.partitions if topic is None or tip.topic == topic]
     total = sum(len(listing.partitions[t]) for t in tips)
-    lock = threading.Lock()
-    done = [0, time.monotonic()]
-
-    def tick() -> None:
-        with lock:
-            done[0] += 1
-            now = time.monotonic()
-            if progress is not None and (now - done[1] >= 0.5 or done[0] == total):
-                done[1] = now
-                progress(f"scrub: {done[0]}/{total} segments, {paced.bytes_read} bytes")
+    tick = progress_ticker(progress, total, paced)
 
     # the resolution reads manifests, indexes and log tails through the bucket's RSM: paced
     # as the checks are, for this scrub only

@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -56,7 +57,7 @@ from engine.remote.segment_access import (
 from engine.remote.storage import IndexType, RemoteStorageManager
 
 __all__ = ["PacedStorage", "ScrubReport", "SegmentFindings", "check_manifest",
-           "check_segment_data"]
+           "check_segment_data", "progress_ticker"]
 
 #: `.log` bytes read (and scanned) at once, per thread: a window's chunks are fetched in
 #: parallel, so larger windows keep more GETs in flight (8 MiB windows scrubbed at 0.6x raw
@@ -391,3 +392,19 @@ def _check_txn_index(md, headers, data: bytes, found, key: str) -> None:
         raise CorruptRecordError(
             f"{key}: the transaction index has {len(data)} bytes, not a multiple of the "
             f"{ABORTED_TXN_SIZE}-byte entry", position=len(data))
+
+
+def progress_ticker(progress, total: int, paced: PacedStorage) -> Callable[[], None]:
+    """A callable to call once per segment checked: reports `done/total segments` and the
+    bytes read to `progress` at most twice a second, and at the last one."""
+    lock = threading.Lock()
+    done = [0, time.monotonic()]
+
+    def tick() -> None:
+        with lock:
+            done[0] += 1
+            now = time.monotonic()
+            if progress is not None and (now - done[1] >= 0.5 or done[0] == total):
+                done[1] = now
+                progress(f"scrub: {done[0]}/{total} segments, {paced.bytes_read} bytes")
+    return tick

@@ -34,8 +34,6 @@ listing missed is looked for again before it is called missing.
 from __future__ import annotations
 
 import concurrent.futures
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -53,6 +51,7 @@ from engine.remote.scrub_checks import (
     ScrubReport,
     SegmentFindings,
     check_segment_data,
+    progress_ticker,
 )
 from engine.remote.scrub_objects import Stored, TierObjects, objects_of
 from engine.remote.storage import RemoteStorageManager
@@ -96,7 +95,7 @@ def scrub_tier(rsm: RemoteStorageManager,
     if progress is not None:
         progress(f"scrub: {stored.count()} objects listed in {objects.where}; "
                  f"{len(todo)} finished segments in {len(parts)} partitions to check")
-    tick = _ticker(progress, len(todo), paced)
+    tick = progress_ticker(progress, len(todo), paced)
 
     def check(item):
         part, md = item
@@ -122,20 +121,6 @@ def scrub_tier(rsm: RemoteStorageManager,
     if progress is not None:
         progress(f"scrub: done, {report.segments} segments, {len(report.findings)} findings")
     return report
-
-
-def _ticker(progress, total: int, paced: PacedStorage) -> Callable[[], None]:
-    lock = threading.Lock()
-    done = [0, time.monotonic()]
-
-    def tick() -> None:
-        with lock:
-            done[0] += 1
-            now = time.monotonic()
-            if progress is not None and (now - done[1] >= 0.5 or done[0] == total):
-                done[1] = now
-                progress(f"scrub: {done[0]}/{total} segments, {paced.bytes_read} bytes")
-    return tick
 
 
 def _tips(known: set[TopicIdPartition], stored: Stored, topic: str | None

@@ -190,7 +190,8 @@ class S3Server:
             return
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            # weed sometimes takes 15 s or more to stop; its data dir is the test's own
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)

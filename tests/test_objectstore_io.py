@@ -571,6 +571,12 @@ def test_loading_cache_shares_loads_and_never_caches_failures():
 
 
 # -- read-ahead ------------------------------------------------------------------------------
+def _settle(reader: RangeReader) -> None:
+    deadline = time.monotonic() + 20
+    while reader.prefetch_pending_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_read_ahead_crosses_into_the_next_segment(s3_server, fault_proxy, plain_object):
     key, data = plain_object
     first = plain_segment(key, len(data), CHUNK, identity="seg-a")
@@ -610,9 +616,7 @@ def test_read_ahead_window_spans_several_small_segments(s3_server, fault_proxy,
                                  sequential=True)) == data[CHUNK:2 * CHUNK]
         wanted = [seg.chunk_key(i) for seg in small[1:3] for i in range(2)]
         wanted.append(small[3].chunk_key(0))
-        deadline = time.monotonic() + 20
-        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _settle(reader)
         assert all(cache.contains(k) for k in wanted)
         assert not cache.contains(small[3].chunk_key(1))  # past the window
         fault_proxy.clear()
@@ -637,11 +641,48 @@ def test_read_ahead_is_in_flight_with_the_read_it_follows(s3_server, fault_proxy
         # the proxy logs a GET when it arrives: the read-ahead's arrived during the read's
         starts = sorted(int(r.range[6:].split("-")[0]) for r in fault_proxy.requests("GET", key))
         assert starts[0] == 0 and CHUNK in starts[1:], starts
-        deadline = time.monotonic() + 20
-        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _settle(reader)
         assert cache.contains(seg.chunk_key(1)) and cache.contains(seg.chunk_key(2))
         assert bytes(reader.read(seg, 100, 3 * CHUNK)) == data[100:3 * CHUNK]
+        reader.close()
+
+
+def test_read_ahead_asked_while_behind_waits_and_is_never_dropped(
+        s3_server, fault_proxy, plain_object):
+    """A reader running ahead of a slow store: read-ahead asked for while more than twice
+    the window is queued waits, and is queued once the queue drains (the latest ask)."""
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK, identity="behind")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000, prefetch_max_bytes=CHUNK)
+        fault_proxy.add(Fault("delay", method="GET", delay_s=0.5, times=None))
+        for i in range(4):  # a reader served from memory, moving one chunk at a time
+            reader.note_read(seg, i * CHUNK, (i + 1) * CHUNK, sequential=True)
+        assert reader.prefetch_pending_bytes == 2 * CHUNK  # chunks 1 and 2; 3, 4 wait
+        _settle(reader)
+        assert cache.contains(seg.chunk_key(4))  # the last ask, queued once 1-2 were done
+        assert not cache.contains(seg.chunk_key(5))
+        reader.close()
+
+
+def test_read_ahead_from_starts_where_the_reader_got_to(s3_server, fault_proxy,
+                                                         plain_object):
+    """`read_ahead_from` for a read that the reader has since passed: the window starts at
+    its furthest read, so it reaches into the next segment."""
+    key, data = plain_object
+    first = plain_segment(key, 4 * CHUNK, CHUNK, identity="from-a")
+    second = plain_segment(key, 4 * CHUNK, CHUNK, identity="from-b")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000,
+                             prefetch_max_bytes=2 * CHUNK)
+        got = reader.read(first, 3 * CHUNK, 4 * CHUNK, sequential=False)  # reader got here
+        assert bytes(got) == data[3 * CHUNK:4 * CHUNK]
+        reader.read_ahead_from(first, CHUNK, (second,))  # asked for from an earlier read
+        _settle(reader)
+        assert cache.contains(second.chunk_key(0)) and cache.contains(second.chunk_key(1))
+        assert not cache.contains(first.chunk_key(1))  # behind the reader
         reader.close()
 
 
@@ -657,9 +698,7 @@ def test_read_ahead_follows_sequential_reads_only(s3_server, fault_proxy, plain_
         assert reader.prefetch_pending_bytes == 0
         assert len(fault_proxy.requests("GET", key)) == 2
         reader.read(seg, 9 * CHUNK + 20, 9 * CHUNK + 900)  # continues the last: read-ahead
-        deadline = time.monotonic() + 20
-        while reader.prefetch_pending_bytes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _settle(reader)
         assert cache.contains(seg.chunk_key(10)) and cache.contains(seg.chunk_key(11))
         assert not cache.contains(seg.chunk_key(12))  # bounded by prefetch.max.size
         assert not cache.contains(seg.chunk_key(6))

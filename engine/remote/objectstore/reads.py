@@ -31,7 +31,9 @@ reads (index probes, timestamp searches) fetch only what they ask. When the read
 reaches the segment's end and the caller names the segments that come next in the lineage
 (`next_segments`), the read-ahead continues into their chunks, segment after segment, so
 that a reader of segments smaller than the window keeps the whole window in flight (the
-plugin stops at the segment's end).
+plugin stops at the segment's end). While more than twice the window is queued, a new
+read-ahead waits (the latest per segment) and is queued as soon as queued read-ahead finishes,
+so a slow store delays a reader's window but never loses it.
 
 **Reads made once.** `read_once` serves bytes a caller reads once (a segment's tail while
 planning a bucket): in plain mode an exact ranged GET, never cached (a cache entry is always
@@ -82,6 +84,7 @@ DEFAULT_MAX_IN_FLIGHT = 4
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 _PREFETCH_WORKERS = 2
 _POSITIONS_KEPT = 4096
+_DEFERRED_KEPT = 256
 
 
 @runtime_checkable
@@ -178,6 +181,9 @@ class RangeReader:
         self._inflight: dict[ChunkKey, concurrent.futures.Future] = {}
         self._prefetch_pool = None
         self._prefetch_pending = 0
+        # read-ahead asked for while the queue was full, per segment (the latest ask wins):
+        # queued again as queued read-ahead finishes, so no reader's window is dropped
+        self._deferred: OrderedDict[tuple[str, str], tuple] = OrderedDict()
         # where this reader's last read of each segment ended, for sequential detection
         self._positions: OrderedDict[tuple[str, str], int] = OrderedDict()
         if self.prefetch_max_bytes > 0:
@@ -298,8 +304,10 @@ class RangeReader:
                         next_segments: Sequence[SegmentObject] = ()) -> None:
         """Queues the read-ahead that a sequential read ending at original byte `end` of
         `seg` gets (continuing into `next_segments`), without a read: for a caller that
-        learns the next segments after the read. Never blocks on I/O."""
-        end = min(end, seg.size)
+        learns the next segments after the read; when this reader has read further in
+        `seg` since, the read-ahead starts from there. Never blocks on I/O."""
+        with self._lock:
+            end = min(max(end, self._positions.get((seg.key, seg.identity), 0)), seg.size)
         if self.prefetch_max_bytes <= 0 or end <= 0:
             return
         self._prefetch_after(seg, seg.index.chunks_for(end - 1, end)[-1], next_segments)
@@ -520,7 +528,13 @@ class RangeReader:
                          for i in picked)
             with self._lock:
                 if self._prefetch_pending + nbytes > 2 * self.prefetch_max_bytes:
-                    return  # read-ahead is behind: do not queue more
+                    # read-ahead is behind: queue no more now, ask again once some is done
+                    k = (seg.key, seg.identity)
+                    self._deferred.pop(k, None)
+                    self._deferred[k] = (seg, last, tuple(next_segments))
+                    if len(self._deferred) > _DEFERRED_KEPT:
+                        self._deferred.popitem(last=False)
+                    return
                 self._prefetch_pending += nbytes
             try:
                 self._prefetch_pool.submit(self._prefetch, s, picked, nbytes)
@@ -540,6 +554,10 @@ class RangeReader:
         finally:
             with self._lock:
                 self._prefetch_pending -= nbytes
+                deferred = list(self._deferred.values())
+                self._deferred.clear()
+            for args in deferred:
+                self._prefetch_after(*args)
 
 
 class RangeStream(io.RawIOBase):

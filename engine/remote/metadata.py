@@ -58,6 +58,11 @@ class RemoteLogSegmentId:
     def generate_new(cls, topic_id_partition: TopicIdPartition) -> RemoteLogSegmentId:
         return cls(topic_id_partition, Uuid.random())
 
+    def __hash__(self) -> int:
+        # `id` is drawn fresh for every attempt: hashing it alone keeps the per-read cache
+        # lookups keyed by segment cheap (equality still compares both fields)
+        return hash(self.id)
+
     def __str__(self):
         return f"RemoteLogSegmentId{{{self.topic_id_partition}, id={self.id}}}"
 

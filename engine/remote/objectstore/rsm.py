@@ -86,7 +86,7 @@ from engine.errors import (
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.objectstore import custom_metadata as cm
 from engine.remote.objectstore import segment_source
-from engine.remote.objectstore.chunk_cache import ChunkKey, LoadingCache
+from engine.remote.objectstore.chunk_cache import LoadingCache
 from engine.remote.objectstore.config import RSM_CONFIG_KEYS, RsmConfig, load_key_ring
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, ObjectKeyFactory, main_path
 from engine.remote.objectstore.manifest import (
@@ -146,13 +146,17 @@ def _index_bytes(entry: object) -> int:
 
 @dataclass(frozen=True)
 class _Segment:
-    """What reads of one segment need: the manifest, its transforms, and an identity of the
-    upload (segment id and manifest digest) that names its chunks in the chunk cache."""
+    """What reads of one segment need: the manifest, its transforms, an identity of the
+    upload (segment id and manifest digest) that names its chunks in the chunk cache, and
+    the `.log` as the range reader takes it for the custom metadata it was loaded with
+    (built once: every read and cache probe of the segment uses it)."""
 
     manifest: SegmentManifest
     transform: ChunkTransform
     manifest_key: str
     identity: str
+    custom_metadata: bytes | None
+    log: SegmentObject
 
 
 # ---- the manager -------------------------------------------------------------------------
@@ -266,8 +270,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if self._closed or self._store is None or self._verdicts is None:
             return False
         segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
-        return segment is not None and self._verdicts.holds(self._read_key(metadata, LOG),
-                                                            segment.identity)
+        return segment is not None and self._verdicts.holds(
+            self._log_of(metadata, segment).key, segment.identity)
 
     @property
     def read_ahead_pending_bytes(self) -> int:
@@ -301,7 +305,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             segment = self._manifests.peek(self._keys.key(next_md, MANIFEST))
             if segment is None:
                 break
-            chain.append(self._segment_object(next_md, segment))
+            chain.append(self._log_of(next_md, segment))
             reach -= chain[-1].size
             md = next_md
         else:
@@ -326,7 +330,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             seg.size for seg in between)
         try:
             while md is not None:
-                loaded = self._segment_object(md, self._segment(md))
+                loaded = self._log_of(md, self._segment(md))
                 between = (*between, loaded)
                 self._reader.read_ahead_from(previous, end, between)
                 warmed.append(md)
@@ -513,8 +517,12 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                     key_id=manifest.encryption.key_id, object_key=manifest_key)
             data_key = self._key_ring.unwrap(manifest.encryption, manifest_key)
         digest = hashlib.blake2b(data, digest_size=12).hexdigest()
-        return _Segment(manifest, ChunkTransform(manifest.compression, data_key), manifest_key,
-                        f"{metadata.remote_log_segment_id.id}-{digest}")
+        identity = f"{metadata.remote_log_segment_id.id}-{digest}"
+        transform = ChunkTransform(manifest.compression, data_key)
+        log_object = self._new_log_object(self._read_key(metadata, LOG), manifest, transform,
+                                          identity)
+        return _Segment(manifest, transform, manifest_key, identity, metadata.custom_metadata,
+                        log_object)
 
     def _read_key(self, metadata: RemoteLogSegmentMetadata, suffix: str, *,
                   strict: bool = True) -> str:
@@ -536,18 +544,25 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def _log_object(self, metadata: RemoteLogSegmentMetadata) -> SegmentObject:
         """The segment's `.log` as the range reader takes it."""
-        return self._segment_object(metadata, self._segment(metadata))
+        return self._log_of(metadata, self._segment(metadata))
 
-    def _segment_object(self, metadata: RemoteLogSegmentMetadata,
-                        segment: _Segment) -> SegmentObject:
-        key = self._read_key(metadata, LOG)
-        index = segment.manifest.chunk_index
-        transform = segment.transform
+    def _log_of(self, metadata: RemoteLogSegmentMetadata, segment: _Segment) -> SegmentObject:
+        """The segment's `.log` for the reads of `metadata`: the one built at load, unless
+        this metadata's custom metadata names other objects."""
+        if metadata.custom_metadata == segment.custom_metadata:
+            return segment.log
+        return self._new_log_object(self._read_key(metadata, LOG), segment.manifest,
+                                    segment.transform, segment.identity)
+
+    @staticmethod
+    def _new_log_object(key: str, manifest: SegmentManifest, transform: ChunkTransform,
+                        identity: str) -> SegmentObject:
+        index = manifest.chunk_index
         detransform = None
         if not transform.identity:
             def detransform(i, raw):
                 return transform.detransform(raw, index.original_size(i), key, i)
-        return SegmentObject(key, index, segment.identity, detransform)
+        return SegmentObject(key, index, identity, detransform)
 
     def segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
         """Original bytes of the segment's `.log`, from its manifest."""
@@ -604,19 +619,17 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if not 0 <= start <= end_exclusive <= min(index.original_file_size,
                                                   metadata.segment_size_in_bytes):
             return None
-        key = self._read_key(metadata, LOG)
-        ids = index.chunk_ids(start, end_exclusive)
+        seg = self._log_of(metadata, segment)
         parts = []
-        for i in ids:
-            data = self._chunk_cache.get_if_open(ChunkKey(key, segment.identity, i))
+        for i in index.chunk_ids(start, end_exclusive):
+            data = self._chunk_cache.get_if_open(seg.chunk_key(i))
             if data is None:
                 return None
             parts.append((i, data))
         if not parts:
             return memoryview(b"")
-        self._verdicts.check_after(key, segment.identity, index, end_exclusive)
+        self._verdicts.check_after(seg.key, seg.identity, index, end_exclusive)
         if self._reader.prefetch_max_bytes > 0:
-            seg = self._segment_object(metadata, segment)
             sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)
             self._reader.note_read(seg, start, end_exclusive, sequential=sequential,
                                    next_segments=next_segs)

@@ -666,6 +666,28 @@ def test_read_ahead_asked_while_behind_waits_and_is_never_dropped(
         reader.close()
 
 
+def test_read_ahead_queues_each_chunk_once(s3_server, fault_proxy, plain_object):
+    """Two asks for the same window while its task still waits for a thread: the chunks
+    are queued once (a second task would hold a thread waiting on the first's GETs)."""
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK, identity="once")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, max_in_flight=1, fetch_max_wait_ms=20_000,
+                             prefetch_max_bytes=2 * CHUNK)
+        release = threading.Event()
+        busy = [reader._prefetch_pool.submit(release.wait, 20) for _ in range(2)]  # every thread
+        reader.note_read(seg, 0, CHUNK, sequential=True)
+        reader.note_read(seg, 0, CHUNK, sequential=True)
+        assert reader.prefetch_pending_bytes == 2 * CHUNK
+        release.set()
+        assert all(f.result(20) for f in busy)
+        _settle(reader)
+        assert cache.contains(seg.chunk_key(1)) and cache.contains(seg.chunk_key(2))
+        assert len(fault_proxy.requests("GET", key)) == 1  # chunks 1-2, one coalesced GET
+        reader.close()
+
+
 def test_read_ahead_from_starts_where_the_reader_got_to(s3_server, fault_proxy,
                                                          plain_object):
     """`read_ahead_from` for a read that the reader has since passed: the window starts at

@@ -184,11 +184,14 @@ class RangeReader:
         # read-ahead asked for while the queue was full, per segment (the latest ask wins):
         # queued again as queued read-ahead finishes, so no reader's window is dropped
         self._deferred: OrderedDict[tuple[str, str], tuple] = OrderedDict()
+        self._queued: set[ChunkKey] = set()  # chunks of read-ahead not yet done
         # where this reader's last read of each segment ended, for sequential detection
         self._positions: OrderedDict[tuple[str, str], int] = OrderedDict()
         if self.prefetch_max_bytes > 0:
+            # a task holds its thread while its GETs run: as many as a read keeps in flight
             self._prefetch_pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=_PREFETCH_WORKERS, thread_name_prefix="chunk-prefetch")
+                max_workers=max(_PREFETCH_WORKERS, max_in_flight),
+                thread_name_prefix="chunk-prefetch")
 
     # -- public reads --------------------------------------------------------------------
     def read(self, seg: SegmentObject, start: int, end: int, *,
@@ -500,33 +503,17 @@ class RangeReader:
                         next_segments: Sequence[SegmentObject]) -> None:
         """Queues the chunks after chunk `last` of `seg`, then those of `next_segments`
         from their first, up to `prefetch_max_bytes` of original bytes (the window: chunks
-        already cached or in flight count against it, so it slides with the reader)."""
+        already cached, queued or in flight count against it, so it slides with the
+        reader; each chunk is queued once)."""
         if self.prefetch_max_bytes <= 0:
             return
-        plan: list[tuple[SegmentObject, list[int]]] = []
-        budget = self.prefetch_max_bytes
-        for s, first in ((seg, last + 1), *((n, 0) for n in next_segments)):
-            if budget <= 0:
-                break
-            picked = []
-            for i in range(first, s.index.chunk_count):
-                lo, hi = s.index.original_range(i)
-                if budget <= 0:
-                    break
-                budget -= hi - lo
-                key = s.chunk_key(i)
-                with self._lock:
-                    busy = key in self._inflight
-                if not busy and not self.cache.contains(key):
-                    picked.append(i)
-            if picked:
-                plan.append((s, picked))
-            if budget <= 0:
-                break
-        for s, picked in plan:
-            nbytes = sum(s.index.original_range(i)[1] - s.index.original_range(i)[0]
-                         for i in picked)
+        for s, picked in self._window(seg, last, next_segments):
             with self._lock:
+                picked = [i for i in picked if s.chunk_key(i) not in self._queued]
+                if not picked:
+                    continue
+                nbytes = sum(s.index.original_range(i)[1] - s.index.original_range(i)[0]
+                             for i in picked)
                 if self._prefetch_pending + nbytes > 2 * self.prefetch_max_bytes:
                     # read-ahead is behind: queue no more now, ask again once some is done
                     k = (seg.key, seg.identity)
@@ -536,14 +523,42 @@ class RangeReader:
                         self._deferred.popitem(last=False)
                     return
                 self._prefetch_pending += nbytes
+                keys = [s.chunk_key(i) for i in picked]
+                self._queued.update(keys)
             try:
-                self._prefetch_pool.submit(self._prefetch, s, picked, nbytes)
+                self._prefetch_pool.submit(self._prefetch, s, picked, nbytes, keys)
             except RuntimeError:  # shut down
                 with self._lock:
                     self._prefetch_pending -= nbytes
+                    self._queued.difference_update(keys)
                 return
 
-    def _prefetch(self, seg: SegmentObject, indices: list[int], nbytes: int) -> None:
+    def _window(self, seg: SegmentObject, last: int, next_segments: Sequence[SegmentObject]
+                ) -> list[tuple[SegmentObject, list[int]]]:
+        """The read-ahead window after chunk `last` of `seg`: (segment, chunks neither
+        cached nor queued nor in flight) in order."""
+        plan: list[tuple[SegmentObject, list[int]]] = []
+        budget = self.prefetch_max_bytes
+        for s, first in ((seg, last + 1), *((n, 0) for n in next_segments)):
+            picked = []
+            for i in range(first, s.index.chunk_count):
+                if budget <= 0:
+                    break
+                lo, hi = s.index.original_range(i)
+                budget -= hi - lo
+                key = s.chunk_key(i)
+                with self._lock:
+                    busy = key in self._inflight or key in self._queued
+                if not busy and not self.cache.contains(key):
+                    picked.append(i)
+            if picked:
+                plan.append((s, picked))
+            if budget <= 0:
+                break
+        return plan
+
+    def _prefetch(self, seg: SegmentObject, indices: list[int], nbytes: int,
+                  keys: list[ChunkKey]) -> None:
         try:
             deadline = time.monotonic() + self.store.config.call_timeout_ms / 1000.0
             self._fetch(seg, indices, deadline, what=f"read-ahead of chunks {indices[0]}..")
@@ -554,6 +569,7 @@ class RangeReader:
         finally:
             with self._lock:
                 self._prefetch_pending -= nbytes
+                self._queued.difference_update(keys)
                 deferred = list(self._deferred.values())
                 self._deferred.clear()
             for args in deferred:

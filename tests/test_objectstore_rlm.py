@@ -228,31 +228,6 @@ def _records(view):
     return [r for batch in MemoryRecords(bytes(view)).batches() for r in batch]
 
 
-def test_a_fetch_stops_at_a_chunk_boundary_rather_than_join_chunks(broker):
-    """A fetch is free to hold less than max_bytes: one whose range spans chunks of the
-    chunk cache ends at the first boundary (its first batch whole), so it is a view of one
-    chunk, never a join. Every record still comes back, in order."""
-    from engine.records import MemoryRecords
-    broker.create("cut", remote_storage_enable=True, segment_bytes=3000)
-    broker.produce("cut", batches=60, records=2)
-    broker.tier()
-    first = broker.remote_segments("cut")[0]
-    for _ in range(2):  # cold (blocking reads), then warm (served from the cache's memory)
-        offset = position = 0
-        while offset <= first.end_offset:
-            result = broker.rlm.read("cut", 0, offset, 1000)
-            assert result.from_remote and result.next_offset > offset
-            n = len(result.records)
-            batches = list(MemoryRecords(bytes(result.records)).batches())
-            # chunk.size is 100: several batches only when they lie in one chunk
-            assert len(batches) == 1 or position // 100 == (position + n - 1) // 100, \
-                (offset, position, n)
-            got = [(r.offset, r.value) for b in batches for r in b]
-            assert got == expected("cut", 0, offset, result.next_offset)
-            offset, position = result.next_offset, position + n
-        assert offset == first.end_offset + 1
-
-
 def test_read_ahead_into_the_next_segment_does_not_wait_for_its_indexes(
         tmp_path, s3_server, fault_proxy):
     """The next segment's chunk GETs need only its manifest: they go out while its

@@ -154,14 +154,6 @@ class RemoteStorageManager(abc.ABC):
         caller's thread; the default never can."""
         return None
 
-    def view_end(self, metadata: RemoteLogSegmentMetadata, start: int,
-                 end_exclusive: int) -> int:
-        """Where the longest prefix of `.log` bytes [start, end_exclusive) that `map_range`
-        serves as one view without a copy ends (a store of chunks joins a range across a
-        chunk boundary; a reader free to read less, like a fetch, stops there instead).
-        The default: `end_exclusive`."""
-        return end_exclusive
-
     def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
         """Whether this RSM checks the CRC of every record batch of the segment's `.log`
         before it serves any range of it (`read_range`, `read_range_into`, `map_range`,

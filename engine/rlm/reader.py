@@ -118,12 +118,7 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
     position, first_size, _ = found
     if first_size > max_bytes and not min_one_message:
         return b"", offset
-    end = position + max(max_bytes, first_size)
-    # a fetch may hold less than max_bytes: one that would span two chunks of a chunked
-    # store stops at the boundary (as long as its first batch is whole) rather than have
-    # the store join them, a copy of the whole fetch
-    end = max(rlm.rsm.view_end(md, position, end), position + first_size)
-    view = reader.read_exact(position, end)
+    view = reader.read_exact(position, position + max(max_bytes, first_size))
     # an RSM that checked every batch CRC of these bytes before serving them spares a
     # second pass over them (the contract's verifies_batch_crcs)
     crc = not rlm.rsm.verifies_batch_crcs(md)

@@ -635,21 +635,6 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                                    next_segments=next_segs)
         return memoryview(cut_chunks(index, parts, start, end_exclusive)).toreadonly()
 
-    def view_end(self, metadata: RemoteLogSegmentMetadata, start: int,
-                 end_exclusive: int) -> int:
-        """With a chunk cache, a cached range is a view of one chunk: the end of the chunk
-        holding `start` (within the range), when the manifest is cached; else
-        `end_exclusive`. Never blocks on I/O."""
-        if self._closed or self._store is None or self._chunk_cache is None:
-            return end_exclusive
-        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
-        if segment is None or not 0 <= start < end_exclusive:
-            return end_exclusive
-        ids = segment.manifest.chunk_index.chunk_ids(start, end_exclusive)
-        if len(ids) < 2:
-            return end_exclusive
-        return segment.manifest.chunk_index.original_range(ids[0])[1]
-
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None):
         """A stream over `.log` bytes [start_position, end_position] (inclusive; None: to

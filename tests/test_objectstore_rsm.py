@@ -616,6 +616,22 @@ def test_map_range_if_open_serves_only_what_needs_no_io(s3_server, fault_proxy, 
         assert rsm.map_range_if_open(md, 0, 100) is None
 
 
+def test_a_deleted_segment_is_not_served_from_memory(s3_server, segment):
+    """Reads find a segment read moments ago by its id alone; deleting the segment drops
+    that with its manifest, so no read serves it after."""
+    configs = rsm_configs(s3_server, fetch_chunk_cache_class="memory",
+                          fetch_chunk_cache_size=str(64 << 20))
+    log = segment[0].log_segment.read_bytes()
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        assert rsm.read_range(md, 0, 100) == log[:100]
+        assert bytes(rsm.map_range_if_open(md, 0, 100)) == log[:100]
+        rsm.delete_log_segment_data(md)
+        assert rsm.map_range_if_open(md, 0, 100) is None
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.read_range(md, 0, 100)
+
+
 @pytest.mark.parametrize("whole", [True, False])
 def test_index_reads_take_one_get(s3_server, fault_proxy, segment, keys, monkeypatch, whole):
     """Small `.indexes` objects come in one GET for every index; larger ones one GET per

@@ -72,6 +72,7 @@ import io
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
@@ -83,7 +84,7 @@ from engine.errors import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from engine.remote.metadata import RemoteLogSegmentMetadata
+from engine.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from engine.remote.objectstore import custom_metadata as cm
 from engine.remote.objectstore import segment_source
 from engine.remote.objectstore.chunk_cache import LoadingCache
@@ -124,6 +125,8 @@ _TRANSFORM_AHEAD = _TRANSFORM_WORKERS + 1
 _READ_INDEXES = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)
 # segments a reader said it reads forward, remembered (with their next segment) at most
 _FORWARD_KEPT = 4096
+_HOT_KEPT = 4096
+_HOT_RENEW_S = 1.0
 
 
 class _IndexSet:
@@ -189,6 +192,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                                      cache.indexes_cache_retention_ms, weigher=_index_bytes,
                                      metrics=metrics)
         self._chunk_cache = cache.build(metrics)
+        # segment id -> (its manifest cache entry, when it was renewed): `_cached_segment`
+        self._hot: dict[RemoteLogSegmentId, tuple[_Segment, float]] = {}
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=_TRANSFORM_WORKERS, thread_name_prefix="chunk-transform")
         self._verdicts = None if self._chunk_cache is None else BatchCrcVerdicts(
@@ -269,7 +274,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         process, and none came from the store since (verdicts.py)."""
         if self._closed or self._store is None or self._verdicts is None:
             return False
-        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+        segment = self._cached_segment(metadata)
         return segment is not None and self._verdicts.holds(
             self._log_of(metadata, segment).key, segment.identity)
 
@@ -302,7 +307,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 if next_md is None or reach <= 0:
                     return True, tuple(chain)
                 entry[1] = True
-            segment = self._manifests.peek(self._keys.key(next_md, MANIFEST))
+            segment = self._cached_segment(next_md)
             if segment is None:
                 break
             chain.append(self._log_of(next_md, segment))
@@ -488,6 +493,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             log.warning("could not delete %s after a failed copy: %s", keys[0], exc)
 
     def _drop_cached(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._hot.pop(metadata.remote_log_segment_id, None)
         self._manifests.invalidate(self._keys.key(metadata, MANIFEST))
         for key in {self._keys.key(metadata, INDEXES), self._read_key(metadata, INDEXES,
                                                                       strict=False)}:
@@ -499,9 +505,31 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
     def _segment(self, metadata: RemoteLogSegmentMetadata) -> _Segment:
         """The segment's manifest and transforms, from the cache or the bucket."""
         self._check_open()
+        segment = self._cached_segment(metadata)
+        if segment is not None:
+            return segment
         manifest_key = self._keys.key(metadata, MANIFEST)
         return self._manifests.get(manifest_key, lambda: self._load_segment(metadata,
                                                                            manifest_key))
+
+    def _cached_segment(self, metadata: RemoteLogSegmentMetadata) -> _Segment | None:
+        """The segment's manifest when the manifest cache holds it, else None; never I/O.
+        Every read asks several times, so a segment asked for within the last second is
+        found by its id alone, and its manifest cache entry is renewed (last access, LRU
+        place) at most once a second."""
+        sid = metadata.remote_log_segment_id
+        now = time.monotonic()
+        hot = self._hot.get(sid)
+        if hot is not None and now - hot[1] < _HOT_RENEW_S:
+            return hot[0]
+        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+        if segment is None:
+            self._hot.pop(sid, None)
+            return None
+        if len(self._hot) >= _HOT_KEPT:
+            self._hot.clear()
+        self._hot[sid] = (segment, now)
+        return segment
 
     def _load_segment(self, metadata: RemoteLogSegmentMetadata, manifest_key: str) -> _Segment:
         data = self._store.get(manifest_key, max_bytes=MAX_MANIFEST_BYTES)
@@ -612,7 +640,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         it follows `read_range`."""
         if self._closed or self._store is None or self._chunk_cache is None:
             return None
-        segment = self._manifests.peek(self._keys.key(metadata, MANIFEST))
+        segment = self._cached_segment(metadata)
         if segment is None:
             return None
         index = segment.manifest.chunk_index

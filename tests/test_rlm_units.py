@@ -188,3 +188,33 @@ def test_read_buffers_are_recycled_only_after_their_last_view_goes():
     del big
     gc.collect()
     assert pool.get(2 << 20).base is not base_big  # beyond max_bytes: not kept
+
+
+class _MappedStore:
+    """An RSM's `map_range_if_open` over bytes in memory, counting calls; ranges ending past
+    `at_hand` are not at hand (None)."""
+
+    zero_copy_ranges = True
+
+    def __init__(self, data: bytes, at_hand: int):
+        self.data, self.at_hand, self.calls = data, at_hand, []
+
+    def map_range_if_open(self, md, start, end):
+        self.calls.append((start, end))
+        return None if end > self.at_hand else memoryview(self.data)[start:end]
+
+
+def test_a_spanned_reader_maps_a_fetch_once_and_falls_back_to_the_range_asked():
+    from engine.remote.segment_access import RemoteSegmentReader
+    data = bytes(range(256)) * 64
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TIP), 0, 99, 0, 0, 0,
+                                  len(data), {0: 0})
+    store = _MappedStore(data, at_hand=len(data))
+    reader = RemoteSegmentReader(store, md, nonblocking=True, span=3000)
+    assert bytes(reader.read(100, 200)) == data[100:200]  # the header walk's window
+    assert bytes(reader.read(150, 2900)) == data[150:2900]  # the records after it
+    assert store.calls == [(100, 3100)]
+    store = _MappedStore(data, at_hand=1000)  # only the window is at hand
+    reader = RemoteSegmentReader(store, md, nonblocking=True, span=3000)
+    assert bytes(reader.read(100, 200)) == data[100:200]
+    assert store.calls == [(100, 3100), (100, 200)]

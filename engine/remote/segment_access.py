@@ -110,11 +110,13 @@ class RemoteSegmentReader:
     header walks within it cost no further read. With `nonblocking`, every range comes from
     `map_range_if_open` or the read raises WouldBlock; with `once`, from `read_range_once`
     (ranges read once, such as a segment's tail: the store's cache and read-ahead are left
-    alone)."""
+    alone). `span`: with views, a range is mapped at least this long (a fetch's header
+    walk maps the records it returns next along with it: one mapping a fetch)."""
 
     def __init__(self, rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata,
-                 nonblocking: bool = False, once: bool = False):
+                 nonblocking: bool = False, once: bool = False, span: int = 0):
         self.rsm = rsm
+        self.span = span
         self.metadata = metadata
         self.size = metadata.segment_size_in_bytes
         self.nonblocking = nonblocking
@@ -160,9 +162,24 @@ class RemoteSegmentReader:
             self.bytes_read += end - kept_end
             self._buf = buffer.data
         else:
-            self._buf = self._fetch(start, end)
+            self._buf = self._fetch_spanned(start, end)
         self._start = start
-        return memoryview(self._buf)
+        return memoryview(self._buf)[:end - start]
+
+    def _fetch_spanned(self, start: int, end: int):
+        """Bytes [start, end), or with views at least `span` bytes from `start` (clamped to
+        the segment) when those need no more I/O than [start, end) does: the next read of
+        the caller then falls inside the kept range."""
+        wide = min(self.size, start + self.span)
+        if not self._views or wide <= end:
+            return self._fetch(start, end)
+        if not self.nonblocking:
+            return self._fetch(start, wide)
+        data = self.rsm.map_range_if_open(self.metadata, start, wide)
+        if data is None:  # the wider range is not all at hand: take what was asked
+            return self._fetch(start, end)
+        self.bytes_read += len(data)
+        return data
 
     def read_exact(self, start: int, end: int) -> memoryview:
         """Bytes [start, min(end, size)) in one buffer of exactly that size (a slice of the

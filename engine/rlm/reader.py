@@ -105,7 +105,8 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
                   nonblocking: bool = False) -> tuple[memoryview | bytes, int]:
     """(whole batches, next offset) from `md`, which holds `offset`. `nonblocking`: raise
     WouldBlock instead of any storage I/O."""
-    reader = RemoteSegmentReader(rlm.rsm, md, nonblocking)
+    # the header walk's window and the records after it in one mapping, where views are
+    reader = RemoteSegmentReader(rlm.rsm, md, nonblocking, span=max_bytes + WALK_WINDOW)
     start = _start_position(rlm, md, offset, nonblocking)
     # batch headers are walked in a window of at most 64 KiB from the index position (the
     # target is within index.interval.bytes of it); the answer is then one exact read,

@@ -323,24 +323,28 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
     def _warm(self, metadata: RemoteLogSegmentMetadata, previous: SegmentObject,
               end: int, between: tuple[SegmentObject, ...]) -> None:
         """Loads the segment's manifest, ahead of a reader crossing into it from
-        `previous` (whose read ended at `end`) through `between`, and queues the read-ahead
-        from there into the segment's chunks (their GETs need only the manifest); while
-        the window reaches past it, the same for the next links of the `read_forward`
-        chain, so the read-ahead does not wait for a later read to go on. Then loads the
-        indexes a remote read wants (offset, time, transaction: one GET when `.indexes`
-        is small) of each segment loaded, while the chunk GETs run."""
+        `previous` (whose read ended at `end`) through `between`, and while the read-ahead
+        window reaches past it, those of the next links of the `read_forward` chain; then
+        queues the read-ahead from there into their chunks (their GETs need only the
+        manifests), so it does not wait for a later read to go on. The manifests come
+        first: one asked for behind the chunk GETs waits for the server to stream them.
+        Then loads the indexes a remote read wants (offset, time, transaction: one GET when
+        `.indexes` is small) of each segment loaded, while the chunk GETs run."""
         md: RemoteLogSegmentMetadata | None = metadata
         warmed = []
+        loaded: list[SegmentObject] = []
         reach = self._reader.prefetch_max_bytes - (previous.size - end) - sum(
             seg.size for seg in between)
         try:
-            while md is not None:
-                loaded = self._log_of(md, self._segment(md))
-                between = (*between, loaded)
-                self._reader.read_ahead_from(previous, end, between)
-                warmed.append(md)
-                reach -= loaded.size
-                md = self._link_to_warm(md) if reach > 0 else None
+            try:
+                while md is not None:
+                    loaded.append(self._log_of(md, self._segment(md)))
+                    warmed.append(md)
+                    reach -= loaded[-1].size
+                    md = self._link_to_warm(md) if reach > 0 else None
+            finally:  # what did load is read ahead, whatever failed after it
+                if loaded:
+                    self._reader.read_ahead_from(previous, end, (*between, *loaded))
             for md in warmed:
                 self._warm_indexes(md)
         except (KafkaEngineError, OSError) as e:

@@ -338,6 +338,42 @@ def test_offsets_between_segments_are_out_of_range(s3_server, tmp_path):
         hand.close()
 
 
+def test_a_consumer_reading_on_needs_no_offset_index(s3_server, tmp_path, monkeypatch):
+    """Fetches that go on where the previous one ended start from its end: no offset-index
+    lookup for a consumer reading forward, every record still read; a fetch anywhere else
+    still takes the index's position."""
+    from engine.protocol.replica import BucketReplica, open_replica
+
+    lookups = []
+    position = BucketReplica._position
+    monkeypatch.setattr(BucketReplica, "_position",
+                        lambda self, md, offset: lookups.append(offset) or position(
+                            self, md, offset))
+    hand = HandBucket(s3_server)
+    try:
+        hand.segment(0, 29, [(0, 0)])
+        replica = open_replica(hand.url, hand.settings, None, tmp_path)
+        try:
+            offset, got = 0, []
+            while offset < 30:  # one batch a fetch
+                result = replica.read("hand", 0, offset, 1, False)
+                got += [r.value for b in MemoryRecords(bytes(result.records)).batches()
+                        for r in b if r.offset >= offset]
+                assert result.next_offset > offset
+                offset = result.next_offset
+            assert got == [value_of(o) for o in range(30)]
+            assert lookups == []
+            result = replica.read("hand", 0, 17, 1, False)
+            assert lookups == [17]
+            values = [r.offset for b in MemoryRecords(bytes(result.records)).batches()
+                      for r in b]
+            assert values[0] <= 17 <= values[-1]
+        finally:
+            replica.close()
+    finally:
+        hand.close()
+
+
 def test_serve_bucket_arguments(tmp_path, s3_server):
     """Bad arguments are one `error:` line and exit status 2, before anything listens."""
     import subprocess

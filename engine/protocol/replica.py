@@ -60,6 +60,7 @@ from engine.remote.bucket import Bucket, Described, PartitionView, SegmentLink, 
 from engine.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from engine.remote.segment_access import (
     WALK_WINDOW,
+    NextPositions,
     RemoteSegmentReader,
     aborted_txn_rows,
     check_batches,
@@ -177,6 +178,7 @@ class BucketReplica:
         self.url = url
         self._partitions: dict[tuple[str, int], ReplicaPartition] = {}
         self._refresh_lock = threading.Lock()
+        self._next_positions = NextPositions()
         self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS,
                                                            thread_name_prefix="bucket-read")
         #: last segment id -> last stable offset from its producer snapshot
@@ -306,7 +308,7 @@ class BucketReplica:
         """(whole batches starting below `upto`, next offset) from `md`, which holds
         `offset` (< upto)."""
         reader = RemoteSegmentReader(self.rsm, md)
-        start = self._position(md, offset)
+        start = self._start_position(md, offset)
         found = reader.find_batch(start, offset, min(max_bytes, WALK_WINDOW) + _HEADER_PROBE)
         if found is None:  # the objects say the segment holds `offset`: its bytes end early
             raise CorruptRecordError(
@@ -324,7 +326,20 @@ class BucketReplica:
                                      f"{position} on the second read", position=position,
                                      offset=offset)
         cut = int(headers["position"][n - 1]) + int(headers["size"][n - 1])
-        return view[:cut], int(headers["last_offset"][n - 1]) + 1
+        next_offset = int(headers["last_offset"][n - 1]) + 1
+        if next_offset <= md.end_offset:
+            self._next_positions.put(md.remote_log_segment_id.id, next_offset, position + cut)
+        return view[:cut], next_offset
+
+    def _start_position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """Where to walk from for `offset`: byte 0 for the segment's base offset, the end
+        of an earlier fetch that stopped right before `offset` (a consumer reading on), else
+        the offset index's position. A segment id names one upload, so a position never
+        outlives the bytes it was read from; the walk from it checks the offsets again."""
+        if offset == md.start_offset:
+            return 0
+        known = self._next_positions.get(md.remote_log_segment_id.id, offset)
+        return self._position(md, offset) if known is None else known
 
     def _aborted(self, part: ReplicaPartition, i: int, fetch_offset: int,
                  upper_bound: int) -> list[AbortedTxn]:

@@ -38,6 +38,7 @@ from engine.remote.storage import IndexType, RemoteStorageManager
 __all__ = [
     "BUFFERS",
     "BufferPool",
+    "NextPositions",
     "RemoteSegmentReader",
     "WouldBlock",
     "aborted_txn_rows",
@@ -103,6 +104,31 @@ class BufferPool:
 
 
 BUFFERS = BufferPool()
+
+
+class NextPositions:
+    """Where the latest remote reads ended: (segment id, next offset) -> byte position of
+    the batch after the last one returned. A consumer's next fetch starts where its
+    previous one ended, so a sequential reader, entering a segment at its base offset and
+    going on from there, needs no `.indexes` GET on its path. The position comes from
+    bytes read and checked, and the walk from it checks the offsets again. At most
+    `capacity` entries, the oldest dropped first."""
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = capacity
+        self._positions: dict[tuple[object, int], int] = {}
+        self._lock = threading.Lock()
+
+    def get(self, segment_id, offset: int) -> int | None:
+        with self._lock:
+            return self._positions.get((segment_id, offset))
+
+    def put(self, segment_id, offset: int, position: int) -> None:
+        with self._lock:
+            self._positions.pop((segment_id, offset), None)  # the newest goes last
+            self._positions[(segment_id, offset)] = position
+            if len(self._positions) > self.capacity:
+                del self._positions[next(iter(self._positions))]
 
 
 class RemoteSegmentReader:

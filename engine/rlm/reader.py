@@ -30,7 +30,6 @@ mapping when its ranges are zero-copy (the filesystem tier), else recycled buffe
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -41,6 +40,7 @@ from engine.errors import CorruptRecordError, OffsetOutOfRangeError
 from engine.log.transaction_index import AbortedTxn
 from engine.remote.segment_access import (
     WALK_WINDOW,
+    NextPositions,
     RemoteSegmentReader,
     WouldBlock,
     check_batches,
@@ -150,31 +150,6 @@ def _start_position(rlm, md, offset: int, nonblocking: bool) -> int:
             raise WouldBlock
         return entry.lookup_offset(offset)
     return rlm.index_cache.lookup_offset(md, offset)
-
-
-class NextPositions:
-    """Where the latest remote reads ended: (segment id, next offset) -> byte position of
-    the batch after the last one returned. A consumer's next fetch starts where its
-    previous one ended, so a sequential reader, entering a segment at its base offset and
-    going on from there, needs no `.indexes` GET on its path. The position comes from
-    bytes read and checked, and the walk from it checks the offsets again. At most
-    `capacity` entries, the oldest dropped first."""
-
-    def __init__(self, capacity: int = 4096):
-        self.capacity = capacity
-        self._positions: dict[tuple[object, int], int] = {}
-        self._lock = threading.Lock()
-
-    def get(self, segment_id, offset: int) -> int | None:
-        with self._lock:
-            return self._positions.get((segment_id, offset))
-
-    def put(self, segment_id, offset: int, position: int) -> None:
-        with self._lock:
-            self._positions.pop((segment_id, offset), None)  # the newest goes last
-            self._positions[(segment_id, offset)] = position
-            if len(self._positions) > self.capacity:
-                del self._positions[next(iter(self._positions))]
 
 
 def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,

@@ -327,18 +327,15 @@ class BucketReplica:
                                      offset=offset)
         cut = int(headers["position"][n - 1]) + int(headers["size"][n - 1])
         next_offset = int(headers["last_offset"][n - 1]) + 1
-        if next_offset <= md.end_offset:
-            self._next_positions.put(md.remote_log_segment_id.id, next_offset, position + cut)
+        self._next_positions.ended(md, next_offset, position + cut)
         return view[:cut], next_offset
 
     def _start_position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
-        """Where to walk from for `offset`: byte 0 for the segment's base offset, the end
-        of an earlier fetch that stopped right before `offset` (a consumer reading on), else
-        the offset index's position. A segment id names one upload, so a position never
-        outlives the bytes it was read from; the walk from it checks the offsets again."""
-        if offset == md.start_offset:
-            return 0
-        known = self._next_positions.get(md.remote_log_segment_id.id, offset)
+        """Where to walk from for `offset`: without the offset index for a consumer reading
+        on (NextPositions: a segment id names one upload, so a position never outlives the
+        bytes it was read from; the walk from it checks the offsets again), else the
+        index's position."""
+        known = self._next_positions.start(md, offset)
         return self._position(md, offset) if known is None else known
 
     def _aborted(self, part: ReplicaPartition, i: int, fetch_offset: int,

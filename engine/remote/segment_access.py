@@ -119,14 +119,24 @@ class NextPositions:
         self._positions: dict[tuple[object, int], int] = {}
         self._lock = threading.Lock()
 
-    def get(self, segment_id, offset: int) -> int | None:
+    def start(self, md: RemoteLogSegmentMetadata, offset: int) -> int | None:
+        """Where a read of `offset` in `md` starts without the offset index: byte 0 at the
+        segment's base offset (what the index answers for it), the end of an earlier read
+        that stopped right before `offset`; else None."""
+        if offset == md.start_offset:
+            return 0
         with self._lock:
-            return self._positions.get((segment_id, offset))
+            return self._positions.get((md.remote_log_segment_id.id, offset))
 
-    def put(self, segment_id, offset: int, position: int) -> None:
+    def ended(self, md: RemoteLogSegmentMetadata, next_offset: int, position: int) -> None:
+        """A read of `md` returned whole batches up to `next_offset`, ending at byte
+        `position` (kept while the segment holds `next_offset`)."""
+        if next_offset > md.end_offset:
+            return
+        k = (md.remote_log_segment_id.id, next_offset)
         with self._lock:
-            self._positions.pop((segment_id, offset), None)  # the newest goes last
-            self._positions[(segment_id, offset)] = position
+            self._positions.pop(k, None)  # the newest goes last
+            self._positions[k] = position
             if len(self._positions) > self.capacity:
                 del self._positions[next(iter(self._positions))]
 
@@ -136,8 +146,9 @@ class RemoteSegmentReader:
     header walks within it cost no further read. With `nonblocking`, every range comes from
     `map_range_if_open` or the read raises WouldBlock; with `once`, from `read_range_once`
     (ranges read once, such as a segment's tail: the store's cache and read-ahead are left
-    alone). `span`: with views, a range is mapped at least this long (a fetch's header
-    walk maps the records it returns next along with it: one mapping a fetch)."""
+    alone). `span`: with `nonblocking`, a range is mapped at least this long when it is all
+    at hand (a fetch's header walk maps the records it returns next along with it: one
+    mapping a fetch)."""
 
     def __init__(self, rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata,
                  nonblocking: bool = False, once: bool = False, span: int = 0):
@@ -193,14 +204,13 @@ class RemoteSegmentReader:
         return memoryview(self._buf)[:end - start]
 
     def _fetch_spanned(self, start: int, end: int):
-        """Bytes [start, end), or with views at least `span` bytes from `start` (clamped to
-        the segment) when those need no more I/O than [start, end) does: the next read of
-        the caller then falls inside the kept range."""
+        """Bytes [start, end), or, read without I/O, at least `span` bytes from `start`
+        (clamped to the segment) when those are all at hand: the next read of the caller
+        then falls inside the kept range. A read that may do I/O takes what was asked (the
+        span's tail may lie in a chunk the caller never reads)."""
         wide = min(self.size, start + self.span)
-        if not self._views or wide <= end:
+        if not self.nonblocking or wide <= end:
             return self._fetch(start, end)
-        if not self.nonblocking:
-            return self._fetch(start, wide)
         data = self.rsm.map_range_if_open(self.metadata, start, wide)
         if data is None:  # the wider range is not all at hand: take what was asked
             return self._fetch(start, end)

@@ -130,8 +130,7 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
         raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte {position} "
                                  "on the second read", position=position, offset=offset)
     next_offset = int(headers["last_offset"][-1]) + 1
-    if next_offset <= md.end_offset:
-        rlm.next_positions.put(md.remote_log_segment_id.id, next_offset, position + valid)
+    rlm.next_positions.ended(md, next_offset, position + valid)
     return view[:valid], next_offset
 
 
@@ -139,9 +138,7 @@ def _start_position(rlm, md, offset: int, nonblocking: bool) -> int:
     """Where to walk from for `offset` in `md`: byte 0 for the segment's base offset (its
     first batch: what the offset index answers for it), the end of an earlier read that
     stopped right before `offset`, else the offset index's position."""
-    if offset == md.start_offset:
-        return 0
-    known = rlm.next_positions.get(md.remote_log_segment_id.id, offset)
+    known = rlm.next_positions.start(md, offset)
     if known is not None:
         return known
     if nonblocking:

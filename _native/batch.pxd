@@ -1,5 +1,5 @@
 # C declarations of the batch kernels (_native/include/batch.h).
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef extern from "batch.h" nogil:
@@ -62,6 +62,7 @@ cdef extern from "batch.h" nogil:
     void eng_parse_headers(const uint8_t *section, const eng_record_view *rec,
                            eng_header_view *out)
     int32_t eng_increment_sequence(int32_t sequence, int32_t increment)
+    void eng_touch(const uint8_t *p, size_t n)
 
 
 cdef extern from "kbytes.h" nogil:

@@ -16,7 +16,7 @@
 
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
@@ -146,6 +146,23 @@ cdef void _columns_free(ColumnSet *c) noexcept nogil:
     _gb_free(&c.hv_valid)
 
 
+cdef inline void _small_copy(uint8_t *dst, const uint8_t *src, size_t n) noexcept nogil:
+    """memcpy for the few-byte keys and headers that most records carry: two overlapping
+    fixed-size moves instead of a call into libc per value."""
+    if n > 16:
+        memcpy(dst, src, n)
+    elif n >= 8:
+        memcpy(dst, src, 8)
+        memcpy(dst + n - 8, src + n - 8, 8)
+    elif n >= 4:
+        memcpy(dst, src, 4)
+        memcpy(dst + n - 4, src + n - 4, 4)
+    elif n > 0:
+        dst[0] = src[0]
+        dst[n >> 1] = src[n >> 1]
+        dst[n - 1] = src[n - 1]
+
+
 cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
                                int64_t *nulls, const uint8_t *src, int32_t length) noexcept nogil:
     """Appends one nullable binary value; -1 out of memory, -2 past Arrow's int32 offsets."""
@@ -155,7 +172,7 @@ cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int
         if data.len + <size_t>length > _INT32_LIMIT:
             return -2
         if length:  # an empty value may come with no buffer yet (NULL): memcpy wants neither
-            memcpy(data.data + data.len, src, length)
+            _small_copy(data.data + data.len, src, length)
         data.len += length
         _set_bit(valid, index)
     _put_i32(offs, <int32_t>data.len)
@@ -230,8 +247,7 @@ cdef int _append_headers(ColumnSet *c, const uint8_t *sec, const eng_record_view
     for j in range(r.headers_count):
         if c.hk_data.len + <size_t>hbuf[j].key_len > _INT32_LIMIT:
             return -2
-        if hbuf[j].key_len:
-            memcpy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off, hbuf[j].key_len)
+        _small_copy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off, hbuf[j].key_len)
         c.hk_data.len += hbuf[j].key_len
         _put_i32(&c.hk_off, <int32_t>c.hk_data.len)
         rc = _append_binary(&c.hv_off, &c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls,
@@ -313,8 +329,9 @@ cdef object _take_array(GrowBuf *g, object dtype, Py_ssize_t count):
 
 
 cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t start,
-                        Py_ssize_t stop) noexcept nogil:
-    """Sizes the buffers once for the range, so growth (and its page faults) is rare."""
+                        Py_ssize_t stop, bint views=False) noexcept nogil:
+    """Sizes the buffers once for the range, so growth (and its page faults) is rare;
+    with `views`, key_data and val_data hold 16-byte views."""
     cdef size_t records = 0, raw = 0
     cdef Py_ssize_t i
     cdef size_t section
@@ -329,6 +346,11 @@ cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t s
             if <size_t>rows[i].record_count <= section // 7:
                 records += <size_t>rows[i].record_count
                 raw += section
+    if views:
+        return (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
+                or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
+                or gb_reserve(&c.key_data, 16 * records) or gb_reserve(&c.val_data, 16 * records)
+                or gb_reserve(&c.hdr_off, 4 * records))
     if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
             or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
             or (c.keys and gb_reserve(&c.key_off, 4 * records))
@@ -393,7 +415,9 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
                 continue
             b = _make_batch(v, h, False, max_decompressed_bytes)
             if verify_crc:
-                b.ensure_valid()
+                b.ensure_valid()  # which brings the batch into cache as it goes
+            elif h.compression == 0 and with_values:  # (values not asked for stay untouched)
+                eng_touch(v.ptr + h.position, <size_t>h.size)
             if h.magic < 2:
                 for rec in _legacy_records(b):
                     if rec.offset >= min_offset and (max_offset < 0 or rec.offset < max_offset):
@@ -467,10 +491,10 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
 #
 # Arrow's BinaryView layout, 16 bytes a value: int32 length, then for up to 12 bytes the value
 # itself (zero-padded), else a 4-byte prefix, int32 buffer index and int32 offset into that
-# buffer. Values of uncompressed batches point into the source buffer (buffer 0), values of a
-# compressed batch into that batch's own decompressed section (one buffer each, kept alive by
-# the arrays), so nothing is copied but values of 12 bytes or less and legacy (magic 0/1)
-# records, which are copied into one buffer of their own.
+# buffer. Keys, values, header keys and header values of uncompressed batches point into the
+# source buffer (buffer 0), those of a compressed batch into that batch's own decompressed
+# section (one buffer each, kept alive by the arrays), so nothing is copied but values of 12
+# bytes or less and legacy (magic 0/1) records, which are copied into one buffer of their own.
 
 cdef inline void _put_view(GrowBuf *g, const uint8_t *src, int32_t length, int32_t buffer,
                            int64_t offset) noexcept nogil:
@@ -479,8 +503,7 @@ cdef inline void _put_view(GrowBuf *g, const uint8_t *src, int32_t length, int32
     memset(v, 0, 16)
     memcpy(v, &length, 4)
     if length <= 12:
-        if length > 0:
-            memcpy(v + 4, src, length)
+        _small_copy(v + 4, src, length)
     else:
         memcpy(v + 4, src, 4)
         memcpy(v + 8, &buffer, 4)
@@ -503,22 +526,20 @@ cdef int _append_v2_views(ColumnSet *c, const uint8_t *sec, const eng_record_vie
                           const eng_batch_header *h, int32_t batch_index, int64_t min_offset,
                           int64_t max_offset, eng_header_view *hbuf, int32_t buffer,
                           int64_t base) noexcept nogil:
-    """_append_v2 with keys and values as views into buffer `buffer`, whose byte `base` is
-    the section's first (c.key_data / c.val_data hold the views)."""
-    cdef int32_t i, count = h.record_count
-    cdef size_t hbytes = 0, nh = 0
+    """_append_v2 with keys, values, header keys and header values as views into buffer
+    `buffer`, whose byte `base` is the section's first (key_data, val_data, hk_data and
+    hv_data hold the views): no record byte is copied beyond the 12 that a view inlines."""
+    cdef int32_t i, j, count = h.record_count
+    cdef size_t nh = 0
     cdef const eng_record_view *r
     cdef int64_t off
-    cdef int rc
     for i in range(count):
-        hbytes += views[i].headers_bytes
         nh += views[i].headers_count
     if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
             or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)
             or gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.key_data, 16 * count)
-            or gb_reserve(&c.val_data, 16 * count) or gb_reserve(&c.hk_off, 4 * nh)
-            or gb_reserve(&c.hv_off, 4 * nh) or gb_reserve(&c.hk_data, hbytes)
-            or gb_reserve(&c.hv_data, hbytes)
+            or gb_reserve(&c.val_data, 16 * count) or gb_reserve(&c.hk_data, 16 * nh)
+            or gb_reserve(&c.hv_data, 16 * nh)
             or _reserve_bits(&c.key_valid, c.n + count) or _reserve_bits(&c.val_valid, c.n + count)
             or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
         return -1
@@ -537,9 +558,13 @@ cdef int _append_v2_views(ColumnSet *c, const uint8_t *sec, const eng_record_vie
         _view_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, sec, r.value_off,
                     r.value_len, buffer, base)
         if r.headers_count:
-            rc = _append_headers(c, sec, r, hbuf)
-            if rc != 0:
-                return rc
+            eng_parse_headers(sec, r, hbuf)
+            for j in range(r.headers_count):
+                _put_view(&c.hk_data, sec + hbuf[j].key_off, hbuf[j].key_len, buffer,
+                          base + hbuf[j].key_off)
+                _view_value(&c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls, sec,
+                            hbuf[j].value_off, hbuf[j].value_len, buffer, base)
+                c.nh += 1
         _put_i32(&c.hdr_off, <int32_t>c.nh)
         c.n += 1
     return 0
@@ -571,7 +596,8 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
     """decode_columns() with keys and values as Arrow binary views (see above) instead of
     copies: "key_views" / "value_views" (uint8, 16 bytes a record) index into "buffers", a
     list of buffer-protocol objects (the source first) that the arrays must keep alive.
-    Header columns are as in decode_columns(). The source must not change while the views
+    Header keys and values are views too ("header_key_views" / "header_value_views"). The
+    source must not change while the views
     are used (a sealed segment: a mapping whose file is deleted stays readable; one whose
     file is truncated does not)."""
     cdef BufferView v = _view(data)
@@ -601,7 +627,8 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
     cdef Record rec
     cdef list buffers = [v.obj]
     cdef bytearray arena = bytearray()
-    if _columns_init(&c) != 0:
+    if _columns_init(&c) != 0 or _reserve_range(&c, rows, start, stop, True) != 0:
+        _columns_free(&c)
         raise MemoryError()
     try:
         for i in range(start, stop):
@@ -614,7 +641,9 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
                 continue
             b = _make_batch(v, h, False, max_decompressed_bytes)
             if verify_crc:
-                b.ensure_valid()
+                b.ensure_valid()  # which brings the batch into cache as it goes
+            elif h.compression == 0:
+                eng_touch(v.ptr + h.position, <size_t>h.size)
             if h.magic < 2:
                 if legacy_buffer < 0:
                     legacy_buffer = len(buffers)
@@ -676,10 +705,6 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
                                       hbuf, buffer, base)
             if rc == -1:
                 raise MemoryError()
-            if rc == -2:
-                raise RecordSizeLimitError(
-                    "Decoded headers exceed 2 GiB (Arrow int32 offsets): decode a smaller range",
-                    position=h.position, offset=h.base_offset)
         nrec, nhdr = c.n, c.nh
         return {
             "num_records": nrec,
@@ -696,10 +721,9 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
             "value_validity": _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8),
             "value_null_count": c.val_nulls,
             "header_offsets": _take_array(&c.hdr_off, np.int32, nrec + 1),
-            "header_key_offsets": _take_array(&c.hk_off, np.int32, nhdr + 1),
-            "header_key_data": _take_array(&c.hk_data, np.uint8, c.hk_data.len),
-            "header_value_offsets": _take_array(&c.hv_off, np.int32, nhdr + 1),
-            "header_value_data": _take_array(&c.hv_data, np.uint8, c.hv_data.len),
+            "header_key_views": _take_array(&c.hk_data, np.uint8, 16 * nhdr),
+            "header_key_null_count": 0,
+            "header_value_views": _take_array(&c.hv_data, np.uint8, 16 * nhdr),
             "header_value_validity": _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8),
             "header_value_null_count": c.hv_nulls,
         }

@@ -1,7 +1,8 @@
-"""decode_columns(views=True): keys and values as Arrow binary views into the segment (or each
-batch's decompressed section) equal the copied columns for every shared vector, every codec,
-legacy data, control batches and offset filters; and the arrays keep what they point into
-alive after the segment is closed and its file deleted."""
+"""decode_columns(views=True): keys, values and header keys and values as Arrow views into the
+segment (or each batch's decompressed section) equal the copied columns for every shared
+vector, every codec, legacy data, control batches and offset filters, with and without the CRC
+check; and the arrays keep what they point into alive after the segment is closed and its file
+deleted."""
 
 from __future__ import annotations
 
@@ -26,16 +27,20 @@ def _both(buf, **options):
     cols = MemoryRecords(buf).decode_columns(views=True, **options)
     assert cols.views
     assert cols.keys().type == pa.binary_view() and cols.values().type == pa.binary_view()
-    cols.keys().validate(full=True)
-    cols.values().validate(full=True)
+    headers = cols.header_lists()
+    assert headers.type == pa.list_(pa.struct([("key", pa.string_view()),
+                                               ("value", pa.binary_view())]))
+    for array in (cols.keys(), cols.values(), headers):
+        array.validate(full=True)
     return copied, cols.to_pylist()
 
 
 @pytest.mark.parametrize("relpath", V.record_vector_files(), ids=V.short_id)
 def test_views_equal_copies_for_every_shared_vector(relpath):
     for blob in V.load_blobs(relpath):
-        copied, views = _both(blob.data)
-        assert views == copied, blob.id
+        for verify_crc in (True, False):
+            copied, views = _both(blob.data, verify_crc=verify_crc)
+            assert views == copied, blob.id
 
 
 @pytest.mark.parametrize("codec", list(CompressionType))
@@ -43,6 +48,7 @@ def test_views_equal_copies_for_every_codec(codec):
     buf = b"".join(sample_batches(360, codec, batch_size=30, seed=int(codec)))
     copied, views = _both(buf)
     assert copied and views == copied
+    assert _both(buf, verify_crc=False) == (copied, copied)
     first, last = views[0]["offset"], views[-1]["offset"]
     for lo, hi in ((first + 7, -1), (-1, last - 5), (first + 40, first + 41)):
         assert _both(buf, min_offset=lo, max_offset=hi)[1] == \
@@ -62,8 +68,10 @@ def test_short_values_are_inline_and_long_ones_point_into_the_segment():
     buf = b"".join(sample_batches(30, batch_size=10, seed=5))
     cols = MemoryRecords(buf).decode_columns(views=True)
     assert cols["buffers"][0] is not None and len(cols["buffers"]) == 1  # nothing copied
-    keys = cols["key_views"].view("<i4").reshape(-1, 4)
-    assert all(length <= 12 or index == 0 for length, _, index, _ in keys.tolist())
+    for name in ("key_views", "header_key_views", "header_value_views"):
+        views = cols[name].view("<i4").reshape(-1, 4)
+        assert all(length <= 12 or index == 0 for length, _, index, _ in views.tolist())
+    assert "header_key_data" not in cols._c and "header_value_data" not in cols._c
 
 
 def test_arrays_outlive_the_closed_and_deleted_segment(tmp_path):
@@ -75,7 +83,7 @@ def test_arrays_outlive_the_closed_and_deleted_segment(tmp_path):
         want = MemoryRecords(path.read_bytes()).decode_columns().to_pylist()
         segment = FileRecords(path)
         cols = segment.decode_columns(views=True)
-        keys, values = cols.keys(), cols.values()
+        keys, values, headers = cols.keys(), cols.values(), cols.header_lists()
         segment.close()
         path.unlink()
         del cols, segment
@@ -83,7 +91,9 @@ def test_arrays_outlive_the_closed_and_deleted_segment(tmp_path):
         filler = [bytes(4096) for _ in range(2000)]  # reuse of any freed memory shows up
         assert keys.to_pylist() == [r["key"] for r in want]
         assert values.to_pylist() == [r["value"] for r in want]
-        del filler, keys, values
+        assert [[(h["key"], h["value"]) for h in hs] for hs in headers.to_pylist()] == \
+            [list(r["headers"]) for r in want]
+        del filler, keys, values, headers
         gc.collect()
         with open("/proc/self/maps") as maps:
             assert str(path) not in maps.read()

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kbytes.h"
+
 #define ENG_LOG_OVERHEAD 12
 #define ENG_HEADER_SIZE_UP_TO_MAGIC 17
 #define ENG_RECORD_BATCH_OVERHEAD 61
@@ -102,10 +104,45 @@ void eng_scan_fill(const uint8_t *buf, size_t count, int verify_crc, eng_batch_h
 int eng_parse_records(const uint8_t *p, size_t len, int32_t count, eng_record_view *out,
                       int64_t base_position, int64_t base_offset, eng_error *err);
 
-/* Parses the headers of one record (already validated by eng_parse_records). */
-void eng_parse_headers(const uint8_t *section, const eng_record_view *rec, eng_header_view *out);
+/* Parses the headers of one record (already validated by eng_parse_records). Inline:
+ * called once a record by decoders in other modules. */
+static inline void eng_parse_headers(const uint8_t *section, const eng_record_view *rec,
+                                     eng_header_view *out)
+{
+    const uint8_t *p = section + rec->headers_off;
+    /* bounds were proven by eng_parse_records: each varint ends within 5 bytes */
+    for (int32_t h = 0; h < rec->headers_count; h++) {
+        int32_t v = 0;
+        kb_read_varint(&p, p + 5, &v);
+        out[h].key_len = v;
+        out[h].key_off = (int32_t)(p - section);
+        p += v;
+        kb_read_varint(&p, p + 5, &v);
+        out[h].value_len = v;
+        out[h].value_off = (int32_t)(p - section);
+        if (v > 0) p += v;
+    }
+}
 
 /* Kafka's sequence arithmetic: baseSequence + delta, wrapping past INT32_MAX to 0. */
 int32_t eng_increment_sequence(int32_t sequence, int32_t increment);
+
+/* Reads [p, p+n) into cache, one load a cache line, ahead of a parse. Records are found by
+ * chasing their lengths, so a parse of bytes not in cache waits a memory round trip per
+ * record; independent loads of the lines ahead stream them in at memory bandwidth instead
+ * (a batch's CRC check does the same). Loads, not prefetch instructions: those may be
+ * dropped on a TLB miss, and a batch spans many pages. */
+static inline void eng_touch(const uint8_t *p, size_t n)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i += 64)
+        sum += p[i];
+#if defined(__GNUC__)
+    __asm__ volatile("" : : "r"(sum)); /* the loads are the point: keep them */
+#else
+    volatile uint64_t keep = sum;
+    (void)keep;
+#endif
+}
 
 #endif

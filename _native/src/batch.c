@@ -259,19 +259,3 @@ int eng_parse_records(const uint8_t *start, size_t len, int32_t count, eng_recor
     return ENG_OK;
 }
 
-void eng_parse_headers(const uint8_t *section, const eng_record_view *rec, eng_header_view *out)
-{
-    const uint8_t *p = section + rec->headers_off;
-    /* bounds were proven by eng_parse_records: each varint ends within 5 bytes */
-    for (int32_t h = 0; h < rec->headers_count; h++) {
-        int32_t v = 0;
-        kb_read_varint(&p, p + 5, &v);
-        out[h].key_len = v;
-        out[h].key_off = (int32_t)(p - section);
-        p += v;
-        kb_read_varint(&p, p + 5, &v);
-        out[h].value_len = v;
-        out[h].value_off = (int32_t)(p - section);
-        if (v > 0) p += v;
-    }
-}

@@ -47,17 +47,17 @@ class RecordColumns:
     def _binary(self, name: str, pa_type=None):
         pa = _pyarrow()
         c = self._c
+        n = self.num_records if not name.startswith("header_") else c["num_headers"]
         if f"{name}_views" in c:
             nulls = c[f"{name}_null_count"]
             buffers = [pa.py_buffer(c[f"{name}_validity"]) if nulls else None,
                        pa.py_buffer(c[f"{name}_views"])]
             buffers += [pa.py_buffer(b) for b in c["buffers"]]
             view_type = pa.string_view() if pa_type == pa.string() else pa.binary_view()
-            return pa.Array.from_buffers(view_type, self.num_records, buffers, null_count=nulls)
+            return pa.Array.from_buffers(view_type, n, buffers, null_count=nulls)
         if f"{name}_offsets" not in c:
             column = "headers" if name.startswith("header_") else f"{name}s"
             raise ValueError(f"{column} were not decoded (decode_columns(with_{column}=False))")
-        n = self.num_records if not name.startswith("header_") else c["num_headers"]
         validity = c.get(f"{name}_validity")
         nulls = c.get(f"{name}_null_count", 0)
         buffers = [pa.py_buffer(validity) if nulls else None,
@@ -72,7 +72,8 @@ class RecordColumns:
         return self._binary("value")
 
     def header_lists(self):
-        """Headers as list<struct<key: string, value: binary>> (zero-copy)."""
+        """Headers as list<struct<key: string, value: binary>> (zero-copy); with views,
+        list<struct<key: string_view, value: binary_view>>."""
         pa = _pyarrow()
         c = self._c
         keys = self._binary("header_key", pa.string())

@@ -106,6 +106,34 @@ def test_duckdb_and_polars_read_the_stream(cluster):
     assert sorted(values) == sorted(r[1] for r in fetched_rows(cluster))
 
 
+# per partition: records, value bytes and a digest of the values in offset order
+PER_PARTITION = ('select "partition", count(*), sum(octet_length("value")), '
+                 """md5(string_agg(hex("value"), '' order by "offset")) from stream """
+                 "group by all order by 1")
+
+
+def test_views_equal_copies_and_duckdb_and_polars_take_them(cluster):
+    """views=True: keys, values and headers as view types into the bytes read, equal to the
+    copied columns; DuckDB and Polars consume the view stream as they do the copied one."""
+    options = dict(bucket=cluster.bucket_url, store=cluster.store, include_headers=True)
+    with read_topic(TOPIC, views=True, **options) as stream:
+        table = stream.read_all()
+        assert table.schema.field("key").type == pa.binary_view()
+        assert table.schema.field("value").type == pa.binary_view()
+        assert table.schema.field("headers").type == pa.list_(
+            pa.struct([("key", pa.string_view()), ("value", pa.binary_view())]))
+        table.validate(full=True)
+        assert arrow_rows(table) == fetched_rows(cluster)
+        got = duckdb.sql(PER_PARTITION).fetchall()
+        df = pl.DataFrame(stream)
+    with read_topic(TOPIC, **options) as stream:
+        want = duckdb.sql(PER_PARTITION).fetchall()
+    assert got == want and sum(row[1] for row in got) == 3000
+    assert sorted(df["value"].to_list()) == sorted(r[1] for r in fetched_rows(cluster))
+    assert sorted(df["key"].to_list(), key=repr) == sorted(
+        (r[0] for r in fetched_rows(cluster)), key=repr)
+
+
 def test_bounds_and_column_selection(cluster):
     stream = read_topic(TOPIC, config=cluster.config, partitions=[1], starting_offsets=100,
                         ending_offsets={1: 400}, columns=["value", "offset", "partition"])

@@ -20,6 +20,11 @@ Spark's Kafka schema (`engine.spark.schema.arrow_schema`), building only the col
 for: the bytes of keys, values and headers not asked for are never copied (the CRC check,
 which covers every byte of a batch, is what still reads them).
 
+With `views`, keys, values and headers come as Arrow view types (binary_view, string_view)
+pointing into the bytes read (uncompressed batches) or each batch's decompressed section:
+no record byte is copied. pyarrow, Polars and DuckDB take them; the arrays keep what they
+point into alive (a read buffer, or a mapping of the tier's immutable files).
+
 Records are those a consumer of `isolation_level` sees (Kafka's isolation.level, Spark's
 `kafka.isolation.level`): "read_uncommitted" (the default) every data record;
 "read_committed" no record of an aborted transaction (found through the remote transaction
@@ -70,7 +75,8 @@ def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = No
                columns: Iterable[str] | None = None, include_headers: bool = False,
                fail_on_data_loss: bool = True,
                isolation_level: str = "read_uncommitted",
-               remote_log_metadata: str | Path | Iterable | None = None) -> TopicStream:
+               remote_log_metadata: str | Path | Iterable | None = None,
+               views: bool = False) -> TopicStream:
     """The topic's tiered records (see the module docstring). Plans at once (bad bounds and
     lost data fail here); the records are read as the stream is consumed."""
     return TopicStream(topic, config=config, bucket=bucket, store=store,
@@ -79,7 +85,7 @@ def read_topic(topic: str, *, config: str | Path | Mapping[str, str] | None = No
                        end_timestamp=end_timestamp, columns=columns,
                        include_headers=include_headers, fail_on_data_loss=fail_on_data_loss,
                        isolation_level=isolation_level,
-                       remote_log_metadata=remote_log_metadata)
+                       remote_log_metadata=remote_log_metadata, views=views)
 
 
 def record_batch_reader(topic: str, **options):
@@ -175,7 +181,7 @@ class TopicStream:
     def __init__(self, topic: str, *, config, bucket, store, partitions, starting_offsets,
                  ending_offsets, start_timestamp, end_timestamp, columns, include_headers,
                  fail_on_data_loss, isolation_level="read_uncommitted",
-                 remote_log_metadata=None):
+                 remote_log_metadata=None, views=False):
         import pyarrow as pa
 
         if isolation_level not in ISOLATION_LEVELS:
@@ -183,7 +189,7 @@ class TopicStream:
                               f"one of {', '.join(ISOLATION_LEVELS)}")
         self.read_committed = isolation_level == "read_committed"
 
-        full = arrow_schema(True)
+        full = arrow_schema(True, views)
         names = list(columns) if columns is not None else [
             f.name for f in full if include_headers or f.name != "headers"]
         unknown = [n for n in names if n not in full.names]
@@ -192,9 +198,11 @@ class TopicStream:
                               f"a non-empty selection of {', '.join(full.names)}, each once")
         self.schema = pa.schema([full.field(n) for n in names])  # in the order asked
         self.columns = tuple(names)
-        # record bytes of columns not asked for are not copied
-        self._decoded = {"with_keys": "key" in names, "with_values": "value" in names,
-                         "with_headers": "headers" in names}
+        # record bytes of columns not asked for are not copied (views copy none)
+        wanted = any(n in names for n in ("key", "value", "headers"))
+        self._decoded = {"views": True} if views and wanted else {
+            "with_keys": "key" in names, "with_values": "value" in names,
+            "with_headers": "headers" in names}
         self.topic = topic
         self.start_timestamp, self.end_timestamp = start_timestamp, end_timestamp
         props = _props(config)

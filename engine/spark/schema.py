@@ -27,12 +27,15 @@ def spark_ddl(include_headers: bool) -> str:
     return ", ".join(f"`{name}` {type_}" for name, type_ in cols)
 
 
-def arrow_schema(include_headers: bool):
+def arrow_schema(include_headers: bool, views: bool = False):
+    """Spark's Kafka schema in Arrow; with `views`, keys, values and headers as the view
+    types (binary_view, string_view) of decode_columns(views=True)."""
     import pyarrow as pa
 
+    binary = pa.binary_view() if views else pa.binary()
     fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
+        pa.field("key", binary),
+        pa.field("value", binary),
         pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
@@ -40,11 +43,14 @@ def arrow_schema(include_headers: bool):
         pa.field("timestampType", pa.int32()),
     ]
     if include_headers:
-        fields.append(pa.field("headers", HEADER_LIST_TYPE()))
+        fields.append(pa.field("headers", HEADER_LIST_TYPE(views)))
     return pa.schema(fields)
 
 
-def HEADER_LIST_TYPE():
+def HEADER_LIST_TYPE(views: bool = False):
     import pyarrow as pa
 
+    if views:
+        return pa.list_(pa.struct([pa.field("key", pa.string_view()),
+                                   pa.field("value", pa.binary_view())]))
     return pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

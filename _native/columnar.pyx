@@ -16,7 +16,7 @@
 
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 

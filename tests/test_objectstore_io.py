@@ -279,6 +279,12 @@ def test_ranged_reads_at_chunk_edges_are_byte_exact(proxied, plain_object, zlib_
         buf = bytearray(CHUNK + 10)
         assert reader.read_into(seg, n - 20, buf) == 20
         assert bytes(buf[:20]) == expect[-20:]
+        # chunk by chunk into the buffer: across several chunks, and from inside one
+        for a, size in ((CHUNK - 3, 3 * CHUNK + 7), (2 * CHUNK + 1, CHUNK + 10), (0, n)):
+            buf = bytearray(size)
+            got = reader.read_into(seg, a, buf)
+            assert got == min(size, n - a) and bytes(buf[:got]) == expect[a:a + got]
+        assert reader.read_into(seg, n, bytearray(4)) == 0
 
 
 def test_adjacent_chunks_coalesce_into_one_get(s3_server, fault_proxy, plain_object):

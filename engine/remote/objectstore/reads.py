@@ -209,14 +209,39 @@ class RangeReader:
         Raises RemoteFetchTimeoutError past the deadline,
         RemoteStorageError / RemoteResourceNotFoundError for store failures, and the
         detransform's typed errors for damaged chunks."""
+        parts, end = self._parts(seg, start, end, timeout_s, next_segments, sequential)
+        return cut_chunks(seg.index, parts, start, end) if parts else b""
+
+    def read_into(self, seg: SegmentObject, start: int, buffer, *,
+                  timeout_s: float | None = None,
+                  next_segments: Sequence[SegmentObject] = (),
+                  sequential: bool | None = None) -> int:
+        """Fill `buffer` with original bytes from `start`; returns the bytes written
+        (fewer at the segment's end). As `read`, but each chunk's bytes are copied into
+        `buffer` once (no join of the chunks first)."""
+        view = memoryview(buffer).cast("B")
+        parts, end = self._parts(seg, start, start + len(view), timeout_s, next_segments,
+                                 sequential)
+        at = 0
+        for i, data in parts:
+            lo, hi = seg.index.original_range(i)
+            piece = memoryview(data)[max(start, lo) - lo:min(end, hi) - lo]
+            view[at:at + len(piece)] = piece
+            at += len(piece)
+        return at
+
+    def _parts(self, seg: SegmentObject, start: int, end: int, timeout_s: float | None,
+               next_segments: Sequence[SegmentObject], sequential: bool | None
+               ) -> tuple[list[tuple[int, object]], int]:
+        """(the plain chunks (index, bytes) covering original bytes [start, end), in order;
+        `end` clamped to the segment's size); read-ahead queued as `read` says."""
         deadline = time.monotonic() + (self.fetch_max_wait_s if timeout_s is None
                                        else timeout_s)
-        size = seg.size
         if start < 0 or end < start:
             raise ValueError(f"bad range [{start}, {end}) of {self.store.url(seg.key)}")
-        end = min(end, size)
+        end = min(end, seg.size)
         if start >= end:
-            return b""
+            return [], end
         chunks = seg.index.chunks_for(start, end)
         if self._follows(seg, chunks, end, sequential):
             # queued before this read's own GETs, so they run alongside it: a cold reader's
@@ -225,19 +250,7 @@ class RangeReader:
             self._prefetch_after(seg, chunks[-1], next_segments)
         plain = self._fetch(seg, list(chunks), deadline, what=f"bytes [{start}, {end})")
         self.store.metrics.requested(end - start)
-        return cut_chunks(seg.index, [(i, plain[i]) for i in chunks], start, end)
-
-    def read_into(self, seg: SegmentObject, start: int, buffer, *,
-                  timeout_s: float | None = None,
-                  next_segments: Sequence[SegmentObject] = (),
-                  sequential: bool | None = None) -> int:
-        """Fill `buffer` with original bytes from `start`; returns the bytes written
-        (fewer at the segment's end). As `read`."""
-        view = memoryview(buffer).cast("B")
-        data = self.read(seg, start, start + len(view), timeout_s=timeout_s,
-                         next_segments=next_segments, sequential=sequential)
-        view[:len(data)] = data
-        return len(data)
+        return [(i, plain[i]) for i in chunks], end
 
     def read_once(self, seg: SegmentObject, start: int, end: int, *,
                   timeout_s: float | None = None):

@@ -588,7 +588,7 @@ def test_read_committed_over_many_remote_segments_with_a_one_byte_index_cache(tm
         env.close()
 
 
-def test_local_retention_failure_reaches_status_and_a_metric(tmp_path):
+def test_local_retention_failure_reaches_status_a_metric_and_the_run_summary(tmp_path):
     env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
     try:
         env.produce(10)
@@ -598,7 +598,9 @@ def test_local_retention_failure_reaches_status_and_a_metric(tmp_path):
         blocker = oldest.with_name(oldest.name + ".deleted")
         blocker.mkdir()
         (blocker / "x").write_bytes(b"x")
-        env.rlm.run_once()
+        summary = env.rlm.run_once()
+        assert [e for e in summary.errors
+                if e.startswith(f"{TOPIC}-0: local retention: ") and oldest.name in e]
         row = next(r for r in env.rlm.status() if r["partition"] == 0)
         assert row["last_local_retention_error"] is not None
         assert oldest.name in row["last_local_retention_error"]

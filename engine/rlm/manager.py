@@ -544,6 +544,9 @@ class RemoteLogManager:
             else:
                 summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
             summary.deleted_local_segments += self._delete_local(st)
+            if st.last_local_retention_error:
+                summary.errors.append(f"{st.name}: local retention: "
+                                      f"{st.last_local_retention_error}")
             if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:
                     deleted, errors = expiration.expire_once(self, st, honour_backoff=True)

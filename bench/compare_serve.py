@@ -11,6 +11,10 @@
    alternate which server goes first; medians, and each server's CPU seconds while the
    consumer read. Target: serve >= 0.8x the ceiling.
 3. Eight consumers at once against `serve`: aggregate throughput vs one. Target >= 1.5x.
+   Every consumer process first starts (Python, confluent-kafka, its Consumer) and says it
+   is ready; then all are told to go at once: the aggregate is every consumer's bytes over
+   the span from the first record any of them got to the last one's end (the one consumer
+   of 2. is timed the same way, from its first record). Process start-up stays out of it.
 4. Fetch latency p50/p99 with raw requests (one partition, 1 MiB): local offsets, remote
    offsets read before (warm), and remote segments not read since serve started (cold).
 
@@ -172,7 +176,9 @@ def ceiling_server(config: str) -> None:
 # ------------------------------------------------------------------------ consumers
 
 def consume(bootstrap: str, expected: int) -> None:
-    """Reads the topic from earliest with assign(); prints records, bytes, seconds."""
+    """Says "ready" once started, waits for a line on stdin, then reads the topic from
+    earliest with assign(); prints records, bytes, its CPU seconds and the wall-clock
+    (time.time) of its first record and of its end."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
@@ -180,29 +186,46 @@ def consume(bootstrap: str, expected: int) -> None:
                   "max.partition.fetch.bytes": PARTITION_MAX, "fetch.wait.max.ms": 100,
                   "fetch.queue.backoff.ms": 10, "queued.min.messages": 1_000_000,
                   "queued.max.messages.kbytes": 1 << 20})
+    print("ready", flush=True)
+    sys.stdin.readline()
+    started = None
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     count = nbytes = 0
-    started = None
     deadline = time.monotonic() + 300
     while count < expected and time.monotonic() < deadline:
         for m in c.consume(10000, 0.5):
             if started is None:
-                started = time.perf_counter()
+                started = time.time()
             if m.error() is None:
                 count += 1
                 nbytes += len(m.value() or b"") + len(m.key() or b"")
-    elapsed = time.perf_counter() - (started or time.perf_counter())
+    ended = time.time()
+    started = ended if started is None else started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     c.close()
-    print(json.dumps({"records": count, "bytes": nbytes, "seconds": elapsed,
-                      "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
+    print(json.dumps({"records": count, "bytes": nbytes, "started": started, "ended": ended,
+                      "cpu_seconds": usage.ru_utime + usage.ru_stime
+                      - cpu.ru_utime - cpu.ru_stime}), flush=True)
 
 
-def _consumers(bootstrap: str, expected: int, n: int) -> list[dict]:
+def _consumers(bootstrap: str, expected: int, n: int) -> tuple[list[dict], float]:
+    """Runs `n` consumer processes, started first and then set off together: (their
+    reports, aggregate payload MiB/s from the first record any of them got to the last
+    one's end)."""
     procs = [subprocess.Popen([sys.executable, __file__, "--consume", bootstrap,
-                               str(expected)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                               str(expected)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
              for _ in range(n)]
-    return [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+    for p in procs:
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError("a consumer process did not start")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    reports = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+    span = max(r["ended"] for r in reports) - min(r["started"] for r in reports)
+    return reports, sum(r["bytes"] for r in reports) / span / 2**20
 
 
 # ------------------------------------------------------------------------- latency
@@ -253,11 +276,11 @@ def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float]:
             ceiling.wait()
     try:
         before = _cpu_seconds(pid)
-        [r] = _consumers(bootstrap, expected * 9 // 10, 1)
+        _, rate = _consumers(bootstrap, expected * 9 // 10, 1)
         used = _cpu_seconds(pid) - before
     finally:
         stop()
-    return r["bytes"] / r["seconds"] / 2**20, used
+    return rate, used
 
 
 def _pct(values, q):
@@ -298,8 +321,7 @@ def main() -> int:
             cpu[side].append(seconds)
     proc = ServeProcess(config)
     try:
-        many = _consumers(proc.bootstrap, expected * 9 // 10, 8)
-        aggregate = sum(r["bytes"] for r in many) / max(r["seconds"] for r in many) / 2**20
+        _, aggregate = _consumers(proc.bootstrap, expected * 9 // 10, 8)
         lat_local = _fetch_latency(proc.port, [(p, local_start[p]) for p in range(PARTITIONS)]
                                    * 25)
         proc.stop()

@@ -94,9 +94,8 @@ def _one_round(side: str, config: str, url: str, settings: dict, base: Path, exp
     try:
         for _ in range(2):
             before = cs._cpu_seconds(serve.proc.pid)
-            [r] = cs._consumers(serve.bootstrap, expected, 1)
-            out.append((r["bytes"] / r["seconds"] / 2**20,
-                        cs._cpu_seconds(serve.proc.pid) - before))
+            _, rate = cs._consumers(serve.bootstrap, expected, 1)
+            out.append((rate, cs._cpu_seconds(serve.proc.pid) - before))
     finally:
         serve.stop()
     return out

@@ -19,7 +19,9 @@ one, so a job's fixed cost does not hide the read path.
 (b) local[2] vs local[1] (a new session each), both tiers. Target >= 1.6x.
 (c) maxBytesPerPartition sweep (--sweep MiB values), both tiers, local[2].
 Also: the driver's planning time (plan_scan in this process) per tier, and the time of a
-task's read and decode alone (scan_ranges in this process, no Spark) per tier.
+task's read and decode alone (scan_ranges in this process, no Spark) per tier, with the CPU
+seconds it took in this process (every thread: the object store client's too) and in the
+S3 server, which on this machine shares the cores Spark and the reader run on.
 
 Contenders alternate (A B B A ...) and medians of --rounds are kept: on a shared, noisy
 2-vCPU machine only ratios measured in the same run mean anything.
@@ -73,9 +75,17 @@ def rounds(spark, sources: dict, max_bytes: int, n: int, expected: tuple) -> dic
     return {s: statistics.median(t) for s, t in times.items()}
 
 
-def in_process(sources: dict, max_bytes: int) -> dict:
+def server_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def in_process(sources: dict, max_bytes: int, server_pid: int) -> dict:
     """Per side: seconds of the driver's planning, and of every task's read + decode run
-    one after the other in this process (no Spark, no JVM: the read path alone)."""
+    one after the other in this process (no Spark, no JVM: the read path alone), with the
+    CPU seconds of this process and of the S3 server meanwhile."""
     from engine.spark.options import parse_options
     from engine.spark.scan import scan_ranges
     from engine.spark.schema import arrow_schema
@@ -88,10 +98,11 @@ def in_process(sources: dict, max_bytes: int) -> dict:
         t = time.perf_counter()
         tasks = plan_scan(opts)
         plan = time.perf_counter() - t
-        t = time.perf_counter()
+        t, cpu, server = time.perf_counter(), time.process_time(), server_cpu(server_pid)
         rows = sum(b.num_rows for task in tasks for b in scan_ranges(
             task.ranges, opts.broker_properties, arrow_schema(False)))
-        out[side] = (plan, time.perf_counter() - t, rows, len(tasks))
+        out[side] = (plan, time.perf_counter() - t, rows, len(tasks),
+                     time.process_time() - cpu, server_cpu(server_pid) - server)
     return out
 
 
@@ -148,7 +159,7 @@ def main(argv=None) -> int:
             spark = session(1)
             one = rounds(spark, sources, default, args.rounds, expected)
             spark.stop()
-            alone = in_process(sources, default)
+            alone = in_process(sources, default, s3.proc.pid)
             report(out, expected[0], default, two, one, sweep, alone)
             out(f"\nload at the end {os.getloadavg()[0]:.1f}")
     finally:
@@ -182,11 +193,13 @@ def report(out, rows: int, default: int, two: dict, one: dict, sweep: dict, alon
             out(f"| {mib} MiB | {rows / t['filesystem']:,.0f} | {rows / t['bucket']:,.0f} | "
                 f"{t['filesystem'] / t['bucket']:.2f}x |")
     out()
-    out("| without Spark, one thread | planning s | tasks | read + decode s | rows/s |")
-    out("|---|---|---|---|---|")
+    out("| without Spark, one thread | planning s | tasks | read + decode s | rows/s | "
+        "CPU s, reader | CPU s, S3 server |")
+    out("|---|---|---|---|---|---|---|")
     for side in SIDES:
-        plan, scan, n, tasks = alone[side]
-        out(f"| {side} | {plan:.3f} | {tasks} | {scan:.2f} | {n / scan:,.0f} |")
+        plan, scan, n, tasks, cpu, server = alone[side]
+        out(f"| {side} | {plan:.3f} | {tasks} | {scan:.2f} | {n / scan:,.0f} | {cpu:.2f} | "
+            f"{server:.2f} |")
 
 
 if __name__ == "__main__":

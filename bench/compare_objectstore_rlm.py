@@ -19,7 +19,9 @@ Sections:
       whole tiered part of the partition, each round with a fresh RSM and RLM (empty memory
       chunk cache of 256 MiB, `fetch.chunk.cache.prefetch.max.size` 4 chunks, no index
       cache), against raw obstore `get_range_async` of the same `.log` objects in 8 MiB
-      ranges (the chunk size), 4 in flight. Target >= 0.9x.
+      ranges (the chunk size), 4 in flight. Target >= 0.9x. Also the CPU seconds each side
+      took in this process (every thread) and in the S3 server, medians: on a small
+      machine the server's CPU comes out of the same cores.
   (b) warm read: the same reads with a disk chunk cache (`DiskChunkCache`, a memory tier of
       two chunks in front: `fetch.chunk.cache.memory.size` 16 MiB) already holding every
       chunk, against the filesystem tier's RLM reading the same offsets (its files in the
@@ -38,6 +40,7 @@ import logging
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -159,6 +162,21 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_cpu(fn, server_pid: int, cpu: list) -> float:
+    """timed(fn), appending (this process's, the server's) CPU seconds to `cpu`."""
+    own, server = time.process_time(), process_cpu(server_pid)
+    seconds = timed(fn)
+    cpu.append((time.process_time() - own, process_cpu(server_pid) - server))
+    return seconds
+
+
 def ratio_rows(rep: Report, what: str, ours: list[float], theirs: list[float],
                target: float) -> None:
     """The ratio of the best runs (time theirs / time ours), with the per-round range."""
@@ -188,6 +206,8 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
 
     loop = asyncio.new_event_loop()
     ours, theirs = [], []
+    ours_cpu: list[tuple[float, float]] = []
+    theirs_cpu: list[tuple[float, float]] = []
     for _ in range(reps):
         s3.open(object_rsm(server, prefix, **{
             "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache."
@@ -195,14 +215,20 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
             "fetch.chunk.cache.size": str(256 * MiB),
             "fetch.chunk.cache.prefetch.max.size": str(IN_FLIGHT * CHUNK)}))
         s3.rlm.run_once()  # the partition's state loaded (nothing to copy): reads only
-        ours.append(timed(s3.read_all))
-        theirs.append(timed(lambda: loop.run_until_complete(raw_read())))
+        ours.append(timed_cpu(s3.read_all, server.proc.pid, ours_cpu))
+        theirs.append(timed_cpu(lambda: loop.run_until_complete(raw_read()), server.proc.pid,
+                                theirs_cpu))
     loop.close()
     mb = nbytes / 1e6
     rep.add("(a)", "RemoteLogManager.read 1 MiB fetches, cold cache", mb / min(ours),
             f"MB/s (range {mb / max(ours):.0f}-{mb / min(ours):.0f})")
     rep.add("(a)", "raw obstore get_range_async, 8 MiB ranges, 4 in flight",
             mb / min(theirs), f"MB/s (range {mb / max(theirs):.0f}-{mb / min(theirs):.0f})")
+    for who, cpu in (("RLM", ours_cpu), ("raw obstore", theirs_cpu)):
+        rep.add("(a)", f"{who}: CPU of this process, median",
+                statistics.median(c for c, _ in cpu), "s")
+        rep.add("(a)", f"{who}: CPU of the S3 server meanwhile, median",
+                statistics.median(s for _, s in cpu), "s")
     ratio_rows(rep, "(a) cold read: RLM on the object store / raw obstore", ours, theirs, 0.9)
 
 

@@ -276,11 +276,22 @@ def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float]:
             ceiling.wait()
     try:
         before = _cpu_seconds(pid)
-        _, rate = _consumers(bootstrap, expected * 9 // 10, 1)
+        reports, rate = _consumers(bootstrap, expected * 9 // 10, 1)
         used = _cpu_seconds(pid) - before
     finally:
         stop()
+    CONSUMER_CORES.append(_cores(reports))
     return rate, used
+
+
+#: cores busy in one consumer's process while it read (its CPU over its span), per run
+CONSUMER_CORES: list[float] = []
+
+
+def _cores(reports: list[dict]) -> float:
+    """Mean cores each consumer process kept busy while it read."""
+    return statistics.mean(r["cpu_seconds"] / max(1e-9, r["ended"] - r["started"])
+                           for r in reports)
 
 
 def _pct(values, q):
@@ -321,7 +332,7 @@ def main() -> int:
             cpu[side].append(seconds)
     proc = ServeProcess(config)
     try:
-        _, aggregate = _consumers(proc.bootstrap, expected * 9 // 10, 8)
+        many, aggregate = _consumers(proc.bootstrap, expected * 9 // 10, 8)
         lat_local = _fetch_latency(proc.port, [(p, local_start[p]) for p in range(PARTITIONS)]
                                    * 25)
         proc.stop()
@@ -344,6 +355,9 @@ def main() -> int:
     print(f"  ratio {one / statistics.median(ceiling_rates):.2f}x (target >= 0.8x)")
     print(f"eight consumers, aggregate   {aggregate:8.1f}   ratio {aggregate / one:.2f}x "
           "(target >= 1.5x)")
+    print(f"consumer CPU: one consumer alone keeps {statistics.median(CONSUMER_CORES):.2f} "
+          f"cores busy (median); each of the eight {sum(r['cpu_seconds'] for r in many) / 8:.2f}"
+          f" s of CPU, {os.cpu_count()} cores in all")
     for name, lat in (("local", lat_local), ("remote warm", lat_warm),
                       ("remote cold", lat_cold)):
         print(f"fetch latency {name:12s} p50 {_pct(lat, 0.5):7.2f} ms  "

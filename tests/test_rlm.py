@@ -498,6 +498,35 @@ def test_follower_tracks_the_highest_remote_offset_without_copying(tmp_path):
         env.close()
 
 
+def test_a_follower_applies_local_retention_to_tiered_segments_only(tmp_path):
+    """Kafka's followers delete local segments by local.retention.* once the leader has
+    tiered them (the highest remote offset from the RLMM), never one not yet tiered."""
+    env = Env(tmp_path)
+    try:
+        env.produce(10)
+        env.rlm.run_once()  # the leader tiers; no local retention yet (local.retention: total)
+        unified = env.log()
+        highest = unified.highest_offset_in_remote_storage
+        env.produce(10)  # not tiered: the leader is gone before it copies them
+        segments_before = len(unified.segments)
+        from engine.rlm import RemoteLogManager
+        env.rlm.close()
+        follower = RemoteLogManager(env.config, env.lm, env.rsm, env.rlmm, clock=env.clock)
+        env.rlm = follower
+        follower.on_leadership_change({}, followers={(TOPIC, 0): 0})
+        env.lm.update_topic_config(TOPIC, {**env.topic_config, "local.retention.bytes": "1"})
+        summary = follower.run_once()
+        assert summary.deleted_local_segments > 0 and not summary.errors
+        assert len(unified.segments) < segments_before
+        # everything tiered may go, nothing above the tier did
+        assert unified.local_log_start_offset == highest + 1
+        assert all(s.base_offset > highest for s in unified.segments)
+        _, remote = _remote(env)
+        assert remote[-1].end_offset == highest  # and the follower copied nothing
+    finally:
+        env.close()
+
+
 def test_from_config_builds_the_configured_plugins_and_closes_them(tmp_path):
     from engine.config import BrokerConfig
     from engine.log import LogManager

@@ -438,6 +438,7 @@ class RemoteLogManager:
     def _scheduled_follower(self, st: PartitionState) -> int:
         if self._ready(st):
             self._follow_once(st)
+            self._delete_local(st)
         return self.interval_ms
 
     # -- task bodies -----------------------------------------------------------------------
@@ -458,8 +459,9 @@ class RemoteLogManager:
         return expiration.expire_once(self, st, honour_backoff)
 
     def _follow_once(self, st: PartitionState) -> None:
-        """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current so
-        local retention never deletes what is not tiered."""
+        """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current, so
+        that local retention, which a follower applies as a leader does (local.retention.*,
+        tiered segments only), never deletes what is not tiered."""
         offset, _ = find_highest_remote_offset(self.rlmm, st.tip,
                                                st.log.leader_epoch_cache.entries,
                                                st.log.log_end_offset)
@@ -531,6 +533,10 @@ class RemoteLogManager:
                 continue
             if not st.is_leader:
                 self._follow_once(st)
+                summary.deleted_local_segments += self._delete_local(st)
+                if st.last_local_retention_error:
+                    summary.errors.append(f"{st.name}: local retention: "
+                                          f"{st.last_local_retention_error}")
                 continue
             if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
                 try:

@@ -350,6 +350,8 @@ cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t s
         return (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
                 or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
                 or gb_reserve(&c.key_data, 16 * records) or gb_reserve(&c.val_data, 16 * records)
+                # a header a record, as most topics with headers carry (more grow the buffers)
+                or gb_reserve(&c.hk_data, 16 * records) or gb_reserve(&c.hv_data, 16 * records)
                 or gb_reserve(&c.hdr_off, 4 * records))
     if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
             or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)

@@ -98,15 +98,39 @@ class BatchCrcVerdicts:
 
     def _batches_check_out(self, seg: SegmentObject) -> bool:
         """Every chunk cached, every batch framed with a valid CRC, the last one ending at
-        the segment's end."""
-        carry = b""
+        the segment's end. Chunks are scanned where they lie; only a batch that straddles
+        a chunk boundary is copied (joined from the chunks that hold it)."""
+        carry = b""  # the start of a batch that the previous chunk ended inside
         for i in range(seg.index.chunk_count):
             data = self._cache.get(seg.chunk_key(i), background=True)
             if data is None:
                 return False  # not all cached: a later read queues the check again
-            buf = b"".join((carry, data)) if carry else data
-            headers, valid = _records.scan(buf, True)
+            view = memoryview(data).cast("B")
+            if carry:
+                need = _rest_of_entry(carry, view)
+                if need <= 0:  # the carry holds an entry the scan would not frame
+                    return False
+                if need > len(view):  # the batch runs past this chunk too
+                    carry = b"".join((carry, view))
+                    continue
+                whole = b"".join((carry, view[:need]))
+                headers, valid = _records.scan(whole, True)
+                if valid != len(whole) or not headers["crc_valid"].all():
+                    return False
+                view = view[need:]
+            headers, valid = _records.scan(view, True)
             if not headers["crc_valid"].all():
                 return False
-            carry = bytes(memoryview(buf)[valid:])
+            carry = bytes(view[valid:])
         return not carry
+
+
+def _rest_of_entry(carry: bytes, view: memoryview) -> int:
+    """How many bytes of `view` complete the log entry that `carry` starts (its size field
+    is bytes 8-12; a size that frames no entry asks for 12 bytes, and the scan of those
+    then fails)."""
+    head = carry[:12] if len(carry) >= 12 else b"".join((carry, view[:12 - len(carry)]))
+    if len(head) < 12:
+        return len(view) + 1  # not even the size field yet
+    size = int.from_bytes(head[8:12], "big", signed=True)
+    return max(12 + size, 12) - len(carry) if size > 0 else max(12 - len(carry), 1)

@@ -1,5 +1,5 @@
 # C declarations of the batch kernels (_native/include/batch.h).
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 
 cdef extern from "batch.h" nogil:

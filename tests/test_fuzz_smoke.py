@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import atheris  # noqa: F401  (test extras: a missing fuzzer fails the suite)
 import crc32c  # noqa: F401
 import pytest
-from subprocess_support import with_fresh_peak_rss
+from subprocess_support import run_with_fresh_peak_rss
 
 FUZZ_SECONDS = int(os.environ.get("ENGINE_FUZZ_SMOKE_SECONDS", "45"))
 SCRIPT = Path(__file__).resolve().parent / "fuzz" / "fuzz_records.py"
@@ -32,9 +31,7 @@ def test_fuzz_records_runs_clean(tmp_path):
     cmd = [sys.executable, str(SCRIPT), f"-max_total_time={FUZZ_SECONDS}",
            "-rss_limit_mb=512", "-timeout=10", "-print_final_stats=1",
            f"-artifact_prefix={artifacts}/", str(corpus)]
-    proc = subprocess.run(with_fresh_peak_rss(cmd), capture_output=True, text=True,
-                          timeout=FUZZ_SECONDS + 120,
-                          cwd=tmp_path, check=False)
+    proc = run_with_fresh_peak_rss(cmd, timeout=FUZZ_SECONDS + 120, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     found = sorted(p.name for p in artifacts.iterdir())
     detail = "\n".join(line for line in out.splitlines()

@@ -531,45 +531,50 @@ class RemoteLogManager:
             if not self.rlmm.is_ready(st.tip):
                 summary.errors.append(f"{st.name}: remote log metadata not ready")
                 continue
-            if not st.is_leader:
-                self._follow_once(st)
-                summary.deleted_local_segments += self._delete_local(st)
-                if st.last_local_retention_error:
-                    summary.errors.append(f"{st.name}: local retention: "
-                                          f"{st.last_local_retention_error}")
-                continue
-            if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-                try:
-                    _, copied, nbytes = self.copier.copy_once(st, honour_backoff=True)
-                finally:
-                    st.copy_lock.release()
-                summary.copied_segments += copied
-                summary.copied_bytes += nbytes
-                if st.copy.last_copy_error and st.copy.copy_failures:
-                    summary.errors.append(f"{st.name}: copy: {st.copy.last_copy_error}")
+            if st.is_leader:
+                self._run_leader_once(st, summary)
             else:
-                summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
-            summary.deleted_local_segments += self._delete_local(st)
-            if st.last_local_retention_error:
-                summary.errors.append(f"{st.name}: local retention: "
-                                      f"{st.last_local_retention_error}")
-            if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-                try:
-                    deleted, errors = expiration.expire_once(self, st, honour_backoff=True)
-                finally:
-                    st.expiration_lock.release()
-                summary.deleted_remote_segments += deleted
-                summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
-                                   for e in errors]
-                if not errors and st.expiration_failures and st.last_expiration_error:
-                    # waiting out the retry backoff of a failed run
-                    summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
-            now = self.clock()
-            for failures, next_ms in ((st.copy.copy_failures, st.copy.next_copy_attempt_ms),
-                                      (st.expiration_failures, st.next_expiration_attempt_ms)):
-                if failures:
-                    summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
+                self._follow_once(st)
+                self._retain_locally(st, summary)
         return summary
+
+    def _run_leader_once(self, st: PartitionState, summary: RunSummary) -> None:
+        """run_once's tasks of a leader partition: copy, local retention, expiration."""
+        if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+            try:
+                _, copied, nbytes = self.copier.copy_once(st, honour_backoff=True)
+            finally:
+                st.copy_lock.release()
+            summary.copied_segments += copied
+            summary.copied_bytes += nbytes
+            if st.copy.last_copy_error and st.copy.copy_failures:
+                summary.errors.append(f"{st.name}: copy: {st.copy.last_copy_error}")
+        else:
+            summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
+        self._retain_locally(st, summary)
+        if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
+            try:
+                deleted, errors = expiration.expire_once(self, st, honour_backoff=True)
+            finally:
+                st.expiration_lock.release()
+            summary.deleted_remote_segments += deleted
+            summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
+                               for e in errors]
+            if not errors and st.expiration_failures and st.last_expiration_error:
+                # waiting out the retry backoff of a failed run
+                summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
+        now = self.clock()
+        for failures, next_ms in ((st.copy.copy_failures, st.copy.next_copy_attempt_ms),
+                                  (st.expiration_failures, st.next_expiration_attempt_ms)):
+            if failures:
+                summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
+
+    def _retain_locally(self, st: PartitionState, summary: RunSummary) -> None:
+        """run_once's local retention of a partition, a failure in the summary's errors."""
+        summary.deleted_local_segments += self._delete_local(st)
+        if st.last_local_retention_error:
+            summary.errors.append(f"{st.name}: local retention: "
+                                  f"{st.last_local_retention_error}")
 
     def is_idle(self) -> bool:
         """True when no partition has a segment left to copy, a copy in progress or a

@@ -59,25 +59,9 @@ KB_INLINE int kb_read_varint(const uint8_t **pp, const uint8_t *end, int32_t *ou
     const uint8_t *p = *pp;
     uint32_t raw = 0;
     int shift = 0;
-    /* Record fields are one or two bytes: with 5 bytes at hand, unrolled and without a
-     * bounds check per byte (a varint is 5 bytes at most) */
-    if (end - p >= 5) {
-        uint32_t b = p[0];
-        raw = b & 0x7F;
-        if (!(b & 0x80)) { p += 1; goto done; }
-        b = p[1];
-        raw |= (b & 0x7F) << 7;
-        if (!(b & 0x80)) { p += 2; goto done; }
-        b = p[2];
-        raw |= (b & 0x7F) << 14;
-        if (!(b & 0x80)) { p += 3; goto done; }
-        b = p[3];
-        raw |= (b & 0x7F) << 21;
-        if (!(b & 0x80)) { p += 4; goto done; }
-        b = p[4];
-        if (b & 0xF0) return KB_VARINT_OVERFLOW;
-        raw |= b << 28;
-        p += 5;
+    /* most record fields fit one byte (offset delta, key length, header count, ...) */
+    if (p < end && !(*p & 0x80)) {
+        raw = *p++;
         goto done;
     }
     for (;;) {
@@ -104,18 +88,9 @@ KB_INLINE int kb_read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *o
     const uint8_t *p = *pp;
     uint64_t raw = 0;
     int shift = 0;
-    /* timestamp deltas: mostly one to three bytes (see kb_read_varint) */
-    if (end - p >= 3) {
-        uint64_t b = p[0];
-        raw = b & 0x7F;
-        if (!(b & 0x80)) { p += 1; goto done; }
-        b = p[1];
-        raw |= (b & 0x7F) << 7;
-        if (!(b & 0x80)) { p += 2; goto done; }
-        b = p[2];
-        raw |= (b & 0x7F) << 14;
-        if (!(b & 0x80)) { p += 3; goto done; }
-        raw = 0; /* longer: the loop below */
+    if (p < end && !(*p & 0x80)) { /* as kb_read_varint */
+        raw = *p++;
+        goto done;
     }
     for (;;) {
         if (p >= end) return KB_VARINT_TRUNCATED;

@@ -346,16 +346,15 @@ cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t s
             if <size_t>rows[i].record_count <= section // 7:
                 records += <size_t>rows[i].record_count
                 raw += section
+    if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
+            or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)):
+        return -1
     if views:
-        return (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
-                or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
-                or gb_reserve(&c.key_data, 16 * records) or gb_reserve(&c.val_data, 16 * records)
+        return (gb_reserve(&c.key_data, 16 * records) or gb_reserve(&c.val_data, 16 * records)
                 # a header a record, as most topics with headers carry (more grow the buffers)
                 or gb_reserve(&c.hk_data, 16 * records) or gb_reserve(&c.hv_data, 16 * records)
                 or gb_reserve(&c.hdr_off, 4 * records))
-    if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
-            or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)
-            or (c.keys and gb_reserve(&c.key_off, 4 * records))
+    if ((c.keys and gb_reserve(&c.key_off, 4 * records))
             or (c.values and (gb_reserve(&c.val_off, 4 * records)
                               or gb_reserve(&c.val_data, raw)))
             or (c.headers and gb_reserve(&c.hdr_off, 4 * records))):

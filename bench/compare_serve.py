@@ -257,9 +257,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float]:
-    """(payload MiB/s of one consumer, the server's CPU seconds while it read) against
-    `serve` or the in-memory server."""
+def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float, float]:
+    """(payload MiB/s of one consumer, the server's CPU seconds while it read, the cores
+    the consumer's process kept busy) against `serve` or the in-memory server."""
     from serve_support import ServeProcess
 
     if side == "serve":
@@ -280,12 +280,7 @@ def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float]:
         used = _cpu_seconds(pid) - before
     finally:
         stop()
-    CONSUMER_CORES.append(_cores(reports))
-    return rate, used
-
-
-#: cores busy in one consumer's process while it read (its CPU over its span), per run
-CONSUMER_CORES: list[float] = []
+    return rate, used, _cores(reports)
 
 
 def _cores(reports: list[dict]) -> float:
@@ -325,9 +320,11 @@ def main() -> int:
     print(f"topic: {args.records} records in {PARTITIONS} partitions, local from "
           f"{local_start}", file=sys.stderr)
     serve_rates, ceiling_rates, cpu = [], [], {"serve": [], "ceiling": []}
+    cores = []  # per one-consumer run: cores its process kept busy
     for i in range(args.rounds):
         for side in (("serve", "ceiling") if i % 2 else ("ceiling", "serve")):
-            rate, seconds = _one_consumer(side, config, expected)
+            rate, seconds, busy = _one_consumer(side, config, expected)
+            cores.append(busy)
             (serve_rates if side == "serve" else ceiling_rates).append(rate)
             cpu[side].append(seconds)
     proc = ServeProcess(config)
@@ -355,7 +352,7 @@ def main() -> int:
     print(f"  ratio {one / statistics.median(ceiling_rates):.2f}x (target >= 0.8x)")
     print(f"eight consumers, aggregate   {aggregate:8.1f}   ratio {aggregate / one:.2f}x "
           "(target >= 1.5x)")
-    print(f"consumer CPU: one consumer alone keeps {statistics.median(CONSUMER_CORES):.2f} "
+    print(f"consumer CPU: one consumer alone keeps {statistics.median(cores):.2f} "
           f"cores busy (median); each of the eight {sum(r['cpu_seconds'] for r in many) / 8:.2f}"
           f" s of CPU, {os.cpu_count()} cores in all")
     for name, lat in (("local", lat_local), ("remote warm", lat_warm),

@@ -88,7 +88,7 @@ def _one_round(side: str, config: str, url: str, settings: dict, base: Path, exp
     (empty caches: every chunk from the S3 server), then a second consumer's on the same
     process (warm: from its chunk cache)."""
     if side == "ceiling":
-        return [cs._one_consumer("ceiling", config, expected)]
+        return [cs._one_consumer("ceiling", config, expected)[:2]]
     serve = _BucketServe(url, settings, base, state).proc
     out = []
     try:

@@ -74,6 +74,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
 )
 from engine.remote.metadata_manager import RemoteLogMetadataManager
+from engine.remote.segment_access import NextPositions
 from engine.remote.storage import RemoteStorageManager
 from engine.rlm import copier, expiration, fetch, follower, offsets
 from engine.rlm.lineage import find_highest_remote_offset
@@ -81,7 +82,7 @@ from engine.rlm.metrics import RLMMetrics
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
 from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
-from engine.rlm.reader import NextPositions, RemoteFetchResult
+from engine.rlm.reader import RemoteFetchResult
 from engine.rlm.state import PartitionState
 from engine.rlm.status import partition_status
 

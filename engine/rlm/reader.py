@@ -40,14 +40,13 @@ from engine.errors import CorruptRecordError, OffsetOutOfRangeError
 from engine.log.transaction_index import AbortedTxn
 from engine.remote.segment_access import (
     WALK_WINDOW,
-    NextPositions,
     RemoteSegmentReader,
     WouldBlock,
     check_batches,
     describe_segment,
 )
 
-__all__ = ["NextPositions", "RemoteFetchResult", "WouldBlock", "read_local", "read_remote",
+__all__ = ["RemoteFetchResult", "WouldBlock", "read_local", "read_remote",
            "remote_aborted_txns"]
 
 #: bytes past the walk window that the first header probe may need

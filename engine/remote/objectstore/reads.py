@@ -137,19 +137,23 @@ class SegmentObject:
         return ChunkKey(self.key, self.identity, i)
 
 
-def cut_chunks(index: ChunkRanges, parts: Sequence[tuple[int, object]], start: int,
-               end: int) -> bytes | memoryview:
-    """Original bytes [start, end) out of `parts`, the plain chunks (index, bytes) that
-    cover them in order: a view of the one chunk, or one join of several (one copy, no
-    zero-fill first)."""
-    if len(parts) == 1:
-        lo = index.original_range(parts[0][0])[0]
-        return memoryview(parts[0][1])[start - lo:end - lo]
+def chunk_pieces(index: ChunkRanges, parts: Sequence[tuple[int, object]], start: int,
+                 end: int) -> list[memoryview]:
+    """Views of original bytes [start, end) in `parts`, the plain chunks (index, bytes)
+    that cover them in order: one view a chunk."""
     pieces = []
     for i, data in parts:
         lo, hi = index.original_range(i)
         pieces.append(memoryview(data)[max(start, lo) - lo:min(end, hi) - lo])
-    return b"".join(pieces)
+    return pieces
+
+
+def cut_chunks(index: ChunkRanges, parts: Sequence[tuple[int, object]], start: int,
+               end: int) -> bytes | memoryview:
+    """Original bytes [start, end) out of `parts` (as chunk_pieces): a view of the one
+    chunk, or one join of several (one copy, no zero-fill first)."""
+    pieces = chunk_pieces(index, parts, start, end)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 class RangeReader:
@@ -223,9 +227,7 @@ class RangeReader:
         parts, end = self._parts(seg, start, start + len(view), timeout_s, next_segments,
                                  sequential)
         at = 0
-        for i, data in parts:
-            lo, hi = seg.index.original_range(i)
-            piece = memoryview(data)[max(start, lo) - lo:min(end, hi) - lo]
+        for piece in chunk_pieces(seg.index, parts, start, end):
             view[at:at + len(piece)] = piece
             at += len(piece)
         return at

@@ -108,7 +108,7 @@ class BatchCrcVerdicts:
             view = memoryview(data).cast("B")
             if carry:
                 need = _rest_of_entry(carry, view)
-                if need <= 0:  # the carry holds an entry the scan would not frame
+                if need is None:  # a size field that frames no entry
                     return False
                 if need > len(view):  # the batch runs past this chunk too
                     carry = b"".join((carry, view))
@@ -125,12 +125,11 @@ class BatchCrcVerdicts:
         return not carry
 
 
-def _rest_of_entry(carry: bytes, view: memoryview) -> int:
+def _rest_of_entry(carry: bytes, view: memoryview) -> int | None:
     """How many bytes of `view` complete the log entry that `carry` starts (its size field
-    is bytes 8-12; a size that frames no entry asks for 12 bytes, and the scan of those
-    then fails)."""
+    is bytes 8-12); None when that size frames no entry longer than `carry`."""
     head = carry[:12] if len(carry) >= 12 else b"".join((carry, view[:12 - len(carry)]))
     if len(head) < 12:
-        return len(view) + 1  # not even the size field yet
-    size = int.from_bytes(head[8:12], "big", signed=True)
-    return max(12 + size, 12) - len(carry) if size > 0 else max(12 - len(carry), 1)
+        return len(view) + 1  # not even the size field yet: take the whole chunk
+    need = 12 + int.from_bytes(head[8:12], "big", signed=True) - len(carry)
+    return need if need > 0 else None

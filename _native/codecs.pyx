@@ -17,7 +17,7 @@ way Kafka's producers write it (engine._native.codecs).
 #          except that magic-0 writers hashed from the frame magic, so magic 0 skips the check.
 #   zstd   standard frames (zstd-jni streams without content size; concatenated frames allowed).
 
-from cpython.buffer cimport PyBUF_WRITE, PyBuffer_FillInfo
+from cpython.buffer cimport PyBUF_READ, PyBUF_WRITE, PyBuffer_FillInfo
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from libc.stdint cimport int64_t, uint8_t, uint32_t
@@ -232,13 +232,16 @@ cdef list _snappy_blocks(const uint8_t *p, Py_ssize_t n, Py_ssize_t limit, int64
     return blocks
 
 
-cdef Py_ssize_t _unsnappy_into(const uint8_t[::1] mv, list blocks, object out,
-                               Py_ssize_t total, int64_t position, int64_t offset) except -1:
-    """Decompresses the blocks into `out` (a writable buffer of `total` bytes)."""
+cdef Py_ssize_t _unsnappy_into(const uint8_t *p, list blocks, uint8_t *out, Py_ssize_t total,
+                               int64_t position, int64_t offset) except -1:
+    """Decompresses the blocks of the payload at `p` into `out` (room for `total` bytes),
+    handing the codec plain memoryviews over the pointers, as the lz4 and zstd paths take
+    pointers."""
     cdef Py_ssize_t pos, chunk, out_at = 0
-    view = memoryview(out)
     for pos, chunk in blocks:
-        out_at += _snappy.decompress_raw_into(mv[pos:pos + chunk], view[out_at:])
+        out_at += _snappy.decompress_raw_into(
+            PyMemoryView_FromMemory(<char *>p + pos, chunk, PyBUF_READ),
+            PyMemoryView_FromMemory(<char *>out + out_at, total - out_at, PyBUF_WRITE))
     if out_at != total:
         _codec_error("Snappy blocks produced fewer bytes than they declared", position, offset)
     return total
@@ -247,9 +250,10 @@ cdef Py_ssize_t _unsnappy_into(const uint8_t[::1] mv, list blocks, object out,
 cdef object _unsnappy(object data, Py_ssize_t limit, int64_t position, int64_t offset):
     cdef const uint8_t[::1] mv = memoryview(data).cast("B")
     cdef Py_ssize_t n = mv.shape[0], total = 0
-    cdef list blocks = _snappy_blocks(&mv[0] if n else NULL, n, limit, position, offset, &total)
+    cdef const uint8_t *p = &mv[0] if n else NULL
+    cdef list blocks = _snappy_blocks(p, n, limit, position, offset, &total)
     out = bytearray(total)
-    _unsnappy_into(mv, blocks, out, total, position, offset)
+    _unsnappy_into(p, blocks, <uint8_t *><char *>out, total, position, offset)
     return out
 
 
@@ -711,9 +715,7 @@ cdef object decompress_section(int codec, object raw, const uint8_t *p, Py_ssize
             blocks = _snappy_blocks(p, n, limit, position, offset, &total)
             s.reserve(total if total else 1)
             try:
-                _unsnappy_into(raw, blocks,
-                               PyMemoryView_FromMemory(<char *>s.data, total, PyBUF_WRITE),
-                               total, position, offset)
+                _unsnappy_into(p, blocks, s.data, total, position, offset)
             except KafkaEngineError:
                 raise
             except Exception as exc:  # cramjam's own error types: name the batch instead

@@ -493,9 +493,51 @@ def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
 # Arrow's BinaryView layout, 16 bytes a value: int32 length, then for up to 12 bytes the value
 # itself (zero-padded), else a 4-byte prefix, int32 buffer index and int32 offset into that
 # buffer. Keys, values, header keys and header values of uncompressed batches point into the
-# source buffer (buffer 0), those of a compressed batch into that batch's own decompressed
-# section (one buffer each, kept alive by the arrays), so nothing is copied but values of 12
-# bytes or less and legacy (magic 0/1) records, which are copied into one buffer of their own.
+# source buffer (buffer 0), those of a compressed batch into its decompressed section (the
+# sections lie in a few big blocks, one buffer each, kept alive by the arrays), so nothing is
+# copied but values of 12 bytes or less and legacy (magic 0/1) records, which are copied into
+# one buffer of their own.
+
+cdef size_t _ARENA_FIRST_BLOCK = 256 * 1024
+cdef size_t _ARENA_MAX_BLOCK = 32 * 1024 * 1024
+
+
+cdef class _SectionArena(Scratch):
+    """Where the view decode puts decompressed sections: one after another in a few big
+    blocks (big buffers: huge pages, recycled mappings) that the arrays keep. A fresh buffer
+    a batch had the kernel fault in and zero every page of it, which cost more than the zstd
+    decompression written there (14,500 page faults a 48 MiB decode)."""
+    cdef object block  # numpy uint8 array that owns the current block
+    cdef uint8_t *base
+    cdef size_t used, block_cap, next_cap
+
+    def __dealloc__(self):
+        self.data = NULL  # inside `block`, which frees it
+
+    cdef int reserve(self, size_t n, size_t keep=0) except -1:
+        cdef GrowBuf g
+        if self.base != NULL and n <= self.block_cap - self.used:
+            self.data = self.base + self.used
+            self.cap = self.block_cap - self.used
+            return 0
+        self.next_cap = min(max(2 * self.next_cap, _ARENA_FIRST_BLOCK), _ARENA_MAX_BLOCK)
+        memset(&g, 0, sizeof(GrowBuf))
+        if gb_reserve(&g, max(n, self.next_cap)) != 0:
+            raise MemoryError()
+        if keep:
+            memcpy(g.data, self.data, keep)  # a section outgrew the block: move it along
+        self.base = self.data = g.data
+        self.block_cap = self.cap = g.cap
+        self.used = 0
+        self.block = _take_array(&g, np.uint8, <Py_ssize_t>self.block_cap)
+        return 0
+
+    cdef int64_t commit(self, size_t length):
+        """Keeps the section just written; returns where it starts in `block`."""
+        cdef int64_t at = <int64_t>self.used
+        self.used += length
+        return at
+
 
 cdef inline void _put_view(GrowBuf *g, const uint8_t *src, int32_t length, int32_t buffer,
                            int64_t offset) noexcept nogil:
@@ -627,7 +669,10 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
     cdef eng_batch_header *h
     cdef Record rec
     cdef list buffers = [v.obj]
-    cdef bytearray arena = bytearray()
+    cdef bytearray legacy_arena = bytearray()
+    cdef _SectionArena arena = _SectionArena()
+    cdef object arena_block = None
+    cdef int32_t arena_buffer = -1
     if _columns_init(&c) != 0 or _reserve_range(&c, rows, start, stop, True) != 0:
         _columns_free(&c)
         raise MemoryError()
@@ -648,7 +693,7 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
             if h.magic < 2:
                 if legacy_buffer < 0:
                     legacy_buffer = len(buffers)
-                    buffers.append(arena)
+                    buffers.append(legacy_arena)
                 for item in _legacy_records(b):
                     rec = <Record>item
                     if rec.offset < min_offset or (max_offset >= 0 and rec.offset >= max_offset):
@@ -663,18 +708,24 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
                     c.ts_type.data[c.ts_type.len] = <uint8_t>rec._timestamp_type
                     c.ts_type.len += 1
                     _put_i32(&c.batch_index, <int32_t>i)
-                    _view_py_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key, arena,
-                                   legacy_buffer)
+                    _view_py_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key,
+                                   legacy_arena, legacy_buffer)
                     _view_py_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, rec.value,
-                                   arena, legacy_buffer)
+                                   legacy_arena, legacy_buffer)
                     _put_i32(&c.hdr_off, <int32_t>c.nh)
                     c.n += 1
                 continue
-            # a compressed section gets a buffer of its own, which the arrays keep
-            owner = _v2_section(b, &sec, &sec_len, Scratch() if h.compression else None)
+            owner = _v2_section(b, &sec, &sec_len, arena if h.compression else None)
             if owner is v:
                 buffer, base = 0, sec - v.ptr
-            else:
+            elif owner is arena:
+                base = arena.commit(sec_len)
+                if arena.block is not arena_block:
+                    arena_block = arena.block
+                    arena_buffer = len(buffers)
+                    buffers.append(arena_block)
+                buffer = arena_buffer
+            else:  # decompressed by a codec binding into an object of its own
                 buffer, base = len(buffers), 0
                 buffers.append(owner)
             if base + <int64_t>sec_len > <int64_t>_INT32_LIMIT:

@@ -55,6 +55,23 @@ def test_views_equal_copies_for_every_codec(codec):
             [r for r in copied if r["offset"] >= lo and (hi < 0 or r["offset"] < hi)]
 
 
+@pytest.mark.parametrize("codec", [CompressionType.SNAPPY, CompressionType.LZ4,
+                                   CompressionType.ZSTD])
+def test_sections_share_a_few_blocks_and_a_large_one_moves_to_a_block_of_its_own(codec):
+    """Decompressed sections lie one after another in blocks that grow from 256 KiB: many
+    small batches share blocks, and a batch larger than the block in use (1.5 MiB here) goes
+    to a new one whole, with the batches after it still correct."""
+    small = list(sample_batches(400, codec, batch_size=20, seed=11))
+    large = list(sample_batches(150, codec, batch_size=150, base_offset=400, seed=12,
+                                min_value=9000, max_value=11000))
+    tail = list(sample_batches(60, codec, batch_size=20, base_offset=550, seed=13))
+    buf = b"".join(small + large + tail)
+    copied, views = _both(buf)
+    assert copied and views == copied
+    cols = MemoryRecords(buf).decode_columns(views=True)
+    assert 2 <= len(cols["buffers"]) <= 6  # the source, then a few blocks for 24 sections
+
+
 def test_control_batches_are_left_out_or_kept_as_asked():
     buf = (b"".join(sample_batches(10, batch_size=5, seed=3))
            + build_end_txn_marker(True, base_offset=10, producer_id=4, producer_epoch=0))

@@ -166,10 +166,12 @@ def engine_record_rows(buf: bytes) -> list[tuple]:
 
 
 def engine_column_rows(buf: bytes) -> list[tuple]:
+    """The copied columns' rows, after checking the view columns give the same rows."""
     cols = MemoryRecords(buf).decode_columns()
     rows = [(d["offset"], d["timestamp"], d["timestamp_type"], d["key"], d["value"],
              _hdrs(d["headers"])) for d in cols.to_pylist()]
     assert len(cols) == len(rows)
+    assert MemoryRecords(buf).decode_columns(views=True).to_pylist() == cols.to_pylist()
     return rows
 
 

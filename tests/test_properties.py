@@ -93,6 +93,8 @@ def columns(buf, **kw):
                    for j in range(c["header_offsets"][i], c["header_offsets"][i + 1]))
         out.append((int(cols.offset[i]), int(cols.timestamp[i]), binary("key", i),
                     binary("value", i), hs))
+    # the view columns of the same decode hold the same rows
+    assert MemoryRecords(buf).decode_columns(views=True, **kw).to_pylist() == cols.to_pylist()
     return out, [int(b) for b in cols.batch_index]
 
 
@@ -313,7 +315,9 @@ def _decode_everything(buf):
                  lambda: list(MemoryRecords(buf, max_decompressed_bytes=1 << 20)
                               .records(verify_crc=False)),
                  lambda: MemoryRecords(buf, max_decompressed_bytes=1 << 20)
-                 .decode_columns(verify_crc=False)):
+                 .decode_columns(verify_crc=False),
+                 lambda: MemoryRecords(buf, max_decompressed_bytes=1 << 20)
+                 .decode_columns(verify_crc=False, views=True)):
         try:
             call()
         except KafkaEngineError as exc:

@@ -8,14 +8,14 @@ build/ is ignored by git):
 
 Each input is handed to every decoding entry point: `scan_batches` (with CRCs), `MemoryRecords`
 `.validate()`, `.batches()` then each batch's `.records()` and header properties,
-`.decode_columns()` (per batch, so it can be compared with the records path), and the codec
-entry point `decompress()` on the raw bytes. The only exceptions expected are KafkaEngineError
-and its subclasses, and each must name a position inside the input (and, for an error about a
-batch, that batch's position range and base offset); the records path and the columns path
-must agree on every batch. Anything else is a finding: another exception type (reported by
-atheris as an uncaught exception), a crash (signal), a hang (-timeout) or memory growth past
--rss_limit_mb. Decompression is bounded at 1 MiB per batch here, so a bomb that is not stopped
-at the limit shows up as RSS growth.
+`.decode_columns()` (per batch, so it can be compared with the records path; copied and as
+views), and the codec entry point `decompress()` on the raw bytes. The only exceptions
+expected are KafkaEngineError and its subclasses, and each must name a position inside the
+input (and, for an error about a batch, that batch's position range and base offset); the
+records path and the columns path must agree on every batch. Anything else is a finding:
+another exception type (reported by atheris as an uncaught exception), a crash (signal), a
+hang (-timeout) or memory growth past -rss_limit_mb. Decompression is bounded at 1 MiB per
+batch here, so a bomb that is not stopped at the limit shows up as RSS growth.
 
 Structure-aware mutations (the custom mutator): libFuzzer's byte mutations, then, in most
 rounds, the framing is repaired (the last entry's size fitted to the bytes left, every CRC-32C /
@@ -56,6 +56,7 @@ import struct
 import sys
 
 import atheris
+import pyarrow as pa
 
 _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ROOT = os.path.dirname(_TESTS)
@@ -275,6 +276,19 @@ def _columns_tuples(cols):
     return out
 
 
+_RAW_HEADERS = pa.list_(pa.struct([("key", pa.binary_view()), ("value", pa.binary_view())]))
+
+
+def _view_columns_tuples(cols):
+    """_columns_tuples of view columns (header keys read as bytes: fuzzed ones need not be
+    UTF-8, which a string view array will not convert)."""
+    headers = cols.header_lists().view(_RAW_HEADERS).to_pylist()
+    return [(int(o), int(t), k, v,
+             tuple((h["key"].decode("utf-8", "surrogateescape"), h["value"]) for h in hs))
+            for o, t, k, v, hs in zip(cols.offset, cols.timestamp, cols.keys().to_pylist(),
+                                      cols.values().to_pylist(), headers)]
+
+
 def one_input(data: bytes) -> None:
     n = len(data)
     if n:
@@ -325,20 +339,27 @@ def one_input(data: bytes) -> None:
             recs = [_record_tuple(r) for r in batch.records()]
         except KafkaEngineError as exc:
             _located(exc, pos, pos + size, base, "records")
-            try:
-                mr.decode_columns(i, i + 1, verify_crc=False)
-            except KafkaEngineError as col:
-                if (type(col), col.position, col.offset) != (type(exc), exc.position, exc.offset):
-                    raise Finding(f"records raised {exc!r}, columns {col!r}") from col
-            else:
-                raise Finding(f"records raised {exc!r}, columns decoded") from exc
+            for views in (False, True):
+                try:
+                    mr.decode_columns(i, i + 1, verify_crc=False, views=views)
+                except KafkaEngineError as col:
+                    if ((type(col), col.position, col.offset)
+                            != (type(exc), exc.position, exc.offset)):
+                        raise Finding(f"records raised {exc!r}, columns {col!r} "
+                                      f"(views={views})") from col
+                else:
+                    raise Finding(f"records raised {exc!r}, columns decoded "
+                                  f"(views={views})") from exc
             continue
         try:
             cols = mr.decode_columns(i, i + 1, verify_crc=False)
+            view_cols = mr.decode_columns(i, i + 1, verify_crc=False, views=True)
         except KafkaEngineError as col:
             raise Finding(f"records decoded, columns raised {col!r}") from col
         if _columns_tuples(cols) != recs:
             raise Finding(f"records and columns disagree on batch {i}")
+        if _view_columns_tuples(view_cols) != recs:
+            raise Finding(f"view columns and copied columns disagree on batch {i}")
         if batch.magic == 2 and len(recs) != batch.record_count:
             raise Finding("v2 batch decoded a number of records other than its count")
         try:

@@ -1,7 +1,8 @@
 """`serve` under hostile or careless clients: 1,000 idle connections held with bounded
 memory, `max.connections` refusing the excess, idle connections closed after
-`connections.max.idle.ms`, a client that stops reading never delaying another, and clients
-that disconnect mid-response costing nothing (the process's sockets are released)."""
+`connections.max.idle.ms`, a request larger than `socket.request.max.bytes` refused on its
+size prefix, a client that stops reading never delaying another, and clients that disconnect
+mid-response costing nothing (the process's sockets are released)."""
 
 from __future__ import annotations
 
@@ -183,6 +184,35 @@ def test_max_connections_and_idle_timeout(tmp_path):
         assert time.monotonic() - started < 10
         for s in held:
             s.close()
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.output(), proc.output()
+
+
+def test_a_request_over_socket_request_max_bytes_is_refused_on_its_size_prefix(tmp_path):
+    """The connection closes as soon as the 4-byte size arrives: a server that allocated
+    or waited for the body would keep the connection open (no body is ever sent)."""
+    config = build_small_broker(tmp_path, "socket.request.max.bytes=1024\n", records=100)
+    proc = ServeProcess(config)
+    try:
+        for size in (1025, 0x7FFFFFFF, -1):
+            sock = _connect(proc.port)
+            try:
+                sock.sendall(struct.pack(">i", size))
+                started = time.monotonic()
+                assert _closed_by_server(sock), size
+                assert time.monotonic() - started < 10
+            finally:
+                sock.close()
+        # a request within the limit is answered, on a connection after the refused ones
+        sock = _connect(proc.port)
+        try:
+            frame = codec.encode_request(18, 3, 1, "t", {})
+            assert len(frame) - 4 <= 1024
+            assert _api_versions(sock)["error_code"] == 0
+        finally:
+            sock.close()
+        assert process_rss_kib(proc.proc.pid) < 1024 * 1024  # nothing near 2 GiB was taken
     finally:
         proc.stop()
     assert "Traceback" not in proc.output(), proc.output()

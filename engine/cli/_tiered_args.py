@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from engine.cli._bucket_args import add_bucket_arguments
+
 __all__ = ["INT32_MAX", "INT64_MAX", "add_tiered_commands", "int_in"]
 
 
@@ -113,11 +115,8 @@ def _add_serve(sub) -> None:
     serve.add_argument("--config", default=None, metavar="FILE",
                        help="broker .properties file (listeners, advertised.listeners, ...); "
                             "with --bucket, its rsm.config.* keys give the store")
-    serve.add_argument("--bucket", default=None, metavar="URL",
-                       help="serve s3://bucket/prefix alone, read-only (no log dirs, no RLMM)")
-    serve.add_argument("--store", action="append", default=[], metavar="KEY=VALUE",
-                       help="with --bucket: a store setting, the plugin's name without "
-                            "rsm.config. (repeatable)")
+    add_bucket_arguments(serve, "serve s3://bucket/prefix alone, read-only (no log dirs, no "
+                                "RLMM)")
     serve.add_argument("--state-dir", default=None, metavar="DIR",
                        help="with --bucket: where committed group offsets and the chunk "
                             "cache are kept (created)")

@@ -19,6 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.cli._bucket_args import UsageError, add_bucket_arguments, key_values
+
 __all__ = ["add_parser", "main", "run"]
 
 
@@ -32,11 +34,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None,
                    help="the engine's properties file (log.dirs, rsm.config.dirs, ...); "
                         "with --bucket, its rsm.config.* keys give the store")
-    p.add_argument("--bucket", default=None, metavar="URL",
-                   help="read s3://bucket/prefix alone (no broker, no RLMM)")
-    p.add_argument("--store", action="append", default=[], metavar="KEY=VALUE",
-                   help="with --bucket: a store setting, the plugin's name without "
-                        "rsm.config. (repeatable)")
+    add_bucket_arguments(p, "read s3://bucket/prefix alone (no broker, no RLMM)")
     p.add_argument("--remote-log-metadata", action="append", default=[], metavar="DIR",
                    help="with --bucket: read only the segments this remote-log metadata lists "
                         "finished (a log dir with __remote_log_metadata-N partitions, one of "
@@ -63,61 +61,47 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="Spark master when not run by spark-submit (default: local[*])")
 
 
-class _UsageError(Exception):
-    """A bad argument or unreadable --config: one `error: ...` line, exit 2."""
-
-
-def _key_values(option: str, items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise _UsageError(f"{option} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _check_target(args) -> None:
     """--out for parquet; the catalog and table for iceberg, and never the other's."""
     iceberg = [name for name in ("catalog_uri", "warehouse", "table", "catalog_property")
                if getattr(args, f"iceberg_{name}")]
     if args.format == "parquet":
         if iceberg:
-            raise _UsageError(f"--iceberg-{iceberg[0].replace('_', '-')} needs --format iceberg")
+            raise UsageError(f"--iceberg-{iceberg[0].replace('_', '-')} needs --format iceberg")
         if args.out is None:
-            raise _UsageError("--format parquet needs --out DIR")
+            raise UsageError("--format parquet needs --out DIR")
         return
     if args.out is not None:
-        raise _UsageError("--out is for --format parquet: iceberg writes to --iceberg-table")
+        raise UsageError("--out is for --format parquet: iceberg writes to --iceberg-table")
     for name in ("catalog_uri", "table"):
         if not getattr(args, f"iceberg_{name}"):
-            raise _UsageError(f"--format iceberg needs --iceberg-{name.replace('_', '-')}")
+            raise UsageError(f"--format iceberg needs --iceberg-{name.replace('_', '-')}")
 
 
 def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
     """The --store settings and the --config properties, after the argument checks that
-    need no Spark and no tier (_UsageError naming the argument otherwise)."""
+    need no Spark and no tier (UsageError naming the argument otherwise)."""
     from engine.config import load_properties
 
     if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
-        raise _UsageError("--max-bytes-per-round must be at least 1")
-    store = _key_values("--store", args.store)
+        raise UsageError("--max-bytes-per-round must be at least 1")
+    store = key_values("--store", args.store)
     if args.config is None and args.bucket is None:
-        raise _UsageError("give --config FILE (the broker's tier) or --bucket URL")
+        raise UsageError("give --config FILE (the broker's tier) or --bucket URL")
     if store and args.bucket is None:
-        raise _UsageError("--store needs --bucket")
+        raise UsageError("--store needs --bucket")
     _check_target(args)
     if args.remote_log_metadata:
         if args.bucket is None:
-            raise _UsageError("--remote-log-metadata needs --bucket")
+            raise UsageError("--remote-log-metadata needs --bucket")
         # a reading option of the bucket: it goes with the store settings to every scan
         store["remoteLogMetadataPath"] = ",".join(args.remote_log_metadata)
     try:
         props = load_properties(args.config) if args.config is not None else {}
     except FileNotFoundError:
-        raise _UsageError(f"--config {args.config}: file not found") from None
+        raise UsageError(f"--config {args.config}: file not found") from None
     except (OSError, ValueError) as exc:
-        raise _UsageError(f"--config {args.config}: {exc}") from None
+        raise UsageError(f"--config {args.config}: {exc}") from None
     return store, props
 
 
@@ -134,7 +118,7 @@ def run(args) -> int:
 
     try:
         store, props = _store_and_properties(args)
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # bad configuration or topic fails here, before a Spark session is started
@@ -186,7 +170,7 @@ def _run_iceberg(args, props: dict[str, str], store: dict[str, str]) -> int:
     try:
         target = IcebergTarget(args.iceberg_catalog_uri, args.iceberg_warehouse,
                                args.iceberg_table,
-                               _key_values("--iceberg-catalog-property",
+                               key_values("--iceberg-catalog-property",
                                            args.iceberg_catalog_property))
         state = export_to_iceberg(props, args.config, args.topic, target,
                                   max_bytes_per_round=args.max_bytes_per_round
@@ -194,7 +178,7 @@ def _run_iceberg(args, props: dict[str, str], store: dict[str, str]) -> int:
                                   include_headers=args.include_headers,
                                   log=lambda line: print(line, flush=True), bucket=args.bucket,
                                   store=store)
-    except (_UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KafkaEngineError as exc:

@@ -28,17 +28,15 @@ import argparse
 import json
 import sys
 
+from engine.cli._bucket_args import STORE_HELP, UsageError, add_bucket_arguments, key_values
+
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("scrub", help="check every remote segment of the broker's tier "
                                      "(through its RLMM) or of a bucket (objects alone)")
-    p.add_argument("--bucket", default=None, metavar="URL",
-                   help="s3://bucket/prefix (also gs://, az://)")
-    p.add_argument("--store", action="append", default=[], metavar="KEY=VALUE",
-                   help="a store setting, the plugin's name without rsm.config. "
-                        "(repeatable)")
+    add_bucket_arguments(p, "s3://bucket/prefix (also gs://, az://)", STORE_HELP)
     p.add_argument("--config", default=None, metavar="FILE",
                    help="a broker properties file: alone, its tier and RLMM; with --bucket, "
                         "its rsm.config.* keys give the store")
@@ -84,7 +82,7 @@ def run(args) -> int:
                      "without --bucket")
     try:
         report = _scrub_tier(args) if args.bucket is None else _scrub_bucket(args)
-    except (ConfigError, KafkaEngineError) as exc:
+    except (ConfigError, KafkaEngineError, UsageError) as exc:
         return _fail(str(exc))
     if isinstance(report, int):
         return report
@@ -104,12 +102,7 @@ def _scrub_bucket(args):
     from engine.remote.bucket import Bucket
     from engine.remote.scrub import scrub_bucket
 
-    settings = {}
-    for item in args.store:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            return _fail(f"--store {item!r}: expected KEY=VALUE")
-        settings[key.strip()] = value.strip()
+    settings = key_values("--store", args.store)
     props = None
     if args.config is not None:
         try:

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 from engine.cli._broker import _DirLocks, cli_errors, open_broker
+from engine.cli._bucket_args import key_values
 from engine.config import BrokerConfig, ConfigError, load_broker_config, load_properties
 from engine.protocol.acl import Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
@@ -193,20 +194,10 @@ def _listen(broker, config_path) -> _Listen:
                    {"authorizer": Authorizer.from_config(broker), "credentials": credentials})
 
 
-def _store_settings(items) -> dict[str, str]:
-    store = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError("--store", item, "expected KEY=VALUE")
-        store[key.strip()] = value.strip()
-    return store
-
-
 def _run_bucket(args) -> int:
     """`serve --bucket`: a read-only replica of the bucket, its group offsets and chunk
     cache in `--state-dir` (locked as a log dir is)."""
-    store = _store_settings(args.store)
+    store = key_values("--store", args.store)
     if args.state_dir is None:
         raise ConfigError("--state-dir", None, "serve --bucket keeps committed group offsets "
                                                "and the chunk cache there")

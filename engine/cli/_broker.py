@@ -15,7 +15,7 @@ import fcntl
 import os
 import sys
 
-from engine.cli._bucket_args import UsageError
+from engine.cli._bucket_args import _UsageError
 from engine.config import (
     BrokerConfig,
     ConfigError,
@@ -245,7 +245,7 @@ def cli_errors(fn):
         try:
             return fn(args)
         except (ConfigError, InvalidTopicError, LogDirLockedError,
-                UnknownTopicOrPartitionError, UsageError) as exc:
+                UnknownTopicOrPartitionError, _UsageError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         except OffsetOutOfRangeError as exc:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["UsageError", "add_bucket_arguments", "key_values"]
+__all__ = ["_UsageError", "add_bucket_arguments", "key_values"]
 
 STORE_HELP = "a store setting, the plugin's name without rsm.config. (repeatable)"
 
 
-class UsageError(ValueError):
+class _UsageError(ValueError):
     """A bad argument: one `error: ...` line, exit status 2."""
 
 
@@ -27,6 +27,6 @@ def key_values(option: str, items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"{option} {item!r}: expected KEY=VALUE")
+            raise _UsageError(f"{option} {item!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
     return out

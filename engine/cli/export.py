@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.cli._bucket_args import UsageError, add_bucket_arguments, key_values
+from engine.cli._bucket_args import _UsageError, add_bucket_arguments, key_values
 
 __all__ = ["add_parser", "main", "run"]
 
@@ -67,41 +67,41 @@ def _check_target(args) -> None:
                if getattr(args, f"iceberg_{name}")]
     if args.format == "parquet":
         if iceberg:
-            raise UsageError(f"--iceberg-{iceberg[0].replace('_', '-')} needs --format iceberg")
+            raise _UsageError(f"--iceberg-{iceberg[0].replace('_', '-')} needs --format iceberg")
         if args.out is None:
-            raise UsageError("--format parquet needs --out DIR")
+            raise _UsageError("--format parquet needs --out DIR")
         return
     if args.out is not None:
-        raise UsageError("--out is for --format parquet: iceberg writes to --iceberg-table")
+        raise _UsageError("--out is for --format parquet: iceberg writes to --iceberg-table")
     for name in ("catalog_uri", "table"):
         if not getattr(args, f"iceberg_{name}"):
-            raise UsageError(f"--format iceberg needs --iceberg-{name.replace('_', '-')}")
+            raise _UsageError(f"--format iceberg needs --iceberg-{name.replace('_', '-')}")
 
 
 def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
     """The --store settings and the --config properties, after the argument checks that
-    need no Spark and no tier (UsageError naming the argument otherwise)."""
+    need no Spark and no tier (_UsageError naming the argument otherwise)."""
     from engine.config import load_properties
 
     if args.max_bytes_per_round is not None and args.max_bytes_per_round < 1:
-        raise UsageError("--max-bytes-per-round must be at least 1")
+        raise _UsageError("--max-bytes-per-round must be at least 1")
     store = key_values("--store", args.store)
     if args.config is None and args.bucket is None:
-        raise UsageError("give --config FILE (the broker's tier) or --bucket URL")
+        raise _UsageError("give --config FILE (the broker's tier) or --bucket URL")
     if store and args.bucket is None:
-        raise UsageError("--store needs --bucket")
+        raise _UsageError("--store needs --bucket")
     _check_target(args)
     if args.remote_log_metadata:
         if args.bucket is None:
-            raise UsageError("--remote-log-metadata needs --bucket")
+            raise _UsageError("--remote-log-metadata needs --bucket")
         # a reading option of the bucket: it goes with the store settings to every scan
         store["remoteLogMetadataPath"] = ",".join(args.remote_log_metadata)
     try:
         props = load_properties(args.config) if args.config is not None else {}
     except FileNotFoundError:
-        raise UsageError(f"--config {args.config}: file not found") from None
+        raise _UsageError(f"--config {args.config}: file not found") from None
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--config {args.config}: {exc}") from None
+        raise _UsageError(f"--config {args.config}: {exc}") from None
     return store, props
 
 
@@ -118,7 +118,7 @@ def run(args) -> int:
 
     try:
         store, props = _store_and_properties(args)
-    except UsageError as exc:
+    except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # bad configuration or topic fails here, before a Spark session is started
@@ -178,7 +178,7 @@ def _run_iceberg(args, props: dict[str, str], store: dict[str, str]) -> int:
                                   include_headers=args.include_headers,
                                   log=lambda line: print(line, flush=True), bucket=args.bucket,
                                   store=store)
-    except (UsageError, ConfigError) as exc:
+    except (_UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KafkaEngineError as exc:

@@ -28,7 +28,7 @@ import argparse
 import json
 import sys
 
-from engine.cli._bucket_args import STORE_HELP, UsageError, add_bucket_arguments, key_values
+from engine.cli._bucket_args import STORE_HELP, _UsageError, add_bucket_arguments, key_values
 
 __all__ = ["add_parser", "run"]
 
@@ -82,7 +82,7 @@ def run(args) -> int:
                      "without --bucket")
     try:
         report = _scrub_tier(args) if args.bucket is None else _scrub_bucket(args)
-    except (ConfigError, KafkaEngineError, UsageError) as exc:
+    except (ConfigError, KafkaEngineError, _UsageError) as exc:
         return _fail(str(exc))
     if isinstance(report, int):
         return report

@@ -1,9 +1,10 @@
 """`python -m engine serve` answering unmodified Kafka clients (librdkafka through
 confluent-kafka, kafka-python, aiokafka) over a topic produced by the engine in every codec,
 with headers and transactions, and tiered so its early offsets are only in the remote tier:
-every record each client consumes from earliest to end equals `engine fetch --json`'s view,
-in both isolation levels; timestamp lookups and seeks into tiered offsets work; the wire
-behaviours Kafka has for what it does not serve are kept (raw requests through the codec)."""
+every record each client consumes from earliest to end, with assign() and with subscribe()
+(a group of its own each), equals `engine fetch --json`'s view, in both isolation levels;
+timestamp lookups and seeks into tiered offsets work; the wire behaviours Kafka has for what
+it does not serve are kept (raw requests through the codec)."""
 
 from __future__ import annotations
 
@@ -48,19 +49,33 @@ def _check(got: dict, tiered, read_committed: bool) -> None:
 
 # ------------------------------------------------------------------------ real clients
 
+def _group(client, subscribe, read_committed):
+    """A group of its own for each subscribing test: none starts from another's commits."""
+    return f"{client}-{'subscribe' if subscribe else 'assign'}-{int(read_committed)}"
+
+
+BOTH_WAYS = pytest.mark.parametrize("subscribe", [False, True], ids=["assign", "subscribe"])
+
+
+@BOTH_WAYS
 @pytest.mark.parametrize("read_committed", [False, True])
-def test_confluent_kafka_consumes_everything_from_earliest(tiered, server, read_committed):
+def test_confluent_kafka_consumes_everything_from_earliest(tiered, server, read_committed,
+                                                           subscribe):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "conf-assign",
-                         "enable.auto.commit": False,
+    consumer = Consumer({"bootstrap.servers": server.bootstrap,
+                         "group.id": _group("conf", subscribe, read_committed),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": ("read_committed" if read_committed
                                              else "read_uncommitted"),
                          "max.partition.fetch.bytes": 65536})
     want = _want(tiered, read_committed)
     got: dict[int, list] = {}
     try:
-        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in want])
+        if subscribe:
+            consumer.subscribe([TOPIC])
+        else:
+            consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in want])
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline and any(
                 len(got.get(p, [])) < len(want[p]) for p in want):
@@ -75,20 +90,27 @@ def test_confluent_kafka_consumes_everything_from_earliest(tiered, server, read_
     _check(got, tiered, read_committed)
 
 
+@BOTH_WAYS
 @pytest.mark.parametrize("read_committed", [False, True])
-def test_kafka_python_consumes_everything_from_earliest(tiered, server, read_committed):
+def test_kafka_python_consumes_everything_from_earliest(tiered, server, read_committed,
+                                                        subscribe):
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False,
+                             group_id=_group("kp", subscribe, read_committed),
+                             auto_offset_reset="earliest",
                              isolation_level=("read_committed" if read_committed
                                               else "read_uncommitted"),
                              max_partition_fetch_bytes=65536)
     want = _want(tiered, read_committed)
     got: dict[int, list] = {}
     try:
-        tps = [TopicPartition(TOPIC, p) for p in want]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
+        if subscribe:
+            consumer.subscribe([TOPIC])
+        else:
+            tps = [TopicPartition(TOPIC, p) for p in want]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline and any(
                 len(got.get(p, [])) < len(want[p]) for p in want):
@@ -101,8 +123,9 @@ def test_kafka_python_consumes_everything_from_earliest(tiered, server, read_com
     _check(got, tiered, read_committed)
 
 
+@BOTH_WAYS
 @pytest.mark.parametrize("read_committed", [False, True])
-def test_aiokafka_consumes_everything_from_earliest(tiered, server, read_committed):
+def test_aiokafka_consumes_everything_from_earliest(tiered, server, read_committed, subscribe):
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
 
@@ -111,15 +134,20 @@ def test_aiokafka_consumes_everything_from_earliest(tiered, server, read_committ
     async def consume():
         consumer = AIOKafkaConsumer(bootstrap_servers=server.bootstrap,
                                     enable_auto_commit=False,
+                                    group_id=_group("aio", subscribe, read_committed),
+                                    auto_offset_reset="earliest",
                                     isolation_level=("read_committed" if read_committed
                                                      else "read_uncommitted"),
                                     max_partition_fetch_bytes=65536)
         await consumer.start()
         got: dict[int, list] = {}
         try:
-            tps = [TopicPartition(TOPIC, p) for p in want]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
+            if subscribe:
+                consumer.subscribe([TOPIC])
+            else:
+                tps = [TopicPartition(TOPIC, p) for p in want]
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
             deadline = time.monotonic() + DEADLINE_S
             while time.monotonic() < deadline and any(
                     len(got.get(p, [])) < len(want[p]) for p in want):

@@ -3,8 +3,8 @@ confluent-kafka, kafka-python, aiokafka) over a topic produced by the engine in 
 with headers and transactions, and tiered so its early offsets are only in the remote tier:
 every record each client consumes from earliest to end, with assign() and with subscribe()
 (a group of its own each), equals `engine fetch --json`'s view, in both isolation levels;
-timestamp lookups and seeks into tiered offsets work; the wire behaviours Kafka has for what
-it does not serve are kept (raw requests through the codec)."""
+timestamp lookups and seeks into tiered offsets work (all three clients); the wire
+behaviours Kafka has for what it does not serve are kept (raw requests through the codec)."""
 
 from __future__ import annotations
 
@@ -224,6 +224,34 @@ def test_kafka_python_offsets_for_times_gives_the_record_timestamp(tiered, serve
         assert list(end.values()) == [tiered.offsets[0]["latest"]]
     finally:
         consumer.close()
+
+
+def test_aiokafka_offsets_for_times_and_seek_into_the_tier(tiered, server):
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition
+
+    async def check():
+        consumer = AIOKafkaConsumer(bootstrap_servers=server.bootstrap,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            for p in range(len(CODECS)):
+                target, first = _timestamp_target(tiered, p)
+                tp = TopicPartition(TOPIC, p)
+                found = (await consumer.offsets_for_times({tp: target}))[tp]
+                assert (found.offset, found.timestamp) == (first.offset, first.timestamp)
+                consumer.assign([tp])
+                consumer.seek(tp, found.offset)
+                records = (await consumer.getmany(tp, timeout_ms=DEADLINE_S * 1000)).get(tp)
+                assert records and (records[0].offset, records[0].value) == (first.offset,
+                                                                              first.value)
+            tp0 = TopicPartition(TOPIC, 0)
+            assert (await consumer.beginning_offsets([tp0]))[tp0] == 0
+            assert (await consumer.end_offsets([tp0]))[tp0] == tiered.offsets[0]["latest"]
+        finally:
+            await consumer.stop()
+
+    asyncio.run(check())
 
 
 # -------------------------------------------------------------- raw requests (the codec)

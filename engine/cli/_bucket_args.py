@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["_UsageError", "add_bucket_arguments", "key_values"]
+__all__ = ["STORE_HELP", "add_bucket_arguments", "key_values"]
 
 STORE_HELP = "a store setting, the plugin's name without rsm.config. (repeatable)"
 

@@ -171,7 +171,7 @@ def _run_iceberg(args, props: dict[str, str], store: dict[str, str]) -> int:
         target = IcebergTarget(args.iceberg_catalog_uri, args.iceberg_warehouse,
                                args.iceberg_table,
                                key_values("--iceberg-catalog-property",
-                                           args.iceberg_catalog_property))
+                                          args.iceberg_catalog_property))
         state = export_to_iceberg(props, args.config, args.topic, target,
                                   max_bytes_per_round=args.max_bytes_per_round
                                   or DEFAULT_MAX_BYTES_PER_ROUND,

@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -175,10 +176,29 @@ def test_bad_usage_exits_2_with_one_line(hand, tmp_path):
     for args in ([], ["--bucket", "nope"], ["--bucket", hand.url, "--store", "junk"],
                  ["--config", str(tmp_path / "missing.properties")],
                  ["--bucket", hand.url, "--store", "storage.s3.nope=1"],
-                 ["--bucket", hand.url, "--threads", "0"]):
+                 ["--bucket", hand.url, "--threads", "0"],
+                 ["--bucket", hand.url, "--max-bytes-per-second", "0"],
+                 ["--bucket", hand.url, "--max-bytes-per-second", "1MB"]):
         rc, out, err = scrub(*args)
         assert rc == 2, (args, out, err)
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_command_line_rate_limit_paces_the_scrub(hand):
+    """`--max-bytes-per-second` reaches the scrub: at a rate of a sixth of what the bucket
+    scrub reads, the run cannot end before five seconds (the token bucket starts with one
+    second's worth). A lower bound only, so a slow machine cannot fail it."""
+    hand.segment(0, 40, [(0, 0)])
+    hand.segment(41, 90, [(0, 0), (1, 60)])
+    rc, report, _ = scrub_hand(hand)
+    assert rc == 0 and report["clean"]
+    total = report["bytes_read"]
+    rate = total // 6
+    started = time.monotonic()
+    rc, paced, err = scrub_hand(hand, "--max-bytes-per-second", str(rate), "--threads", "2")
+    elapsed = time.monotonic() - started
+    assert rc == 0 and paced["bytes_read"] == total, err
+    assert elapsed >= (total - rate) / rate, (elapsed, total, rate)
 
 
 def test_every_read_of_a_bucket_scrub_goes_through_the_rate_limit(hand, monkeypatch):

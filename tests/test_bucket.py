@@ -205,7 +205,7 @@ def test_a_listing_of_many_segments_keeps_segments_not_pages():
     from engine.log.checkpoint import Uuid
     from engine.remote.bucket import group_listing
 
-    n = 20_000
+    n = 100_000  # the size the issue names
     tracemalloc.start()
     try:
         listing = group_listing(synthetic_keys("pre/", Uuid.random(), 2, n // 2), "pre/")

@@ -9,8 +9,10 @@ rotate over three kinds (seeded):
 - `time`: `python -m engine run --until-idle` killed with SIGKILL after a random delay;
 - `upload`: tests/objectstore_crash_driver.py kills itself half way through streaming its
   K-th object (`.log`, `.indexes` or manifest) to the store;
-- `delete`: the driver kills itself at its K-th batched delete of a segment's objects (the
-  cleanup of an interrupted copy).
+- `delete`: the driver kills itself at its first batched delete of a segment's objects (the
+  cleanup of the copy the `upload` kill before it interrupted).
+
+The test fails unless every kind landed at least once.
 
 After every kill, read offline: no two FINISHED segments overlap, every FINISHED segment has
 its three objects and its `.log` reads back with every batch CRC valid and its offsets
@@ -155,9 +157,10 @@ def _launch(kind, path, rng, pending):
         time.sleep(rng.uniform(0.3, 1.5))
         proc.send_signal(signal.SIGKILL)
     else:
-        writes = 3 * pending if kind == "upload" else max(1, pending // 2)
-        proc = subprocess.Popen([sys.executable, DRIVER, path, kind,
-                                 str(rng.randint(1, max(1, writes)))], cwd=ROOT,
+        # a delete launch follows an upload kill, whose interrupted copy its cleanup deletes
+        # first: its first delete is the one sure to come
+        k = rng.randint(1, max(1, 3 * pending)) if kind == "upload" else 1
+        proc = subprocess.Popen([sys.executable, DRIVER, path, kind, str(k)], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=180)
     return proc.returncode, err.decode(errors="replace")
@@ -172,8 +175,9 @@ def test_kill_nine_during_uploads_and_deletes_then_restart(tmp_path, s3_server):
     _write_properties(path, dirs, rsm_configs)
     topic_id = Uuid.random()
     rng = random.Random(SEED)
-    kinds = ["upload", "time", "delete"]
+    kinds = ["upload", "delete", "time"]
     kills, launches = 0, 0
+    landed = dict.fromkeys(kinds, 0)
     ends = {}
     while kills < KILLS:
         assert launches < 4 * KILLS + 10, f"only {kills} kills in {launches} launches"
@@ -184,12 +188,15 @@ def test_kill_nine_during_uploads_and_deletes_then_restart(tmp_path, s3_server):
         code, err = _launch(kind, path, rng, pending)
         if code == -signal.SIGKILL:
             kills += 1
+            landed[kind] += 1
             print(f"kill {kills}: {kind}; {len(_check_offline(dirs, s3_server, rsm_configs))}"
                   " FINISHED so far")
         else:
             assert code == 0, f"run ({kind}) failed with {code}: {err}"
             _check_offline(dirs, s3_server, rsm_configs)
 
+    # each kind must have landed: a kill mid-delete is what proves the cleanup idempotent
+    assert all(n > 0 for n in landed.values()), landed
     proc = subprocess.run([sys.executable, "-m", "engine", "run", "--config", path,
                            "--until-idle"], check=False, cwd=ROOT, capture_output=True,
                           text=True,

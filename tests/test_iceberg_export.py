@@ -24,8 +24,6 @@ from engine.arrow.iceberg import (
     committed_state,
 )
 
-pytest.importorskip("pyiceberg")
-
 TOPIC = "exported"
 TABLE = "kafka.exported"
 

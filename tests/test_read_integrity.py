@@ -320,7 +320,6 @@ def test_fetch_to_end_fails_on_damage_below_the_high_watermark(tmp_path):
 
 
 def test_spark_tasks_refuse_a_damaged_base_offset(tmp_path):
-    pytest.importorskip("pyarrow")
     from engine.spark.planning import SegmentRange
     from engine.spark.scan import scan_range
     from engine.spark.schema import arrow_schema

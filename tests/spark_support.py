@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,49 @@ def arrow_rows(table) -> list[tuple]:
         rows = [r + (tuple((h["key"], h["value"]) for h in hs),)
                 for r, hs in zip(rows, cols["headers"])]
     return sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+class StreamSink:
+    """A streaming query's parquet sink, read back from what it committed (its
+    `_spark_metadata` log), never from files still being written."""
+
+    def __init__(self, root: Path):
+        self.path = root / "sink"
+        self.checkpoint = root / "checkpoint"
+
+    def start(self, df, trigger: dict):
+        return (df.writeStream.format("parquet").option("path", str(self.path))
+                .option("checkpointLocation", str(self.checkpoint)).trigger(**trigger).start())
+
+    def committed_files(self) -> list[str]:
+        files = set()
+        log = self.path / "_spark_metadata"
+        for entry in sorted(log.glob("*")) if log.exists() else []:
+            if entry.name.startswith(".") or entry.suffix == ".crc":
+                continue
+            for line in entry.read_text().splitlines()[1:]:
+                doc = json.loads(line)
+                if doc.get("action", "add") == "add":
+                    files.add(doc["path"].removeprefix("file://"))
+        return sorted(files)
+
+    def table(self, columns=None):
+        import pyarrow.dataset as pads
+
+        files = self.committed_files()
+        return None if not files else pads.dataset(files, format="parquet").to_table(
+            columns=columns)
+
+    def offsets(self) -> list[tuple[int, int]]:
+        t = self.table(["partition", "offset"])
+        if t is None:
+            return []
+        return list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()))
+
+    def wait_for(self, rows: int, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(self.offsets()) >= rows:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the stream wrote {len(self.offsets())} rows, expected {rows}")

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from bucket_support import HandBucket, expected_rows
-from spark_support import TieredCluster, arrow_rows, fetch_row, start_spark
+from spark_support import StreamSink, TieredCluster, arrow_rows, fetch_row, start_spark
 
 TOPIC = "events"
 
@@ -127,3 +127,47 @@ def test_spark_reads_only_what_the_remote_log_metadata_lists(spark, s3_server, t
         assert arrow_rows(df.toArrow()) == expected_rows([(4, 19)])
     finally:
         hand.close()
+
+
+def test_streaming_from_a_bucket_reads_segments_listed_while_it_runs(spark, s3_server,
+                                                                     tmp_path):
+    """Each micro-batch lists the bucket anew: segments uploaded while the query runs, and
+    while it is stopped, are read once each (restart from the checkpoint), equal to fetch."""
+    prefix = f"spark-stream-{uuid.uuid4().hex[:8]}/"
+    props = {"remote.log.storage.manager.class.name":
+             "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+             "rsm.config.key.prefix": prefix, "rsm.config.chunk.size": "16384",
+             "rsm.config.compression.enabled": "true"}
+    props.update({f"rsm.config.{k}": v for k, v in s3_server.config().items()})
+    cluster = TieredCluster(tmp_path / "cluster", props)
+    cluster.produce_and_tier("stream", 2, 400, seed=11)
+    url = f"s3://{s3_server.buckets[0]}/{prefix}"
+    settings = {k: v for k, v in s3_server.config().items() if k != "storage.s3.bucket.name"}
+    sink = StreamSink(tmp_path)
+
+    def start(trigger):
+        reader = spark.readStream.format("kafka-tiered").option("bucket", url)
+        for k, v in settings.items():
+            reader = reader.option(k, v)
+        return sink.start(reader.option("subscribe", "stream")
+                          .option("startingOffsets", "earliest")
+                          .option("includeHeaders", "true").load(), trigger)
+
+    query = start({"processingTime": "500 milliseconds"})
+    try:
+        sink.wait_for(800)
+        cluster.produce_and_tier("stream", 2, 300, seed=12)  # uploaded while it runs
+        sink.wait_for(1400)
+    finally:
+        query.stop()
+    cluster.produce_and_tier("stream", 2, 200, seed=13)  # uploaded while it is stopped
+    query = start({"availableNow": True})
+    query.awaitTermination(120)
+    query.stop()
+
+    got = sink.offsets()
+    assert len(got) == len(set(got)) == 1800
+    want = sorted((fetch_row("stream", p, r) for p in (0, 1)
+                   for r in cluster.fetch("stream", p, 0)), key=lambda r: (r[3], r[4]))
+    assert arrow_rows(sink.table()) == want
+    assert not any(cluster.tier_dir.iterdir())  # the bucket only: no filesystem tier

@@ -2,14 +2,11 @@
 engine produced and the RemoteLogManager tiered. Rows are compared with what
 `python -m engine fetch` returns for the same offsets."""
 
-import json
 import shutil
-import time
 from pathlib import Path
 
-import pyarrow.dataset as pads
 import pytest
-from spark_support import TieredCluster, arrow_rows, fetch_row, start_spark
+from spark_support import StreamSink, TieredCluster, arrow_rows, fetch_row, start_spark
 
 TOPIC = "events"
 PARTITIONS = 2
@@ -301,53 +298,19 @@ def test_stream_offsets_follow_max_offsets_per_trigger(cluster):
 def test_streaming_reads_segments_tiered_while_it_runs(spark, cluster, tmp_path):
     topic = "stream"
     cluster.produce_and_tier(topic, 2, 400, seed=11)
-    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    sink = StreamSink(tmp_path)
 
     def start(trigger):
-        df = (spark.readStream.format("kafka-tiered").option("config", str(cluster.config))
-              .option("subscribe", topic).option("startingOffsets", "earliest")
-              .option("includeHeaders", "true").load())
-        return (df.writeStream.format("parquet").option("path", str(sink))
-                .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
-
-    def committed_files():
-        """The files the sink committed (its _spark_metadata log), not ones being written."""
-        files = set()
-        log = sink / "_spark_metadata"
-        for entry in sorted(log.glob("*")) if log.exists() else []:
-            if entry.name.startswith(".") or entry.suffix == ".crc":
-                continue
-            for line in entry.read_text().splitlines()[1:]:
-                doc = json.loads(line)
-                if doc.get("action", "add") == "add":
-                    files.add(doc["path"].removeprefix("file://"))
-        return sorted(files)
-
-    def sink_table(columns=None):
-        files = committed_files()
-        if not files:
-            return None
-        return pads.dataset(files, format="parquet").to_table(columns=columns)
-
-    def sink_offsets():
-        t = sink_table(["partition", "offset"])
-        if t is None:
-            return []
-        return list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()))
-
-    def wait_for(n):
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if len(sink_offsets()) >= n:
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"the stream wrote {len(sink_offsets())} rows, expected {n}")
+        return sink.start(spark.readStream.format("kafka-tiered")
+                          .option("config", str(cluster.config)).option("subscribe", topic)
+                          .option("startingOffsets", "earliest")
+                          .option("includeHeaders", "true").load(), trigger)
 
     query = start({"processingTime": "500 milliseconds"})
     try:
-        wait_for(800)
+        sink.wait_for(800)
         cluster.produce_and_tier(topic, 2, 300, seed=12)  # tiered while the query runs
-        wait_for(1400)
+        sink.wait_for(1400)
     finally:
         query.stop()
     cluster.produce_and_tier(topic, 2, 200, seed=13)   # tiered while it is stopped
@@ -355,9 +318,9 @@ def test_streaming_reads_segments_tiered_while_it_runs(spark, cluster, tmp_path)
     query.awaitTermination(120)
     query.stop()
 
-    got = sink_offsets()
+    got = sink.offsets()
     assert len(got) == len(set(got)) == 1800  # restart from the checkpoint: no loss, no dup
-    table = sink_table()
+    table = sink.table()
     fetched_rows = []
     for p in range(2):
         fetched_rows += [fetch_row(topic, p, r) for r in cluster.fetch(topic, p, 0)]

@@ -56,7 +56,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engine.errors import KafkaEngineError, RemoteFetchTimeoutError, RemoteStorageError
+from engine.errors import (
+    CorruptRemoteObjectError,
+    KafkaEngineError,
+    RemoteFetchTimeoutError,
+    RemoteStorageError,
+)
 from engine.remote.objectstore.chunk_cache import ChunkCache, ChunkKey
 from engine.remote.objectstore.store import ObjectStore
 
@@ -291,6 +296,11 @@ class RangeReader:
                                           max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise self._timeout(seg, what, list(chunks)) from None
+        except RemoteStorageError as e:
+            cut = self._cut_short(seg, list(chunks), e)
+            if cut is None:
+                raise
+            raise cut from e
 
     def _cached(self, seg: SegmentObject, chunks: range) -> dict[int, object] | None:
         """The chunks from the cache when it holds them all, else None (no miss counted)."""
@@ -423,7 +433,13 @@ class RangeReader:
                     raise self._timeout(seg, what, left)
                 for task in done:
                     run, t0 = pending.pop(task)
-                    raw = memoryview(task.result())
+                    try:
+                        raw = memoryview(task.result())
+                    except RemoteStorageError as e:
+                        cut = self._cut_short(seg, run, e)
+                        if cut is None:
+                            raise
+                        raise cut from e
                     if self._on_fetched is not None:
                         self._on_fetched(seg)
                     for i in run:
@@ -437,6 +453,22 @@ class RangeReader:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
+
+    @staticmethod
+    def _cut_short(seg: SegmentObject, run: list[int], error: RemoteStorageError
+                   ) -> CorruptRemoteObjectError | None:
+        """A GET of chunks `run` whose answer was short (the object ends at
+        `error.position`, before the manifest's chunk index says): the damage of the chunk
+        it cuts, naming the object and that chunk. None for any other failure."""
+        if error.position is None or isinstance(error, CorruptRemoteObjectError):
+            return None
+        cut = next((i for i in run if seg.index.transformed_range(i)[1] > error.position),
+                   run[-1])
+        a, b = seg.index.transformed_range(cut)
+        return CorruptRemoteObjectError(
+            f"{seg.key} chunk {cut}: the object ends at byte {error.position}, inside the "
+            f"chunk's bytes [{a}, {b}) in the manifest's chunk index",
+            object_key=seg.key, chunk=cut, position=error.position)
 
     def _resolve(self, seg, i, fut, *, result=None, error=None) -> None:
         with self._lock:
@@ -478,6 +510,8 @@ class RangeReader:
             try:
                 data = seg.detransform(i, raw)
             except KafkaEngineError as e:
+                if e.position is None:  # where the damaged chunk starts in the object
+                    e.position = seg.index.transformed_range(i)[0]
                 raise e.with_file(self.store.url(seg.key)) from None
             except Exception as e:  # a codec's own error type (zlib.error, InvalidTag ...)
                 raise RemoteStorageError(

@@ -394,7 +394,8 @@ class ObjectStore:
         if len(data) != end - start:
             self.metrics.error("io")
             raise RemoteStorageError(
-                f"GET bytes [{start}, {end}) returned {len(data)} bytes", file=self.url(key))
+                f"GET bytes [{start}, {end}) returned {len(data)} bytes", file=self.url(key),
+                position=start + len(data))  # where the object's bytes ended
         self.metrics.fetched(len(data))
         return data
 

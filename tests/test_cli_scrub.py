@@ -221,7 +221,8 @@ def test_every_read_of_a_bucket_scrub_goes_through_the_rate_limit(hand, monkeypa
     monkeypatch.setattr(scrub_module, "TokenBucket", Recording)
     with hand.open() as bucket:
         handed = []  # bytes the RSM hands out, to the resolution and to the checks
-        for name in ("read_range", "read_range_into", "map_range", "fetch_index_bytes"):
+        for name in ("read_range", "read_range_into", "read_range_once", "map_range",
+                     "fetch_index_bytes"):
             real = getattr(bucket.rsm, name)
 
             def counted(md, *a, _real=real, _into=name == "read_range_into"):

@@ -310,9 +310,12 @@ class TopicStream:
         try:
             data = RemoteSegmentReader(self._source.rsm, seg).read_exact(r.start_position,
                                                                          r.end_position)
-            if len(data) != r.size:
-                raise RemoteStorageError(f"{where}: the remote segment returned {len(data)} "
-                                         f"bytes, expected {r.size}")
+        except KafkaEngineError as exc:  # its position is the object's own: kept as it is
+            raise exc.with_context(where) from None
+        if len(data) != r.size:
+            raise RemoteStorageError(f"{where}: the remote segment returned {len(data)} "
+                                     f"bytes, expected {r.size}")
+        try:
             records = MemoryRecords(data)
             headers = records.scan()
             if records.partial_bytes:
@@ -336,12 +339,10 @@ class TopicStream:
                 batch = self._to_arrow(cols, r)
                 if batch.num_rows:
                     yield batch
-        except KafkaEngineError as exc:
+        except KafkaEngineError as exc:  # positions in the range's bytes: made the segment's
             if exc.reason.startswith(where):
                 raise
-            position = None if exc.position is None else r.start_position + exc.position
-            raise type(exc)(f"{where}: {exc.reason}", file=exc.file, position=position,
-                            offset=exc.offset) from None
+            raise exc.with_context(where, position_base=r.start_position) from None
 
     def _to_arrow(self, cols, r: SegmentRange):
         import pyarrow as pa

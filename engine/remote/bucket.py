@@ -105,11 +105,13 @@ _BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
 DESCRIBE_THREADS = 8
 #: partitions resolved at once by `Bucket.resolve` (their segments share the describe pool)
 RESOLVE_THREADS = 4
-#: keys that do not parse are counted; this many are kept to be named
-_KEPT_UNPARSED = 20
+#: keys that do not parse are counted; this many are kept to be named (by the scrubber)
+KEPT_UNPARSED = 1000
 #: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
 _EXPECTED = frozenset({"duplicate-segment", "covered-segment", "displaced-segment",
                        "below-log-start-offset", "not-finished"})
+#: skipped segments whose offsets no other segment may hold: data loss when none does
+_LOST_KINDS = frozenset({"unreadable-segment", "incomplete-segment", "missing-segment"})
 #: bytes read at once while walking a segment's tail for its end offset: the whole tail
 #: after the last offset-index entry when it is at most _TAIL_READ_MAX (one exact read; a
 #: segment without index entries, or with a damaged index, is walked in such windows)
@@ -177,6 +179,11 @@ class BucketListing:
     unparsed_count: int = 0
     unparsed: list[str] = field(default_factory=list)
 
+    def not_parsed(self, key: str) -> None:
+        self.unparsed_count += 1
+        if len(self.unparsed) < KEPT_UNPARSED:
+            self.unparsed.append(key)
+
     def topics(self) -> dict[str, list[TopicIdPartition]]:
         out: dict[str, list[TopicIdPartition]] = {}
         for tip in self.partitions:
@@ -211,20 +218,15 @@ def group_listing(keys: Iterable, prefix: str) -> BucketListing:
             tip = dirs[directory] = _partition_dir(directory)
         m = _NAME_RE.fullmatch(name) if tip is not None else None
         if tip is None or m is None or int(m["offset"]) > 2**63 - 1:
-            listing.unparsed_count += 1
-            if len(listing.unparsed) < _KEPT_UNPARSED:
-                listing.unparsed.append(key)
+            listing.not_parsed(key)
             continue
         segs = partitions.setdefault(tip, {})
         stem = name[:43]  # offset-segment id
         seg = segs.get(stem)
         if seg is None:
-            try:
-                segment_id = Uuid.from_string(m["segment_id"])
-            except ValueError:
-                listing.unparsed_count += 1
-                if len(listing.unparsed) < _KEPT_UNPARSED:
-                    listing.unparsed.append(key)
+            segment_id = _canonical_uuid(m["segment_id"])
+            if segment_id is None:
+                listing.not_parsed(key)
                 continue
             seg = segs[stem] = SegmentObjects(int(m["offset"]), segment_id)
         suffix = m["suffix"]
@@ -246,11 +248,21 @@ def _partition_dir(directory: str) -> TopicIdPartition | None:
     m = _DIR_RE.fullmatch(directory)
     if m is None or int(m["partition"]) > 2**31 - 1:
         return None
+    topic_id = _canonical_uuid(m["topic_id"])
+    if topic_id is None:
+        return None
+    return TopicIdPartition(topic_id, m["topic"], int(m["partition"]))
+
+
+def _canonical_uuid(text: str) -> Uuid | None:
+    """The id a key names, when spelled as the layout spells it: a spelling that decodes
+    to the same id but is not canonical (base64 bits past the 128th set) would make the
+    reader build, and read, another key than the one listed."""
     try:
-        return TopicIdPartition(Uuid.from_string(m["topic_id"]), m["topic"],
-                                int(m["partition"]))
+        parsed = Uuid.from_string(text)
     except ValueError:
         return None
+    return parsed if str(parsed) == text else None
 
 
 # ---- resolution --------------------------------------------------------------------------
@@ -336,8 +348,7 @@ class PartitionView:
         the kept ones: its offsets, and any after them, are lost at the partition's end."""
         bounds = self.bounds()
         tail = [f for f in self.skipped
-                if f.kind in ("unreadable-segment", "incomplete-segment", "missing-segment")
-                and (bounds is None or f.first_offset >= bounds[1])]
+                if f.kind in _LOST_KINDS and (bounds is None or f.first_offset >= bounds[1])]
         return min(tail, key=lambda f: f.first_offset) if tail else None
 
     def check_range(self, start: int, end: int, fail_on_data_loss: bool = True) -> None:
@@ -345,7 +356,10 @@ class PartitionView:
         of the kept segments while a segment after them cannot be read, and
         `fail_on_data_loss`; otherwise logs a warning naming them."""
         lost: list[tuple[int, int | None]] = list(self.missing(start, end))
-        text = ", ".join(f"{a}-{b}" for a, b in lost)
+        text = ", ".join(f"{a}-{b}" + "".join(
+            f" ({f.key}: {f.detail})" for f in self.skipped
+            if f.kind in _LOST_KINDS and f.first_offset is not None
+            and a <= f.first_offset <= b) for a, b in lost)
         bounds = self.bounds()
         tail = self.lost_tail
         if tail is not None and (bounds is None or end >= bounds[1]):

@@ -9,6 +9,7 @@ Per partition:
   `.indexes` (half deleted or half written), segments that cannot be read; offsets missing
   between kept segments (`gap`) and offsets two kept segments both hold (`overlap`);
 - objects with no manifest (`no-manifest`: an interrupted upload or delete left them).
+Under the prefix: keys that are not segment objects of the layout (`unparsed-key`).
 Per segment with a manifest, the checks of `engine.remote.scrub_checks`: sizes against the
 manifest, the manifest itself, every chunk transform and batch CRC, the indexes against
 the log.
@@ -22,7 +23,14 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable
 
-from engine.remote.bucket import Bucket, Described, Finding, PartitionView, SegmentObjects
+from engine.remote.bucket import (
+    Bucket,
+    BucketListing,
+    Described,
+    Finding,
+    PartitionView,
+    SegmentObjects,
+)
 from engine.remote.metadata import TopicIdPartition
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST
 from engine.remote.objectstore.store import TokenBucket
@@ -79,10 +87,27 @@ def scrub_bucket(bucket: Bucket, *, topic: str | None = None, threads: int = 4,
                     tick()
     finally:
         bucket.rsm = rsm
+    report.findings += _unparsed_findings(bucket, listing, topic)
     report.bytes_read = paced.bytes_read
     if progress is not None:
         progress(f"scrub: done, {report.segments} segments, {len(report.findings)} findings")
     return report
+
+
+def _unparsed_findings(bucket: Bucket, listing: BucketListing, topic: str | None
+                       ) -> list[Finding]:
+    """Keys under the prefix (under the topic's directories, with `topic`) that are not
+    segment objects of the layout: never read, each named (up to KEPT_UNPARSED, then a
+    count)."""
+    mine = bucket.prefix + ("" if topic is None else f"{topic}-")
+    named = [key for key in listing.unparsed if key.startswith(mine)]
+    out = [Finding("unparsed-key", key, "", None, None,
+                   "not a segment object of the plugin's layout: not read") for key in named]
+    if topic is None and listing.unparsed_count > len(named):
+        out.append(Finding("unparsed-key", None, "", None, None,
+                           f"{listing.unparsed_count - len(named)} more keys under "
+                           f"{bucket.prefix} that are not segment objects (not named)"))
+    return out
 
 
 def _partition_findings(bucket: Bucket, tip: TopicIdPartition, view: PartitionView,

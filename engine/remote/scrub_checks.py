@@ -153,6 +153,11 @@ class PacedStorage(RemoteStorageManager):
         self.take(max(0, end_exclusive - start))
         return self.rsm.map_range(metadata, start, end_exclusive)
 
+    def read_range_once(self, metadata, start, end_exclusive):
+        # the wrapped tier's own: an exact read of a tail, never every chunk of a window
+        self.take(max(0, end_exclusive - start))
+        return self.rsm.read_range_once(metadata, start, end_exclusive)
+
     def fetch_index_bytes(self, metadata, index_type):
         data = self.rsm.fetch_index_bytes(metadata, index_type)
         self.take(len(data))

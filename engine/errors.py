@@ -188,7 +188,9 @@ class CorruptRemoteObjectError(RemoteStorageError, ValueError):
     segment manifest that does not parse or whose sizes do not add up, a chunk whose GCM tag,
     zstd frame or size is wrong, custom metadata that does not decode. `object_key` (also
     `file`) names the object; `chunk` is the chunk id when one chunk is at fault. Raised
-    instead of ever returning bytes that may be wrong."""
+    instead of returning bytes a check found wrong. A flip no transform can see (plain
+    chunks; the plugin's zstd frames carry no checksum) is left to the batch CRCs, which
+    every consumer-facing read and the scrubber check."""
 
     def __init__(self, message, *, object_key=None, chunk=None, position=None):
         super().__init__(message, file=object_key, position=position)

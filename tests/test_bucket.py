@@ -157,6 +157,33 @@ def test_a_damaged_last_segment_is_lost_data_not_a_shorter_partition(hand):
     view.check_range(0, 10, fail_on_data_loss=False)
 
 
+def test_a_damaged_first_segment_is_lost_data_not_a_later_start(hand):
+    """Below the first readable segment, a damaged one is lost data for a read from the
+    start, not a partition that begins later."""
+    seg = hand.segment(0, 9, [(0, 0)], put=False)
+    hand.put(seg, ("log", "indexes"))
+    hand.put_raw(seg.key("rsm-manifest"), b"{not json")
+    hand.segment(10, 19, [(0, 0)])
+    hand.segment(20, 29, [(0, 0)])
+    view = view_of(hand)
+    assert [(f.kind, f.first_offset) for f in view.skipped] == [("unreadable-segment", 0)]
+    assert view.bounds() == (10, 30) and view.gaps == []
+    with pytest.raises(RemoteDataLossError, match=r"hand-0: offsets 0-9 ") as info:
+        view.check_range(10, 30)  # a read from the earliest readable offset
+    assert info.value.missing == ((0, 9),)
+    assert seg.key("rsm-manifest") in str(info.value)
+    view.check_range(11, 30)  # a read from further on loses nothing
+    view.check_range(10, 30, fail_on_data_loss=False)
+
+
+def test_a_half_deleted_first_segment_is_retention_not_lost_data(hand):
+    hand.segment(0, 9, [(0, 0)], objects=("rsm-manifest",))  # its .log deleted first
+    hand.segment(10, 19, [(0, 0)])
+    view = view_of(hand)
+    assert [(f.kind, f.first_offset) for f in view.skipped] == [("incomplete-segment", 0)]
+    view.check_range(10, 20)
+
+
 def test_a_partition_with_only_a_half_deleted_segment_is_lost_data(hand):
     hand.segment(0, 9, [(0, 0)], objects=("rsm-manifest",))
     view = view_of(hand)

@@ -60,7 +60,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from engine.config import ConfigError
-from engine.errors import KafkaEngineError, RemoteDataLossError
+from engine.errors import KafkaEngineError, RemoteDataLossError, RemoteEncryptionKeyError
 from engine.log.checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
@@ -351,11 +351,25 @@ class PartitionView:
                 if f.kind in _LOST_KINDS and (bounds is None or f.first_offset >= bounds[1])]
         return min(tail, key=lambda f: f.first_offset) if tail else None
 
+    @property
+    def lost_head(self) -> Finding | None:
+        """A segment that cannot be read (or that the metadata lists but the bucket lacks)
+        starting below the first kept one: the offsets from it to the first kept one are
+        lost at the partition's start. (A half-deleted segment there is retention at work.)"""
+        bounds = self.bounds()
+        head = [f for f in self.skipped if f.kind in _LOST_KINDS - {"incomplete-segment"}
+                and bounds is not None and f.first_offset < bounds[0]]
+        return min(head, key=lambda f: f.first_offset) if head else None
+
     def check_range(self, start: int, end: int, fail_on_data_loss: bool = True) -> None:
-        """Raises RemoteDataLossError when offsets [start, end) cross a gap, or reach the end
-        of the kept segments while a segment after them cannot be read, and
-        `fail_on_data_loss`; otherwise logs a warning naming them."""
+        """Raises RemoteDataLossError when offsets [start, end) cross a gap, start at the
+        first kept segment while one before it cannot be read, or reach the end of the kept
+        segments while one after them cannot be read, and `fail_on_data_loss`; otherwise
+        logs a warning naming them."""
         lost: list[tuple[int, int | None]] = list(self.missing(start, end))
+        head = self.lost_head
+        if head is not None and start <= self.chain[0].start_offset:
+            lost.insert(0, (head.first_offset, self.chain[0].start_offset - 1))
         text = ", ".join(f"{a}-{b}" + "".join(
             f" ({f.key}: {f.detail})" for f in self.skipped
             if f.kind in _LOST_KINDS and f.first_offset is not None
@@ -526,6 +540,8 @@ class Bucket:
                                                "deleted or half written)")
         try:
             return self._describe(tip, seg)
+        except RemoteEncryptionKeyError:
+            raise  # the reader's key ring, not the segment: no reader can go on without it
         except (KafkaEngineError, ValueError, OSError) as exc:
             return Described(seg, None, error=f"cannot be read: {exc}")
 

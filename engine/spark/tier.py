@@ -252,9 +252,8 @@ class BucketTier(Tier):
 
     def chain(self, tip: TopicIdPartition):
         view = self.bucket.partition(tip)
-        bounds = view.bounds()
-        if bounds is not None:
-            view.check_range(bounds[0], bounds[1], self.fail_on_data_loss)
+        # with no segment kept, the unreadable ones are the partition's lost data
+        view.check_range(*(view.bounds() or (0, 0)), self.fail_on_data_loss)
         return view.chain
 
 

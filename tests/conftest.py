@@ -43,3 +43,14 @@ def fault_proxy(s3_server):
 
     with FaultProxy(s3_server.port) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] Spark session for every test module that reads through Spark (a session
+    takes seconds to start); stopped at the end of the run."""
+    from spark_support import start_spark
+
+    session = start_spark(2)
+    yield session
+    session.stop()

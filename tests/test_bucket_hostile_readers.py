@@ -556,14 +556,10 @@ def test_scrub_reports_the_planted_problem(hostile, name):
 # ---- Spark -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def spark():
-    from spark_support import start_spark
-
-    session = start_spark(2)
-    session.sparkContext.setLogLevel("OFF")  # the failing tasks are expected
-    yield session
-    session.sparkContext.setLogLevel("WARN")  # the JVM outlives the session: as it was
-    session.stop()
+def quiet_spark(spark):
+    spark.sparkContext.setLogLevel("OFF")  # the failing tasks are expected
+    yield spark
+    spark.sparkContext.setLogLevel("WARN")  # as it was
 
 
 def spark_read(spark, hand, topics, fail_on_data_loss):
@@ -598,9 +594,10 @@ def spark_text(exc) -> str:
     return text
 
 
-def test_spark_reads_every_listed_case_without_a_wrong_row(hostile, spark):
+def test_spark_reads_every_listed_case_without_a_wrong_row(hostile, quiet_spark):
     """One scan of every topic whose damage the listing sees (each case's own partition),
     failOnDataLoss=false: exactly a correct subset of each topic's records."""
+    spark = quiet_spark
     cases = [c for c in hostile.cases.values() if not c.at_read]
     got = spark_within(spark, lambda: spark_read(spark, hostile.hand, [c.topic for c in cases],
                                                  False), "spark, every listed case")
@@ -626,7 +623,8 @@ def test_spark_reads_every_listed_case_without_a_wrong_row(hostile, spark):
     "start-offset-not-20-digits",              # junk keys: every record, nothing else
     "segment-id-not-canonical-base64",         # junk keys the listing takes for a segment
 ])
-def test_spark_with_fail_on_data_loss(hostile, spark, name):
+def test_spark_with_fail_on_data_loss(hostile, quiet_spark, name):
+    spark = quiet_spark
     c = hostile.cases[name]
     got = spark_within(spark, lambda: spark_read(spark, hostile.hand, [c.topic], True),
                        f"spark {name}")

@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 import pytest
 from bucket_support import HandBucket, expected_rows
-from spark_support import TieredCluster, arrow_rows, fetch_row, start_spark
+from spark_support import TieredCluster, arrow_rows, fetch_row
 from test_objectstore_transforms import write_key_pair
 
 from engine.arrow import read_topic
@@ -64,13 +64,6 @@ def encryption_settings(keys, active):
         out[f"encryption.key.pairs.{name}.public.key.file"] = public
         out[f"encryption.key.pairs.{name}.private.key.file"] = private
     return out
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = start_spark(2)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

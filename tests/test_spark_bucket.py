@@ -8,16 +8,9 @@ import uuid
 
 import pytest
 from bucket_support import HandBucket, expected_rows
-from spark_support import StreamSink, TieredCluster, arrow_rows, fetch_row, start_spark
+from spark_support import StreamSink, TieredCluster, arrow_rows, fetch_row
 
 TOPIC = "events"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = start_spark(2)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import os
 import uuid
 
 import pytest
-from spark_support import TieredCluster, arrow_rows, fetch_row, start_spark
+from spark_support import TieredCluster, arrow_rows, fetch_row
 
 TOPIC = "events"
 
@@ -23,15 +23,11 @@ def cluster(tmp_path_factory, s3_server):
     return c
 
 
-def test_spark_reads_the_object_store_tier(cluster):
+def test_spark_reads_the_object_store_tier(cluster, spark):
     fetched = {p: cluster.fetch(TOPIC, p, 0) for p in (0, 1)}
-    spark = start_spark(2)
-    try:
-        df = (spark.read.format("kafka-tiered").option("config", str(cluster.config))
-              .option("subscribe", TOPIC).option("includeHeaders", "true").load())
-        got = arrow_rows(df.toArrow())
-    finally:
-        spark.stop()
+    df = (spark.read.format("kafka-tiered").option("config", str(cluster.config))
+          .option("subscribe", TOPIC).option("includeHeaders", "true").load())
+    got = arrow_rows(df.toArrow())
     want = sorted((fetch_row(TOPIC, p, r) for p in (0, 1) for r in fetched[p]),
                   key=lambda r: (r[3], r[4]))
     assert len(got) == len(want) == 3000

@@ -6,18 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from spark_support import StreamSink, TieredCluster, arrow_rows, fetch_row, start_spark
+from spark_support import StreamSink, TieredCluster, arrow_rows, fetch_row
 
 TOPIC = "events"
 PARTITIONS = 2
 RECORDS = 2500
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = start_spark(2)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -196,6 +196,9 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         self._hot: dict[RemoteLogSegmentId, tuple[_Segment, float]] = {}
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=_TRANSFORM_WORKERS, thread_name_prefix="chunk-transform")
+        # read-ahead's manifest loads: never waits on this pool or the transform pool
+        self._manifest_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=_TRANSFORM_WORKERS, thread_name_prefix="manifest-load")
         self._verdicts = None if self._chunk_cache is None else BatchCrcVerdicts(
             self._chunk_cache, self._transform_pool)
         self._reader = RangeReader(store, self._chunk_cache, max_in_flight=config.max_in_flight,
@@ -322,40 +325,39 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def _warm(self, metadata: RemoteLogSegmentMetadata, previous: SegmentObject,
               end: int, between: tuple[SegmentObject, ...]) -> None:
-        """Loads the segment's manifest, ahead of a reader crossing into it from
-        `previous` (whose read ended at `end`) through `between`, and while the read-ahead
-        window reaches past it, those of the next links of the `read_forward` chain; then
-        queues the read-ahead from there into their chunks (their GETs need only the
-        manifests), so it does not wait for a later read to go on. The manifests come
-        first: one asked for behind the chunk GETs waits for the server to stream them.
-        Then loads the indexes a remote read wants (offset, time, transaction: one GET when
-        `.indexes` is small) of each segment loaded, while the chunk GETs run."""
-        md: RemoteLogSegmentMetadata | None = metadata
-        warmed = []
-        loaded: list[SegmentObject] = []
+        """Loads the manifests of the segment and of the next links of the `read_forward`
+        chain that the read-ahead window reaches (ahead of a reader crossing into them from
+        `previous`, whose read ended at `end`, through `between`), all at once: one asked
+        for behind the chunk GETs waits for the server to stream them. Each segment's
+        read-ahead is queued as soon as its manifest and those before it are in (their
+        GETs need only the manifests), so it does not wait for a later read. Then loads the
+        indexes a remote read wants (offset, time, transaction) of each, while the chunk
+        GETs run."""
         reach = self._reader.prefetch_max_bytes - (previous.size - end) - sum(
             seg.size for seg in between)
+        links: list[RemoteLogSegmentMetadata] = [metadata]
+        while (reach := reach - links[-1].segment_size_in_bytes) > 0:
+            nxt = self._link_to_warm(links[-1])
+            if nxt is None:
+                break
+            links.append(nxt)
+        loads = [self._manifest_pool.submit(self._segment, md) for md in links]
+        loaded: list[SegmentObject] = []
         try:
-            try:
-                while md is not None:
-                    loaded.append(self._log_of(md, self._segment(md)))
-                    warmed.append(md)
-                    reach -= loaded[-1].size
-                    md = self._link_to_warm(md) if reach > 0 else None
-            finally:  # what did load is read ahead, whatever failed after it
-                if loaded:
-                    self._reader.read_ahead_from(previous, end, (*between, *loaded))
-            for md in warmed:
+            for md, load in zip(links, loads):
+                loaded.append(self._log_of(md, load.result()))
+                self._reader.read_ahead_from(previous, end, (*between, *loaded))
+            for md in links:
                 self._warm_indexes(md)
-        except (KafkaEngineError, OSError) as e:
-            # read-ahead is an optimisation: the reader loads them itself when it gets there
-            assert md is not None
-            log.debug("read-ahead: the manifest and indexes of %s not loaded: %s",
-                      md.remote_log_segment_id, e)
+        except (KafkaEngineError, OSError, RuntimeError, concurrent.futures.CancelledError) as e:
+            # read-ahead is an optimisation (a RuntimeError: closing): the reader loads them
+            # itself when it gets there
+            log.debug("read-ahead from %s: %d of %d manifests loaded, then: %r",
+                      metadata.remote_log_segment_id, len(loaded), len(links), e)
+            unloaded = {md.remote_log_segment_id for md in links[len(loaded):]}
             with self._hint_lock:
                 for entry in self._forward.values():
-                    if entry[0] is not None and (entry[0].remote_log_segment_id
-                                                 == md.remote_log_segment_id):
+                    if entry[0] is not None and entry[0].remote_log_segment_id in unloaded:
                         entry[1] = False  # a later read may try again
 
     def _link_to_warm(self, metadata: RemoteLogSegmentMetadata
@@ -737,6 +739,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             return
         self._reader.close()
         self._transform_pool.shutdown(wait=True, cancel_futures=True)
+        self._manifest_pool.shutdown(wait=True, cancel_futures=True)
         if self._chunk_cache is not None:
             self._chunk_cache.close()
         self._store.close()

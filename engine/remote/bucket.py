@@ -105,8 +105,7 @@ _BUCKET_KEYS = {"s3": "storage.s3.bucket.name", "gs": "storage.gcs.bucket.name",
 DESCRIBE_THREADS = 8
 #: partitions resolved at once by `Bucket.resolve` (their segments share the describe pool)
 RESOLVE_THREADS = 4
-#: keys that do not parse are counted; this many are kept to be named (by the scrubber)
-KEPT_UNPARSED = 1000
+KEPT_UNPARSED = 1000  # keys that do not parse are counted; this many kept, to be named
 #: skipped segments that are a normal sight (logged at INFO, the others at WARNING)
 _EXPECTED = frozenset({"duplicate-segment", "covered-segment", "displaced-segment",
                        "below-log-start-offset", "not-finished"})
@@ -255,9 +254,8 @@ def _partition_dir(directory: str) -> TopicIdPartition | None:
 
 
 def _canonical_uuid(text: str) -> Uuid | None:
-    """The id a key names, when spelled as the layout spells it: a spelling that decodes
-    to the same id but is not canonical (base64 bits past the 128th set) would make the
-    reader build, and read, another key than the one listed."""
+    """The id a key names, when canonical: another spelling of it (base64 bits past the
+    128th set) would make the reader build, and read, another key than the one listed."""
     try:
         parsed = Uuid.from_string(text)
     except ValueError:
@@ -354,18 +352,17 @@ class PartitionView:
     @property
     def lost_head(self) -> Finding | None:
         """A segment that cannot be read (or that the metadata lists but the bucket lacks)
-        starting below the first kept one: the offsets from it to the first kept one are
-        lost at the partition's start. (A half-deleted segment there is retention at work.)"""
+        below the first kept one: offsets lost at the partition's start (a half-deleted
+        segment there is retention at work)."""
         bounds = self.bounds()
         head = [f for f in self.skipped if f.kind in _LOST_KINDS - {"incomplete-segment"}
                 and bounds is not None and f.first_offset < bounds[0]]
         return min(head, key=lambda f: f.first_offset) if head else None
 
     def check_range(self, start: int, end: int, fail_on_data_loss: bool = True) -> None:
-        """Raises RemoteDataLossError when offsets [start, end) cross a gap, start at the
-        first kept segment while one before it cannot be read, or reach the end of the kept
-        segments while one after them cannot be read, and `fail_on_data_loss`; otherwise
-        logs a warning naming them."""
+        """Raises RemoteDataLossError (with `fail_on_data_loss`; else logs a warning) when
+        offsets [start, end) cross a gap, or start or end at a kept segment beyond which
+        one cannot be read (lost_head, lost_tail)."""
         lost: list[tuple[int, int | None]] = list(self.missing(start, end))
         head = self.lost_head
         if head is not None and start <= self.chain[0].start_offset:
@@ -540,8 +537,8 @@ class Bucket:
                                                "deleted or half written)")
         try:
             return self._describe(tip, seg)
-        except RemoteEncryptionKeyError:
-            raise  # the reader's key ring, not the segment: no reader can go on without it
+        except RemoteEncryptionKeyError:  # the reader's key ring's fault, not the segment's
+            raise
         except (KafkaEngineError, ValueError, OSError) as exc:
             return Described(seg, None, error=f"cannot be read: {exc}")
 

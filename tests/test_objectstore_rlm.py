@@ -172,6 +172,38 @@ def test_read_ahead_window_reaches_past_the_next_segment(tmp_path, s3_server, fa
         broker.close()
 
 
+def test_a_read_ahead_task_that_fails_unexpectedly_is_logged(tmp_path, s3_server, fault_proxy,
+                                                             monkeypatch, caplog):
+    """The background load runs on a pool, where an exception nobody waits for would be
+    lost: one it does not expect is logged as an error; the reads go on."""
+    from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
+
+    def broken(self, *args):
+        raise AttributeError("a bug in the background load")
+
+    monkeypatch.setattr(ObjectStorageRemoteStorageManager, "_warm", broken)
+    extra = ("log.local.retention.bytes=1\n"
+             "rsm.config.fetch.chunk.cache.class="
+             "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache\n"
+             "rsm.config.fetch.chunk.cache.size=-1\n"
+             "rsm.config.fetch.chunk.cache.prefetch.max.size=7000\n")
+    broker = Broker(tmp_path, extra, s3_server=_Proxied(s3_server, fault_proxy))
+    try:
+        broker.create("bug", remote_storage_enable=True, segment_bytes=3000)
+        broker.produce("bug", batches=80, records=3)
+        broker.tier()
+        broker.restart()
+        offset = 0
+        for _ in range(3):
+            result = broker.rlm.read("bug", 0, offset, 256)
+            assert result.from_remote and result.next_offset > offset
+            offset = result.next_offset
+        wait_for(lambda: any("read-ahead task failed" in r.message and r.levelname == "ERROR"
+                             for r in caplog.records), "the failure logged")
+    finally:
+        broker.close()
+
+
 def test_sequential_read_entering_segments_at_their_base_offsets_gets_no_indexes(
         tmp_path, s3_server, fault_proxy):
     """A fetch at a segment's base offset starts at byte 0, and one where the previous

@@ -320,7 +320,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             return True, tuple(chain)
         if not warming:
             with contextlib.suppress(RuntimeError):  # closing: no read-ahead any more
-                self._transform_pool.submit(self._warm, next_md, seg, end, tuple(chain))
+                self._transform_pool.submit(self._warm, next_md, seg, end, tuple(chain)
+                                            ).add_done_callback(_log_unexpected)
         return True, tuple(chain)
 
     def _warm(self, metadata: RemoteLogSegmentMetadata, previous: SegmentObject,
@@ -773,6 +774,12 @@ class _StoreMetricsCollector:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+def _log_unexpected(future: concurrent.futures.Future) -> None:
+    """A background task's failure that it did not expect: logged, never lost."""
+    if not future.cancelled() and future.exception() is not None:
+        log.error("read-ahead task failed", exc_info=future.exception())
+
 
 def _check_range(metadata: RemoteLogSegmentMetadata, seg: SegmentObject, start: int,
                  end: int) -> None:

@@ -201,12 +201,14 @@ class CorruptRemoteObjectError(RemoteStorageError, ValueError):
 class RemoteEncryptionKeyError(RemoteStorageError):
     """A segment's data key cannot be unwrapped: its key pair id is not in the configured
     key ring (`encryption.key.pairs`), or that pair's private key is not the one it was
-    wrapped with. `key_id` names the key pair; `object_key` the manifest."""
+    wrapped with. `key_id` names the key pair; `object_key` the manifest; `unknown_key` is
+    True when the reader has no such key pair at all (its configuration, not the segment)."""
 
-    def __init__(self, message, *, key_id=None, object_key=None):
+    def __init__(self, message, *, key_id=None, object_key=None, unknown_key=False):
         super().__init__(message, file=object_key)
         self.key_id = key_id
         self.object_key = object_key
+        self.unknown_key = unknown_key
 
 
 class LocalS3ServerError(KafkaEngineError, RuntimeError):

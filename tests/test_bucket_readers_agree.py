@@ -267,3 +267,25 @@ def test_spark_refuses_a_bucket_written_under_a_key_pair_it_lacks(spark, buckets
     from pyspark.errors import PySparkException
 
     refused(lambda: spark_read(spark, b), b, PySparkException)  # Spark wraps the engine's
+
+
+def test_a_data_key_that_does_not_unwrap_is_a_damaged_segment(buckets, keys, s3_server):
+    """Unlike a key pair the reader lacks, a pair that is there but does not unwrap a
+    segment's data key (another key under the same id, or a damaged dataKey) is that
+    segment's damage: the rotated bucket's k1 half is lost data at the partition's start,
+    failing the read naming the pair, and with failOnDataLoss=false exactly the k2 half
+    is read."""
+    rotated = buckets("rotated")
+    wrong = {**store_settings(s3_server),
+             **encryption_settings({"k1": keys["k2"], "k2": keys["k2"]}, "k2")}
+    b = Bucket(rotated.kind, rotated.topic, rotated.url, wrong, rotated.want)
+    with (pytest.raises(KafkaEngineError, match=r"key pair 'k1' does not unwrap"),
+          topic_stream(b, include_headers=True) as stream):
+        stream.read_all()
+    b.fail_on_data_loss = False
+    with topic_stream(b, include_headers=True) as stream:
+        got = arrow_rows(stream.read_all())
+    for p in (0, 1):
+        mine = [r for r in got if r[3] == p]
+        want = [r for r in rotated.want if r[3] == p]
+        assert 0 < len(mine) < len(want) and mine == want[len(want) - len(mine):]

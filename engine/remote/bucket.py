@@ -537,9 +537,9 @@ class Bucket:
                                                "deleted or half written)")
         try:
             return self._describe(tip, seg)
-        except RemoteEncryptionKeyError:  # the reader's key ring's fault, not the segment's
-            raise
         except (KafkaEngineError, ValueError, OSError) as exc:
+            if isinstance(exc, RemoteEncryptionKeyError) and exc.unknown_key:
+                raise  # the reader's key ring lacks the pair: its fault, not the segment's
             return Described(seg, None, error=f"cannot be read: {exc}")
 
     def _describe(self, tip: TopicIdPartition, seg: SegmentObjects) -> Described:

@@ -549,7 +549,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                     f"segment manifest {manifest_key}: the segment is encrypted with key pair "
                     f"{manifest.encryption.key_id!r}, but encryption is not configured "
                     "(encryption.enabled, encryption.key.pairs)",
-                    key_id=manifest.encryption.key_id, object_key=manifest_key)
+                    key_id=manifest.encryption.key_id, object_key=manifest_key,
+                    unknown_key=True)
             data_key = self._key_ring.unwrap(manifest.encryption, manifest_key)
         digest = hashlib.blake2b(data, digest_size=12).hexdigest()
         identity = f"{metadata.remote_log_segment_id.id}-{digest}"

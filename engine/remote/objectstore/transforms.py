@@ -153,7 +153,7 @@ class KeyRing:
                 f"segment manifest {object_key}: data key wrapped with key pair "
                 f"{encryption.key_id!r}, which is not in encryption.key.pairs "
                 f"({', '.join(map(repr, self._pairs))})",
-                key_id=encryption.key_id, object_key=object_key)
+                key_id=encryption.key_id, object_key=object_key, unknown_key=True)
         try:
             key = pair.unwrap(encryption.wrapped_data_key)
         except ValueError:

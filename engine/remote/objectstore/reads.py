@@ -297,10 +297,8 @@ class RangeReader:
         except TimeoutError:
             raise self._timeout(seg, what, list(chunks)) from None
         except RemoteStorageError as e:
-            cut = self._cut_short(seg, list(chunks), e)
-            if cut is None:
-                raise
-            raise cut from e
+            self._raise_if_cut_short(seg, list(chunks), e)
+            raise
 
     def _cached(self, seg: SegmentObject, chunks: range) -> dict[int, object] | None:
         """The chunks from the cache when it holds them all, else None (no miss counted)."""
@@ -436,10 +434,8 @@ class RangeReader:
                     try:
                         raw = memoryview(task.result())
                     except RemoteStorageError as e:
-                        cut = self._cut_short(seg, run, e)
-                        if cut is None:
-                            raise
-                        raise cut from e
+                        self._raise_if_cut_short(seg, run, e)
+                        raise
                     if self._on_fetched is not None:
                         self._on_fetched(seg)
                     for i in run:
@@ -455,20 +451,20 @@ class RangeReader:
                 await asyncio.gather(*pending, return_exceptions=True)
 
     @staticmethod
-    def _cut_short(seg: SegmentObject, run: list[int], error: RemoteStorageError
-                   ) -> CorruptRemoteObjectError | None:
-        """A GET of chunks `run` whose answer was short (the object ends at
-        `error.position`, before the manifest's chunk index says): the damage of the chunk
-        it cuts, naming the object and that chunk. None for any other failure."""
+    def _raise_if_cut_short(seg: SegmentObject, run: list[int], error: RemoteStorageError
+                            ) -> None:
+        """For a GET of chunks `run` whose answer was short (the object ends at
+        `error.position`, before the manifest's chunk index says): raises the damage of the
+        chunk it cuts, naming the object and that chunk. Returns for any other failure."""
         if error.position is None or isinstance(error, CorruptRemoteObjectError):
-            return None
+            return
         cut = next((i for i in run if seg.index.transformed_range(i)[1] > error.position),
                    run[-1])
         a, b = seg.index.transformed_range(cut)
-        return CorruptRemoteObjectError(
+        raise CorruptRemoteObjectError(
             f"{seg.key} chunk {cut}: the object ends at byte {error.position}, inside the "
             f"chunk's bytes [{a}, {b}) in the manifest's chunk index",
-            object_key=seg.key, chunk=cut, position=error.position)
+            object_key=seg.key, chunk=cut, position=error.position) from error
 
     def _resolve(self, seg, i, fut, *, result=None, error=None) -> None:
         with self._lock:

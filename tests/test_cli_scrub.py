@@ -115,6 +115,23 @@ def test_a_gap(hand):
     assert report["findings"][0]["partition"] == "hand-0"
 
 
+def test_keys_that_do_not_parse_are_named_under_their_topic(hand):
+    """Each is an `unparsed-key` finding; with --topic only those under that topic's
+    directories (topic "hand-x"'s are not "hand"'s)."""
+    hand.segment(0, 9, [(0, 0)])
+    mine = f"{hand.prefix}hand-{hand.topic_id}/0/notes.txt"
+    other = f"{hand.prefix}hand-x-{hand.topic_id}/0/notes.txt"
+    loose = f"{hand.prefix}README"
+    for key in (mine, other, loose):
+        hand.put_raw(key, b"not a segment")
+    rc, report, _ = scrub_hand(hand)
+    assert rc == 1 and sorted(f["key"] for f in report["findings"]) == sorted(
+        [mine, other, loose])
+    assert {f["kind"] for f in report["findings"]} == {"unparsed-key"}
+    rc, report, _ = scrub_hand(hand, "--topic", "hand")
+    assert rc == 1 and [f["key"] for f in report["findings"]] == [mine]
+
+
 def test_a_truncated_object(hand):
     hand.segment(0, 9, [(0, 0)])
     seg = hand.segment(10, 19, [(0, 0)], put=False)

@@ -21,6 +21,7 @@ and paced by an optional shared byte rate (`max_bytes_per_second`).
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from collections.abc import Callable
 
 from engine.remote.bucket import (
@@ -99,8 +100,10 @@ def _unparsed_findings(bucket: Bucket, listing: BucketListing, topic: str | None
     """Keys under the prefix (under the topic's directories, with `topic`) that are not
     segment objects of the layout: never read, each named (up to KEPT_UNPARSED, then a
     count)."""
-    mine = bucket.prefix + ("" if topic is None else f"{topic}-")
-    named = [key for key in listing.unparsed if key.startswith(mine)]
+    # <topic>-<22-character topic id>/: "a-" alone would take topic "a-b"'s keys for "a"'s
+    mine = re.compile(re.escape(bucket.prefix) + (
+        "" if topic is None else re.escape(topic) + r"-[A-Za-z0-9_-]{22}/"))
+    named = [key for key in listing.unparsed if mine.match(key)]
     out = [Finding("unparsed-key", key, "", None, None,
                    "not a segment object of the plugin's layout: not read") for key in named]
     if topic is None and listing.unparsed_count > len(named):

@@ -1,0 +1,330 @@
+"""The engine's side of the Apache Kafka broker plugin (`kafka-plugin/`).
+
+A Kafka broker loads the plugin's Java `RemoteStorageManager`, which embeds CPython through
+jep and calls the functions below with plain values (strings, numbers, byte arrays, direct
+buffers): no Kafka object crosses into Python and no Python object is kept by Java, so any
+broker thread may call any function (each thread has its own jep interpreter over the one
+CPython; every blocking call of the engine releases the GIL).
+
+Every decision stays here: which tier (`storage.backend.class`, the Aiven plugin's key,
+selects the object store in the plugin's bucket format; `dirs` alone, the engine's filesystem
+tier), layout, chunks, transforms, caches, read-ahead, retries. The Java side converts
+Kafka's metadata objects to the lists `_segment_metadata` reads, pulls `.log` ranges into
+its stream's direct buffer with `plugin_read_into`, maps the three exception types below to
+Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the others ->
+RemoteStorageException; `PluginConfigError` at `configure`), and exposes `plugin_metrics`
+over JMX. Messages are the engine's own (object key, chunk, errno); the engine never puts a
+secret in one.
+
+Log records of the engine are queued (bounded) and drained by the Java side into the
+broker's log, so no engine thread ever calls into the JVM.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from engine.common import Uuid
+from engine.config import ConfigError
+from engine.errors import RemoteResourceNotFoundError
+from engine.remote.filesystem import FileSystemRemoteStorageManager
+from engine.remote.metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
+from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
+
+__all__ = [
+    "PluginConfigError",
+    "PluginResourceNotFound",
+    "PluginStorageError",
+    "plugin_close",
+    "plugin_copy",
+    "plugin_delete",
+    "plugin_drain_log",
+    "plugin_fetch_index",
+    "plugin_metrics",
+    "plugin_open",
+    "plugin_read_forward",
+    "plugin_read_into",
+]
+
+
+class PluginConfigError(Exception):
+    """A bad `rsm.config.*` setting: the message names the key."""
+
+
+class PluginResourceNotFound(Exception):
+    """The object asked for does not exist."""
+
+
+class PluginStorageError(Exception):
+    """Any other failure of the tier."""
+
+
+#: the key the Aiven plugin selects its storage backend with; present -> the object store
+BACKEND_KEY = "storage.backend.class"
+#: the filesystem tier's key
+DIRS_KEY = "dirs"
+_PREFIX = "rsm.config."
+#: metadata objects built from the Java side's lists, by segment id, state and size
+_METADATA_CACHE_SIZE = 4096
+#: engine log records waiting for the Java side; older ones are dropped (and counted) beyond
+_LOG_QUEUE_SIZE = 10_000
+
+_plugins: dict[int, _Plugin] = {}
+_handles = itertools.count(1)
+_lock = threading.Lock()
+
+
+class _Plugin:
+    """One configured tier and what the Java side asks of it."""
+
+    def __init__(self, rsm: RemoteStorageManager):
+        self.rsm = rsm
+        self.registry = CollectorRegistry(auto_describe=True)
+        rsm.register_metrics(self.registry)
+        self._metadata: collections.OrderedDict = collections.OrderedDict()
+        self._metadata_lock = threading.Lock()
+
+    def metadata(self, fields: Sequence) -> RemoteLogSegmentMetadata:
+        key = (str(fields[3]), int(fields[12]), int(fields[9]), int(fields[5]))
+        with self._metadata_lock:
+            found = self._metadata.get(key)
+            if found is not None:
+                self._metadata.move_to_end(key)
+                return found
+        found = _segment_metadata(fields)
+        with self._metadata_lock:
+            self._metadata[key] = found
+            if len(self._metadata) > _METADATA_CACHE_SIZE:
+                self._metadata.popitem(last=False)
+        return found
+
+
+def _segment_metadata(fields: Sequence) -> RemoteLogSegmentMetadata:
+    """Kafka's RemoteLogSegmentMetadata as the Java side lists it: topic id, topic,
+    partition, segment id, start offset, end offset, max timestamp, broker id, event
+    timestamp, size, the leader epochs as alternating epoch and start offset, custom
+    metadata (or None), state id, whether the transaction index is empty."""
+    (topic_id, topic, partition, segment_id, start, end, max_ts, broker_id, event_ts, size,
+     epochs, custom, state, txn_empty) = fields
+    flat = [int(v) for v in epochs]
+    tip = TopicIdPartition(Uuid.from_string(str(topic_id)), str(topic), int(partition))
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, Uuid.from_string(str(segment_id))), int(start), int(end),
+        int(max_ts), int(broker_id), int(event_ts), int(size),
+        dict(zip(flat[0::2], flat[1::2])),
+        None if custom is None else _java_bytes(custom), RemoteLogSegmentState(int(state)),
+        bool(txn_empty))
+
+
+def _java_bytes(array) -> bytes:
+    """A Java byte[] (signed bytes, no buffer protocol through jep) as bytes: only small
+    ones cross this way (custom metadata, the leader-epoch checkpoint)."""
+    return bytes(v & 0xFF for v in array)
+
+
+def _plugin(handle: int) -> _Plugin:
+    plugin = _plugins.get(int(handle))
+    if plugin is None:
+        raise PluginStorageError(f"the remote storage manager (handle {handle}) is closed")
+    return plugin
+
+
+def _storage_call(fn, *args):
+    """`fn(*args)` with the engine's errors turned into the two types the Java side maps."""
+    try:
+        return fn(*args)
+    except RemoteResourceNotFoundError as exc:
+        raise PluginResourceNotFound(str(exc)) from exc
+    except (PluginResourceNotFound, PluginStorageError):
+        raise
+    except Exception as exc:
+        raise PluginStorageError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def plugin_open(settings: Sequence) -> int:
+    """Builds and configures a tier from the `rsm.config.*` settings (prefix stripped, as
+    alternating keys and values; `broker.id` among them). Returns its handle."""
+    flat = [str(v) for v in settings]
+    configs = dict(zip(flat[0::2], flat[1::2]))
+    _install_log_queue()
+    cls: type[RemoteStorageManager]
+    if BACKEND_KEY in configs:
+        cls = ObjectStorageRemoteStorageManager
+    elif DIRS_KEY in configs:
+        cls = FileSystemRemoteStorageManager
+    else:
+        raise PluginConfigError(
+            f"{_PREFIX}{BACKEND_KEY} (the object store in the Aiven plugin's format) or "
+            f"{_PREFIX}{DIRS_KEY} (the engine's filesystem tier) must be set")
+    rsm = cls()
+    try:
+        rsm.configure(configs)
+    except ConfigError as exc:
+        rsm.close()
+        key = exc.key if exc.key is None or exc.key.startswith(_PREFIX) else _PREFIX + exc.key
+        raise PluginConfigError(str(ConfigError(key, exc.value, exc.rule))) from exc
+    except Exception as exc:
+        rsm.close()
+        raise PluginConfigError(f"{type(exc).__name__}: {exc}") from exc
+    plugin = _Plugin(rsm)
+    with _lock:
+        handle = next(_handles)
+        _plugins[handle] = plugin
+    return handle
+
+
+def plugin_copy(handle: int, fields: Sequence, log_segment: str, offset_index: str,
+                time_index: str, transaction_index: str | None, producer_snapshot: str,
+                leader_epoch_index) -> bytes | None:
+    """copyLogSegmentData: uploads the segment's files (paths in the broker's log dir);
+    returns the custom metadata bytes, or None."""
+    from pathlib import Path
+
+    plugin = _plugin(handle)
+    metadata = plugin.metadata(fields)
+    data = LogSegmentData(
+        Path(log_segment), Path(offset_index), Path(time_index),
+        None if transaction_index is None else Path(transaction_index),
+        Path(producer_snapshot), _java_bytes(leader_epoch_index))
+    return _storage_call(plugin.rsm.copy_log_segment_data, metadata, data)
+
+
+def plugin_read_forward(handle: int, fields: Sequence) -> None:
+    """A stream over the segment's `.log` was opened: its reads go forward (read-ahead)."""
+    plugin = _plugin(handle)
+    if plugin.rsm.reads_ahead:
+        _storage_call(plugin.rsm.read_forward, plugin.metadata(fields), None)
+
+
+def plugin_read_into(handle: int, fields: Sequence, position: int, buffer,
+                     length: int) -> int:
+    """Fills the first `length` bytes of `buffer` (the Java stream's direct buffer, seen as
+    a numpy array) with `.log` bytes from `position`; returns `length`."""
+    plugin = _plugin(handle)
+    view = memoryview(buffer).cast("B")[:int(length)]
+    try:
+        return _storage_call(plugin.rsm.read_range_into, plugin.metadata(fields),
+                             int(position), view)
+    finally:
+        view.release()
+
+
+def plugin_fetch_index(handle: int, fields: Sequence, index_type: str) -> bytes:
+    """fetchIndex: one whole index file (`index_type` is Kafka's IndexType name)."""
+    plugin = _plugin(handle)
+    return _storage_call(plugin.rsm.fetch_index_bytes, plugin.metadata(fields),
+                         IndexType[str(index_type)])
+
+
+def plugin_delete(handle: int, fields: Sequence) -> None:
+    """deleteLogSegmentData: every object of the segment (nothing there is no error)."""
+    plugin = _plugin(handle)
+    _storage_call(plugin.rsm.delete_log_segment_data, plugin.metadata(fields))
+
+
+#: engine metric -> (JMX domain, type) under the Aiven plugin's names; cache metrics take
+#: their type from their `cache` label (`chunk-cache` -> `chunk-cache-metrics`)
+_RSM_DOMAIN = ("aiven.kafka.server.tieredstorage", "remote-storage-manager-metrics")
+_S3_DOMAIN = ("aiven.kafka.server.tieredstorage.s3", "s3-client-metrics")
+_CACHE_DOMAIN = "aiven.kafka.server.tieredstorage.cache"
+
+
+def plugin_metrics(handle: int) -> list:
+    """The tier's metrics for JMX, as [object name, attribute, value] triples: the Aiven
+    plugin's object names and attribute names (`object-upload-total`, ...), each counter
+    also summed over its `object_type` label on the manager's own bean."""
+    plugin = _plugin(handle)
+    values: dict[tuple[str, str], float] = {}
+    for family in plugin.registry.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            attribute = sample.name.replace("_", "-")
+            labels = dict(sample.labels)
+            cache = labels.pop("cache", None)
+            object_type = labels.pop("object_type", None)
+            if cache is not None:
+                names = [f"{_CACHE_DOMAIN}:type={cache}-metrics"]
+            elif sample.name.startswith(("object_", "segment_")):
+                base = f"{_RSM_DOMAIN[0]}:type={_RSM_DOMAIN[1]}"
+                names = [base] if object_type is None else \
+                    [base, f"{base},object-type={object_type}"]
+            else:
+                names = [f"{_S3_DOMAIN[0]}:type={_S3_DOMAIN[1]}"]
+            for name in names:
+                values[(name, attribute)] = values.get((name, attribute), 0.0) + sample.value
+    return [[name, attribute, value] for (name, attribute), value in sorted(values.items())]
+
+
+def plugin_close(handle: int) -> None:
+    """close: releases the tier. Idempotent."""
+    with _lock:
+        plugin = _plugins.pop(int(handle), None)
+    if plugin is not None:
+        plugin.rsm.close()
+
+
+# -- the engine's log records, for the broker's log ---------------------------------------
+
+class _LogQueue(logging.Handler):
+    """Keeps the engine's records until the Java side drains them (bounded: the oldest go,
+    counted, when nobody drains)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records: collections.deque = collections.deque(maxlen=_LOG_QUEUE_SIZE)
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if len(self.records) == self.records.maxlen:
+                self.dropped += 1
+            self.records.append((record.levelno, record.name, record.getMessage()))
+        except (TypeError, ValueError):  # a bad format string or arguments: logging's rule
+            self.handleError(record)
+
+
+_log_queue: _LogQueue | None = None
+
+
+def _install_log_queue() -> None:
+    global _log_queue
+    with _lock:
+        if _log_queue is None:
+            _log_queue = _LogQueue()
+            engine_log = logging.getLogger("engine")
+            engine_log.addHandler(_log_queue)
+            if engine_log.level == logging.NOTSET:
+                engine_log.setLevel(logging.INFO)
+            engine_log.propagate = False
+
+
+def plugin_drain_log() -> list:
+    """The queued records as [level number, logger name, message], oldest first; a record
+    saying how many were dropped comes first when some were."""
+    queue = _log_queue
+    if queue is None:
+        return []
+    out = []
+    if queue.dropped:
+        dropped, queue.dropped = queue.dropped, 0
+        out.append([logging.WARNING, __name__,
+                    f"{dropped} log records of the engine were dropped (queue full)"])
+    while True:
+        try:
+            level, name, message = queue.records.popleft()
+        except IndexError:
+            return out
+        out.append([level, name, message])

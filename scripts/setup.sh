@@ -2,7 +2,8 @@
 # Creates .venv, installs the engine from source (its native core compiles here) and builds the
 # Apache Kafka broker plugin (kafka-plugin/, Maven) into .venv/share/kafka-tier-engine/.
 #   scripts/setup.sh        the engine, its runtime dependencies and the broker plugin
-#   scripts/setup.sh test   plus the test extras (pytest, hypothesis, peers, atheris, pyarrow)
+#   scripts/setup.sh test   plus the test extras (pytest, hypothesis, peers, atheris, pyarrow),
+#                           and real Apache Kafka for the tests (tests/kafka, Maven)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -34,3 +35,9 @@ mvn -q -B install:install-file -Dfile="$jep_dir/jep-$jep_version.jar" -DgroupId=
 mvn -q -B -f kafka-plugin/pom.xml package -Djep.version="$jep_version"
 mkdir -p .venv/share/kafka-tier-engine
 cp kafka-plugin/target/kafka-tier-engine-plugin.jar .venv/share/kafka-tier-engine/
+
+if [ "${1:-}" = "test" ]; then
+    # real Apache Kafka for the tests: the broker's classpath in tests/kafka/target/lib/ and
+    # the client program tests/kafka/target/kafka-test-client.jar (Maven Central, cached)
+    mvn -q -B -f tests/kafka/pom.xml package
+fi

@@ -98,6 +98,17 @@ class UnknownTopicOrPartitionError(KafkaEngineError, LookupError):
                    partition=partition)
 
 
+class InconsistentTopicIdError(KafkaEngineError, ValueError):
+    """The partitions of a topic record different topic ids in their `partition.metadata`,
+    or a partition is given an id other than its topic's (Kafka's
+    InconsistentTopicIdException). `topic_ids` maps each partition name to its id."""
+
+    def __init__(self, message, *, topic=None, topic_ids=None, file=None):
+        super().__init__(message, file=file)
+        self.topic = topic
+        self.topic_ids = dict(topic_ids or {})
+
+
 class LogDirLockedError(KafkaEngineError, OSError):
     """Another process holds the log dir (e.g. a running `python -m engine run`)."""
 
@@ -285,6 +296,7 @@ __all__ = [
     "CustomMetadataSizeLimitExceededError",
     "IllegalStateTransitionError",
     "ImplementationUnavailableError",
+    "InconsistentTopicIdError",
     "IndexFullError",
     "InvalidOffsetError",
     "InvalidRecordError",

@@ -1,0 +1,100 @@
+"""Clear errors from the object-store tier's configuration and client: a chunk cache directory
+that cannot be used, secrets typed in the wrong place, missing S3 credentials and a store
+that fails or hangs are each one error naming what is wrong, through `configure` and
+through real `python -m engine ...` processes (one `error:` line, no traceback, no panic)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.config import ConfigError
+from engine.log.log_manager import LogManager
+from engine.records import RecordBatchBuilder
+from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE_KEY = "fetch.chunk.cache.path"
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, *needles: str
+                          ) -> str:
+    """Exit `status`, exactly one stderr line `error: ...` naming each of `needles`, and no
+    traceback or Rust panic; returns the line."""
+    assert proc.returncode == status, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for bad in ("Traceback", "panicked", "thread '"):
+        assert bad not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _rsm_configs(s3_server, **extra: str) -> dict[str, str]:
+    return {"storage.backend.class": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
+            "chunk.size": "4096", **s3_server.config(), **extra}
+
+
+def _broker_file(tmp_path, s3_server, extra: dict[str, str]) -> str:
+    """A broker file tiering to `s3_server` through the object-store tier, with topic
+    `orders` (one partition, a few records); `extra` are rsm.config keys."""
+    log_dir = tmp_path / "logs"
+    with LogManager([log_dir]) as manager:
+        manager.get_or_create_log("orders", 0)
+        builder = RecordBatchBuilder()
+        builder.append(b"v", timestamp=1_600_000_000_000)
+        manager.append_as_leader("orders", 0, builder.build(), 0)
+    configs = _rsm_configs(s3_server, **extra)
+    lines = [f"log.dirs={log_dir}", "remote.log.storage.system.enable=true",
+             "remote.log.storage.manager.class.name="
+             "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+             *(f"rsm.config.{k}={v}" for k, v in configs.items())]
+    path = tmp_path / "server.properties"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+# -- a chunk cache directory that cannot be created or used ------------------------------
+
+
+def _unusable_cache_paths(tmp_path) -> dict[str, str]:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    tmp_in_the_way = tmp_path / "cache-with-a-file-as-tmp"
+    tmp_in_the_way.mkdir()
+    (tmp_in_the_way / "tmp").write_text("in the way")
+    return {"a file in the way": str(a_file), "a path under a file": str(a_file / "cache"),
+            "its tmp a file": str(tmp_in_the_way)}
+
+
+@pytest.mark.parametrize("case", ["a file in the way", "a path under a file",
+                                  "its tmp a file"])
+def test_unusable_chunk_cache_dir_is_a_config_error_from_configure(tmp_path, s3_server,
+                                                                    case):
+    path = _unusable_cache_paths(tmp_path)[case]
+    rsm = ObjectStorageRemoteStorageManager()
+    with pytest.raises(ConfigError) as info:
+        rsm.configure(_rsm_configs(s3_server, **{
+            "fetch.chunk.cache.class": "disk", "fetch.chunk.cache.size": "-1",
+            CACHE_KEY: path}))
+    assert info.value.key == CACHE_KEY and path in str(info.value)
+    rsm.close()  # a manager whose configure failed closes without an error
+
+
+@pytest.mark.parametrize("case", ["a file in the way", "a path under a file"])
+def test_unusable_chunk_cache_dir_is_one_line_from_the_cli(tmp_path, s3_server, case):
+    path = _unusable_cache_paths(tmp_path)[case]
+    broker = _broker_file(tmp_path, s3_server, {
+        "fetch.chunk.cache.class": "disk", "fetch.chunk.cache.size": "-1", CACHE_KEY: path})
+    proc = cli("fetch", "--config", broker, "--topic", "orders", "--partition", "0",
+               "--offset", "0")
+    assert_one_error_line(proc, 2, f"rsm.config.{CACHE_KEY}", path)

@@ -98,3 +98,80 @@ def test_unusable_chunk_cache_dir_is_one_line_from_the_cli(tmp_path, s3_server, 
     proc = cli("fetch", "--config", broker, "--topic", "orders", "--partition", "0",
                "--offset", "0")
     assert_one_error_line(proc, 2, f"rsm.config.{CACHE_KEY}", path)
+
+
+# -- secrets typed in the wrong place are never echoed -----------------------------------
+
+SECRET = "S3cr3tValue-0123456789"
+
+#: (rsm.config key, value): misspelt secret keys, and credentials in a URL's userinfo
+MISPLACED_SECRETS = [
+    ("storage.aws.secret.access.keyXYZ", SECRET),
+    ("storage.aws.access.key.idd", SECRET),
+    ("storage.aws.scret.access.key", SECRET),  # the secret word itself misspelt
+    ("storage.azure.account.keyy", SECRET),
+    ("storage.azure.acount.key", SECRET),  # only the key it resembles names a secret
+    ("storage.gcs.credentials.jsonn", SECRET),
+    ("storage.s3.endpoint.url", f"http://user:{SECRET}@127.0.0.1:9000"),
+]
+
+
+def _assert_no_secret(text: str) -> None:
+    assert SECRET not in text and SECRET[:8] not in text, text
+
+
+@pytest.mark.parametrize("key, value", MISPLACED_SECRETS)
+def test_configure_never_echoes_a_misplaced_secret(s3_server, key, value):
+    rsm = ObjectStorageRemoteStorageManager()
+    with pytest.raises(ConfigError) as info:
+        rsm.configure(_rsm_configs(s3_server, **{key: value}))
+    assert info.value.key == key
+    _assert_no_secret(str(info.value))
+    _assert_no_secret(repr(info.value.value))
+
+
+@pytest.mark.parametrize("key, value", MISPLACED_SECRETS)
+def test_serve_store_option_never_echoes_a_misplaced_secret(tmp_path, s3_server, key,
+                                                             value):
+    store = [f"{k}={v}" for k, v in _rsm_configs(s3_server, **{key: value}).items()]
+    proc = cli("serve", "--bucket", f"s3://{s3_server.buckets[0]}/x", "--state-dir",
+               str(tmp_path), *(arg for item in store for arg in ("--store", item)))
+    _assert_no_secret(proc.stderr + proc.stdout)
+    assert_one_error_line(proc, 2, key)
+
+
+def test_store_option_without_equals_is_not_echoed(tmp_path):
+    proc = cli("serve", "--bucket", "s3://b/x", "--state-dir", str(tmp_path), "--store",
+               f"storage.aws.secret.access.key {SECRET}")
+    _assert_no_secret(proc.stderr)
+    assert_one_error_line(proc, 2, "--store", "KEY=VALUE")
+
+
+def test_credentials_in_the_bucket_url_are_never_echoed(tmp_path, s3_server):
+    store = [f"{k}={v}" for k, v in s3_server.config().items()]
+    proc = cli("serve", "--bucket", f"s3://user:{SECRET}@{s3_server.buckets[0]}/x",
+               "--state-dir", str(tmp_path),
+               *(arg for item in store for arg in ("--store", item)))
+    _assert_no_secret(proc.stderr + proc.stdout)
+    assert_one_error_line(proc, 2, "credentials")
+
+
+@pytest.mark.parametrize("command", ["fetch", "run"])
+@pytest.mark.parametrize("key, value", [MISPLACED_SECRETS[0], MISPLACED_SECRETS[-1]])
+def test_broker_file_commands_never_echo_a_misplaced_secret(tmp_path, s3_server, command,
+                                                            key, value):
+    broker = _broker_file(tmp_path, s3_server, {key: value})
+    args = ["--until-idle"] if command == "run" else ["--topic", "orders", "--partition",
+                                                      "0", "--offset", "0"]
+    proc = cli(command, "--config", broker, *args)
+    _assert_no_secret(proc.stderr + proc.stdout)
+    assert_one_error_line(proc, 2, f"rsm.config.{key}")
+
+
+def test_store_error_texts_never_show_a_urls_credentials():
+    """Store errors carry obstore's message with the request's URL: its userinfo is masked
+    whatever put it there."""
+    from engine.errors import redact_userinfo
+
+    text = f"Error performing GET http://user:{SECRET}@127.0.0.1:1/b?list-type=2"
+    assert redact_userinfo(text) == "Error performing GET http://***@127.0.0.1:1/b?list-type=2"

@@ -52,7 +52,13 @@ import obstore
 import obstore.exceptions as obx
 
 from engine.config import ConfigError
-from engine.errors import KafkaEngineError, RemoteResourceNotFoundError, RemoteStorageError
+from engine.errors import (
+    HIDDEN,
+    KafkaEngineError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    redact_userinfo,
+)
 from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
 
@@ -157,7 +163,7 @@ class StoreConfig:
         key_id = values.get("storage.aws.access.key.id")
         secret = values.get("storage.aws.secret.access.key")
         if (key_id is None) != (secret is None):
-            raise ConfigError("storage.aws.access.key.id", "[hidden]",
+            raise ConfigError("storage.aws.access.key.id", HIDDEN,
                               "storage.aws.access.key.id and storage.aws.secret.access.key "
                               "must be set together")
         if backend == "s3" and values.get("storage.s3.region") is None and endpoint is None:
@@ -197,10 +203,18 @@ def _location(values: ConfigValues) -> tuple[str, str, str | None]:
     bucket = values.get(bucket_key)
     if bucket is None:
         raise ConfigError(bucket_key, None, f"required for the {backend} backend")
+    if "@" in bucket:  # `s3://user:password@bucket`: shown without what precedes the `@`
+        raise ConfigError(bucket_key, "***@" + bucket.rpartition("@")[2],
+                          "credentials do not go in the bucket name (the store's key "
+                          "settings hold them)")
     endpoint = values.get(f"storage.{backend}.endpoint.url")
     if endpoint is not None and not re.match(r"^https?://[^/\s]+", endpoint):
         raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
                           "expected an http:// or https:// URL")
+    if endpoint is not None and "@" in endpoint.split("/")[2]:
+        raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
+                          "credentials do not go in the URL (the store's key settings hold "
+                          "them)")
     return backend, bucket, endpoint
 
 
@@ -325,7 +339,7 @@ class ObjectStore:
 
     # -- naming and errors ---------------------------------------------------------------
     def url(self, key: str) -> str:
-        return f"{self.config.scheme}://{self.config.bucket}/{key}"
+        return redact_userinfo(f"{self.config.scheme}://{self.config.bucket}/{key}")
 
     def _error(self, op: str, key: str, exc: BaseException) -> RemoteStorageError:
         """The typed error for a failed call (counted by kind)."""
@@ -335,6 +349,7 @@ class ObjectStore:
         for secret in self._secrets:
             if len(secret) >= 4:  # shorter ones would mask unrelated text
                 text = text.replace(secret, "***")
+        text = redact_userinfo(text)
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if isinstance(exc, (obx.NotFoundError, FileNotFoundError)):
             return RemoteResourceNotFoundError(f"{op}: object not found", file=self.url(key))

@@ -175,3 +175,53 @@ def test_store_error_texts_never_show_a_urls_credentials():
 
     text = f"Error performing GET http://user:{SECRET}@127.0.0.1:1/b?list-type=2"
     assert redact_userinfo(text) == "Error performing GET http://***@127.0.0.1:1/b?list-type=2"
+
+
+# -- an S3 endpoint without credentials fails at once, naming the keys -------------------
+
+KEY_NAMES = ("storage.aws.access.key.id", "storage.aws.secret.access.key")
+
+
+@pytest.fixture
+def listener():
+    """A listening loopback socket that nothing should connect to: the test checks its
+    accept queue is empty afterwards (no request was attempted)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+def _assert_never_connected(sock) -> None:
+    with pytest.raises(BlockingIOError):
+        sock.accept()
+
+
+def _no_credentials(endpoint: str) -> dict[str, str]:
+    return {"storage.backend.class": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
+            "storage.s3.bucket.name": "engine-test", "storage.s3.region": "us-east-1",
+            "storage.s3.endpoint.url": endpoint,
+            "storage.s3.path.style.access.enabled": "true"}
+
+
+def test_configure_without_credentials_names_the_keys_and_connects_nowhere(listener):
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    rsm = ObjectStorageRemoteStorageManager()
+    with pytest.raises(ConfigError) as info:
+        rsm.configure(_no_credentials(endpoint))
+    for key in KEY_NAMES:
+        assert key in str(info.value)
+    _assert_never_connected(listener)
+    rsm.close()
+
+
+def test_serve_without_credentials_is_one_line_naming_the_keys(tmp_path, listener):
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    store = [f"{k}={v}" for k, v in _no_credentials(endpoint).items()]
+    proc = cli("serve", "--bucket", "s3://engine-test/x", "--state-dir", str(tmp_path),
+               *(arg for item in store for arg in ("--store", item)))
+    assert_one_error_line(proc, 2, *KEY_NAMES)
+    _assert_never_connected(listener)

@@ -166,6 +166,8 @@ class StoreConfig:
             raise ConfigError("storage.aws.access.key.id", HIDDEN,
                               "storage.aws.access.key.id and storage.aws.secret.access.key "
                               "must be set together")
+        if endpoint is not None:
+            _check_credentials(backend, values)
         if backend == "s3" and values.get("storage.s3.region") is None and endpoint is None:
             raise ConfigError("storage.s3.region", None, "required without an endpoint url")
         attempt = values.integer("storage.s3.api.call.attempt.timeout", 30_000, 1, 3_600_000)
@@ -216,6 +218,32 @@ def _location(values: ConfigValues) -> tuple[str, str, str | None]:
                           "credentials do not go in the URL (the store's key settings hold "
                           "them)")
     return backend, bucket, endpoint
+
+
+#: per backend, the keys of which one (or, with "+", all) must hold credentials when an
+#: endpoint is configured (GCS keeps obstore's lookup: storage.gcs.credentials.default is
+#: not read yet)
+_CREDENTIAL_KEYS = {
+    "s3": ("storage.aws.access.key.id+storage.aws.secret.access.key",),
+    "azure": ("storage.azure.account.key", "storage.azure.sas.token"),
+}
+
+
+def _check_credentials(backend: str, values: ConfigValues) -> None:
+    """A store at a configured endpoint (a local or private one) takes its credentials from
+    the config: missing, obstore's client would look for them in the environment and at the
+    cloud's instance-metadata address (169.254.169.254), each lookup waiting out its
+    timeout, and the store would fail much later with a message naming none of the keys.
+    ConfigError naming them instead."""
+    if backend not in _CREDENTIAL_KEYS:
+        return
+    for keys in _CREDENTIAL_KEYS[backend]:
+        if all(values.get(k) for k in keys.split("+")):
+            return
+    names = " or ".join(k.replace("+", " and ") for k in _CREDENTIAL_KEYS[backend])
+    raise ConfigError(names, None, f"required with storage.{backend}.endpoint.url: the "
+                      "store never looks for credentials elsewhere (environment, instance "
+                      "metadata) for an endpoint it is given")
 
 
 class TokenBucket:

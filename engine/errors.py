@@ -9,6 +9,7 @@ subclass and its fields.
 
 from __future__ import annotations
 
+import re
 from os import PathLike
 from typing import Any
 
@@ -55,15 +56,43 @@ class ConfigError(KafkaEngineError, ValueError):
     def __init__(self, key: str | None, value: Any, rule: str, *,
                  file: str | PathLike[str] | None = None) -> None:
         self.key = key
-        self.value = value
-        self.rule = rule
+        # a secret's value is never kept, shown or logged, and neither is a URL's password
+        self.value = HIDDEN if key is not None and is_secret_key(key) and value is not None \
+            else redact_userinfo(value)
+        self.rule = redact_userinfo(rule)
         where = f"config {_shown(key)}" if key is not None else "config"
-        super().__init__(f"invalid value {_shown(value)} for {where}: {rule}",
+        super().__init__(f"invalid value {_shown(self.value)} for {where}: {self.rule}",
                          file=None if file is None else str(file))
 
     def in_file(self, file) -> ConfigError:
         """The same error, naming `file`."""
         return ConfigError(self.key, self.value, self.rule, file=file)
+
+
+#: what errors show instead of a secret
+HIDDEN = "[hidden]"
+#: words of config keys whose values are secrets (a key or a URL's password, a token, a
+#: credentials file's contents, a JAAS config with its passwords)
+_SECRET_KEY_RE = re.compile(r"secret|passw|token|credential|jaas|(^|\.)sas(\.|$)"
+                            r"|(access|account|private|api|auth)[._-]?key", re.IGNORECASE)
+#: keys that name a file holding a secret: the path is no secret, and errors need it
+_PATH_KEY_SUFFIXES = (".file", ".path", ".location")
+#: the userinfo of a URL (`scheme://user:password@host`)
+_USERINFO_RE = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether the config key `key` (or a misspelling of one) holds a secret: its value is
+    never shown in errors or logs."""
+    return bool(_SECRET_KEY_RE.search(key)) and not key.endswith(_PATH_KEY_SUFFIXES)
+
+
+def redact_userinfo(value: Any) -> Any:
+    """`value` with the userinfo of every URL in it (credentials) replaced by `***`; a
+    value that is not a string is returned as it is."""
+    if not isinstance(value, str) or "@" not in value:
+        return value
+    return _USERINFO_RE.sub(r"\g<scheme>***@", value)
 
 
 #: a value longer than this is shown abbreviated in errors (a whole file of digits is not
@@ -96,6 +125,17 @@ class UnknownTopicOrPartitionError(KafkaEngineError, LookupError):
         for (e.g. " in log dirs a, b")."""
         return cls(f"no log for partition {topic}-{partition}{where}", topic=topic,
                    partition=partition)
+
+
+class InconsistentTopicIdError(KafkaEngineError, ValueError):
+    """The partitions of a topic record different topic ids in their `partition.metadata`,
+    or a partition is given an id other than its topic's (Kafka's
+    InconsistentTopicIdException). `topic_ids` maps each partition name to its id."""
+
+    def __init__(self, message, *, topic=None, topic_ids=None, file=None):
+        super().__init__(message, file=file)
+        self.topic = topic
+        self.topic_ids = dict(topic_ids or {})
 
 
 class LogDirLockedError(KafkaEngineError, OSError):
@@ -274,6 +314,7 @@ class RemoteDataLossError(KafkaEngineError, LookupError):
 
 
 __all__ = [
+    "HIDDEN",
     "ConfigError",
     "CorruptCheckpointError",
     "CorruptIndexError",
@@ -285,6 +326,7 @@ __all__ = [
     "CustomMetadataSizeLimitExceededError",
     "IllegalStateTransitionError",
     "ImplementationUnavailableError",
+    "InconsistentTopicIdError",
     "IndexFullError",
     "InvalidOffsetError",
     "InvalidRecordError",
@@ -310,4 +352,6 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
     "UnsupportedVersionError",
+    "is_secret_key",
+    "redact_userinfo",
 ]

@@ -465,12 +465,13 @@ def test_fetch_over_quota_returns_empty_records_with_throttle_time(tmp_path):
         env.close()
 
 
-def test_partition_without_topic_id_gets_one_written(env):
+def test_partition_tiers_under_the_topic_id_written_at_its_creation(env):
+    """(Partitions without one get their topic's: tests/test_topic_id.py.)"""
     unified = env.log()
-    assert not unified.partition_metadata.exists()
+    written = unified.partition_metadata.read().topic_id
     env.produce(6)
     env.rlm.run_once()
-    written = unified.partition_metadata.read().topic_id
+    assert unified.partition_metadata.read().topic_id == written
     assert env.rlm.status()[0]["topic_id"] == str(written)
     _, remote = _remote(env)
     assert remote and all(m.topic_id_partition.topic_id == written for m in remote)

@@ -139,7 +139,8 @@ def test_bad_arguments_fail_before_spark_starts(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--bucket", "s3://b/p", "--store", "x"], "--store 'x': expected KEY=VALUE"),
+    (["--bucket", "s3://b/p", "--store", "a=b", "--store", "x"],
+     "--store (its argument number 2 of 2): expected KEY=VALUE"),
     (["--bucket", "s3://b/p", "--max-bytes-per-round", "0"],
      "--max-bytes-per-round must be at least 1"),
     ([], "give --config FILE (the broker's tier) or --bucket URL"),

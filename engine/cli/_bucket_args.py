@@ -24,9 +24,11 @@ def add_bucket_arguments(p: argparse.ArgumentParser, bucket_help: str,
 def key_values(option: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE arguments of a repeatable option as a dict (keys and values stripped)."""
     out = {}
-    for item in items:
+    for n, item in enumerate(items, 1):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise _UsageError(f"{option} {item!r}: expected KEY=VALUE")
+            # not echoed: without its `=` an argument may be a secret typed alone
+            raise _UsageError(f"{option} (its argument number {n} of {len(items)}): "
+                              "expected KEY=VALUE")
         out[key.strip()] = value.strip()
     return out

@@ -14,7 +14,8 @@ Kafka's rules kept here:
   names are not partition names are skipped, and so is KRaft's `__cluster_metadata-0`.
 - Placement: a new partition goes to the online dir holding the fewest partitions; ties
   go to the dir listed first (Kafka's nextLogDirs).
-- Topic names: Kafka's rules (`validate_topic_name`).
+- Topic names: Kafka's rules (`validate_topic_name`). Topic ids: one per topic
+  (`topic_id`, engine.log.topic_ids); a new partition gets its topic's.
 - Checkpoints: `checkpoint_recovery_points` writes every log's recovery point per dir;
   `checkpoint_log_start_offsets` writes the log start offsets that are not the log's
   first segment's base offset (Kafka writes those above it; the others are implied by the
@@ -70,6 +71,7 @@ from typing import Any
 from engine.config import BrokerConfig, TopicConfig
 from engine.errors import (
     CorruptCheckpointError,
+    InconsistentTopicIdError,
     InvalidTopicError,
     KafkaStorageError,
     UnknownTopicOrPartitionError,
@@ -81,6 +83,7 @@ from engine.log.checkpoint import (
     fsync_dir,
     write_file_atomically,
 )
+from engine.log.topic_ids import agreed_topic_id
 from engine.log.unified_log import UnifiedLog
 
 __all__ = [
@@ -121,6 +124,11 @@ def validate_topic_name(topic: str) -> None:
         raise InvalidTopicError(
             f"topic name {topic!r} is illegal: it contains a character other than ASCII "
             "alphanumerics, '.', '_' and '-'")
+
+
+def _recorded_topic_id(unified: UnifiedLog) -> Uuid | None:
+    metadata = unified.partition_metadata
+    return metadata.read().topic_id if metadata.exists() else None
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
@@ -193,6 +201,10 @@ class LogManager:
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_configs: dict[TopicPartition, TopicConfig] = {}
+        #: topic -> its one topic id, once `topic_id` checked its partitions (taken before
+        #: `_lock` when both are held)
+        self._topic_ids: dict[str, Uuid] = {}
+        self._topic_id_lock = threading.RLock()
         self._offline: dict[Path, str] = {}  # dir -> why
         # partition -> why its last local retention run failed (cleared by one that succeeds)
         self._retention_errors: dict[TopicPartition, str] = {}
@@ -445,16 +457,44 @@ class LogManager:
                  config)
         return config
 
+    def topic_id(self, topic: str) -> Uuid:
+        """The topic's one id (engine.log.topic_ids): the one its partitions'
+        `partition.metadata` record, written to those that have none (a new one when none
+        has one). InconsistentTopicIdError when they disagree; UnknownTopicOrPartitionError
+        when no partition of the topic is open here."""
+        with self._topic_id_lock:
+            known = self._topic_ids.get(topic)
+            if known is not None:
+                return known
+            with self._lock:
+                logs = sorted((tp, u, self._log_dir_of[tp]) for tp, u in self._logs.items()
+                              if tp.topic == topic)
+            if not logs:
+                raise UnknownTopicOrPartitionError(f"no log of topic {topic} here",
+                                                   topic=topic)
+            recorded = {tp: self._run(d, f"reading the topic id of {tp.topic}-{tp.partition}",
+                                      functools.partial(_recorded_topic_id, u))
+                        for tp, u, d in logs}
+            topic_id = agreed_topic_id(topic, recorded)
+            for tp, u, d in logs:
+                if recorded[tp] is None:
+                    self._run(d, f"writing the topic id of {tp.topic}-{tp.partition}",
+                              functools.partial(u.partition_metadata.write, topic_id))
+            self._topic_ids[topic] = topic_id
+            return topic_id
+
     def get_or_create_log(self, topic: str, partition: int, topic_id: Uuid | str | None = None,
                           topic_config: TopicConfig | Mapping[str, Any] | None = None
                           ) -> UnifiedLog:
         """The partition's log, created in the online dir with the fewest partitions if it
         does not exist. `topic_config` is a TopicConfig or topic overrides (Kafka names);
         `topic_id` is written to `partition.metadata` (ValueError if it differs from the one
-        there).
+        there); a new partition always gets its topic's id (`topic_id`: a new one for a new
+        topic when not given).
 
         Raises:
             InvalidTopicError: an illegal topic name. ValueError: a negative partition.
+            InconsistentTopicIdError: a new partition given an id other than its topic's.
             KafkaStorageError: the partition's dir is offline, or no dir is online, or the
                 dir failed while creating it (the dir is then offline).
         """
@@ -462,6 +502,36 @@ class LogManager:
         if int(partition) < 0 or int(partition) > _INT32_MAX:
             raise ValueError(f"partition {partition} of topic {topic!r} is out of range")
         tp = TopicPartition(topic, int(partition))
+        with self._topic_id_lock:
+            with self._lock:
+                exists = tp in self._logs
+            if exists:
+                return self._get_or_create_log(tp, topic_id, topic_config)
+            topic_id = self._new_partition_topic_id(tp, topic_id)
+            unified = self._get_or_create_log(tp, topic_id, topic_config)
+            self._topic_ids[topic] = topic_id
+            return unified
+
+    def _new_partition_topic_id(self, tp: TopicPartition, topic_id) -> Uuid:
+        """The id a new partition gets: its topic's; `topic_id` must be that one."""
+        if topic_id is not None and not isinstance(topic_id, Uuid):
+            topic_id = Uuid.from_string(str(topic_id))
+        with self._lock:
+            has_partitions = any(t.topic == tp.topic for t in self._logs)
+        if not has_partitions and tp.topic not in self._topic_ids:
+            return Uuid.random() if topic_id is None else topic_id
+        known = self.topic_id(tp.topic)
+        if topic_id is not None and topic_id != known:
+            raise InconsistentTopicIdError(
+                f"topic id {topic_id} given to new partition {tp.topic}-{tp.partition} "
+                f"differs from {known}, the id of topic {tp.topic}", topic=tp.topic,
+                topic_ids={f"{tp.topic}-{tp.partition}": str(topic_id)})
+        return known
+
+    def _get_or_create_log(self, tp: TopicPartition, topic_id,
+                           topic_config: TopicConfig | Mapping[str, Any] | None
+                           ) -> UnifiedLog:
+        topic, partition = tp
         with self._lock:
             if self._shut_down:
                 raise ValueError("get_or_create_log on a LogManager that was shut down")
@@ -624,6 +694,8 @@ class LogManager:
                 return None
             log_dir = self._log_dir_of.pop(tp)
             self._topic_configs.pop(tp, None)
+            if not any(t.topic == topic for t in self._logs):
+                self._topic_ids.pop(topic, None)  # a topic created again has a new id
 
         def remove() -> Path:
             unified.close()

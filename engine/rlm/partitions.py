@@ -101,7 +101,8 @@ class PartitionRegistry:
                 if unified is None or not unified.remote_log_enabled or \
                         self.is_deleting(tp, unified):
                     continue
-                st = state.new_state(tp, unified, None, True)
+                st = state.new_state(tp, unified, None, True,
+                                     self.log_manager.topic_id(tp.topic))
                 try:
                     deletion_recorded = self._remote_deletion_recorded(st.tip)
                 except CorruptRemoteLogMetadataError as exc:
@@ -153,7 +154,8 @@ class PartitionRegistry:
                 continue
             if old is not None:
                 self.forget(tp)
-            st = state.new_state(tp, unified, epoch, is_leader)
+            st = state.new_state(tp, unified, epoch, is_leader,
+                                 self.log_manager.topic_id(topic))
             if old is not None:
                 # the old state's copy may still be running (it stops after its current
                 # segment): sharing its locks makes the new runs wait for it, and then find

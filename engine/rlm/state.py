@@ -11,7 +11,7 @@ from engine.log.unified_log import UnifiedLog
 from engine.remote.metadata import TopicIdPartition
 from engine.rlm.copier import CopyState
 
-__all__ = ["PartitionState", "new_state", "topic_id_of"]
+__all__ = ["PartitionState", "new_state"]
 
 # the log records of every part of the RemoteLogManager keep its logger name
 log = logging.getLogger("engine.rlm.manager")
@@ -62,24 +62,12 @@ class PartitionState:
         return f"{self.topic}-{self.partition}"
 
 
-def topic_id_of(unified) -> Uuid:
-    """The topic id in the partition's `partition.metadata`; one is created and written when
-    it has none (Kafka always has one)."""
-    metadata = unified.partition_metadata
-    if metadata.exists():
-        return metadata.read().topic_id
-    topic_id = Uuid.random()
-    metadata.write(topic_id)
-    log.info("Partition %s had no topic id: wrote %s to %s", unified.dir, topic_id,
-             metadata.file)
-    return topic_id
-
-
-def new_state(tp: TopicPartition, unified, epoch: int | None,
-              is_leader: bool) -> PartitionState:
-    """The state of a partition the RLM starts to serve (`epoch` None: its latest epoch)."""
+def new_state(tp: TopicPartition, unified, epoch: int | None, is_leader: bool,
+              topic_id: Uuid) -> PartitionState:
+    """The state of a partition the RLM starts to serve (`epoch` None: its latest epoch);
+    `topic_id` is its topic's one id (LogManager.topic_id)."""
     if epoch is None:
         latest = unified.leader_epoch_cache.latest_epoch
         epoch = 0 if latest is None else latest
-    tip = TopicIdPartition(topic_id_of(unified), tp[0], int(tp[1]))
+    tip = TopicIdPartition(topic_id, tp[0], int(tp[1]))
     return PartitionState(tp[0], int(tp[1]), tip, unified, int(epoch), is_leader)

@@ -174,15 +174,21 @@ class ChunkCacheConfig:
         )
 
     def build(self, metrics: ObjectStoreMetrics | None = None) -> ChunkCache | None:
-        """The chunk cache these settings describe (None when no class is configured)."""
+        """The chunk cache these settings describe (None when no class is configured).
+        ConfigError naming `fetch.chunk.cache.path` and the directory when one cannot be
+        created or used."""
         if self.kind is None:
             return None
         if self.kind == "memory":
             return ChunkCache(memory_bytes=self.size, retention_ms=self.retention_ms,
                               metrics=metrics)
-        return ChunkCache(memory_bytes=self.memory_size, disk_paths=self.paths,
-                          disk_bytes=self.size, retention_ms=self.retention_ms,
-                          metrics=metrics)
+        try:
+            return ChunkCache(memory_bytes=self.memory_size, disk_paths=self.paths,
+                              disk_bytes=self.size, retention_ms=self.retention_ms,
+                              metrics=metrics)
+        except KafkaStorageError as exc:
+            raise ConfigError("fetch.chunk.cache.path", ",".join(self.paths),
+                              str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,22 @@ class ChunkKey:
 def _digest(object_key: str, identity: str, index: int) -> str:
     text = f"{object_key}\n{identity}\n{index}"
     return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+
+
+def _check_cache_dir(d: Path) -> None:
+    """Creates the cache directory `d` (and its `tmp`) and writes a file there, so that a
+    directory that cannot hold entries fails at start, not on every write later.
+    KafkaStorageError naming the directory and why."""
+    probe = d / "tmp" / f"probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        (d / "tmp").mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        where = "" if e.filename is None or Path(e.filename) == d else f" ({e.filename})"
+        raise KafkaStorageError(
+            f"chunk cache directory {d} cannot be created or used{where}: "
+            f"[errno {e.errno}] {e.strerror}", log_dir=d) from e
 
 
 class ChunkCache:
@@ -240,12 +262,7 @@ class ChunkCache:
         self._writer = None
         if self._dirs:
             for d in self._dirs:
-                try:
-                    (d / "tmp").mkdir(parents=True, exist_ok=True)
-                except OSError as e:
-                    raise KafkaStorageError(
-                        f"chunk cache directory {d} cannot be created: "
-                        f"[errno {e.errno}] {e.strerror}", log_dir=d) from e
+                _check_cache_dir(d)
             self._reopen()
             self._writer = concurrent.futures.ThreadPoolExecutor(
                 max_workers=min(len(self._dirs), 4), thread_name_prefix="chunk-cache-writer")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine.config import ConfigError
+from engine.errors import HIDDEN, is_secret_key
 from engine.remote.objectstore import custom_metadata as cm
 from engine.remote.objectstore.chunk_cache import CHUNK_CACHE_CONFIG_KEYS, ChunkCacheConfig
 from engine.remote.objectstore.config_values import ConfigValues
@@ -49,7 +50,6 @@ RSM_CONFIG_KEYS = frozenset({
     "metrics.num.samples", "metrics.sample.window.ms", "metrics.recording.level",
 })
 _KEY_FILE_SUFFIXES = (".public.key.file", ".private.key.file")
-_SECRET_WORDS = ("secret", "password", "token", "credentials.json", "account.key")
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,14 @@ def check_unknown_keys(configs: Mapping[str, str]) -> None:
             continue
         close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        shown = "[hidden]" if any(w in key for w in _SECRET_WORDS) else configs[key]
-        raise ConfigError(key, shown, f"unknown object-store tier config{hint}")
+        raise ConfigError(key, _shown_value(key, configs[key], close),
+                          f"unknown object-store tier config{hint}")
+
+
+def _shown_value(key: str, value, close: list[str]):
+    """What an error about the unknown `key` shows of its value: nothing when it or the
+    known key it resembles holds a secret (a misspelt secret key still carries a secret)."""
+    return HIDDEN if close and is_secret_key(close[0]) else value
 
 
 def load_key_ring(config: RsmConfig) -> KeyRing:

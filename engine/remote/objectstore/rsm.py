@@ -183,15 +183,19 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
 
     def _setup(self, store: ObjectStore, config: RsmConfig, key_ring: KeyRing | None) -> None:
         cache = config.cache
+        metrics = store.metrics
+        try:  # first: a cache that cannot open leaves this manager unconfigured
+            chunk_cache = cache.build(metrics)
+        except BaseException:
+            store.close()
+            raise
         self._store, self._config, self._key_ring = store, config, key_ring
         self._keys = ObjectKeyFactory(config.key_prefix)
-        metrics = store.metrics
         self._manifests = LoadingCache("segment-manifest-cache", cache.manifest_cache_size,
                                        cache.manifest_cache_retention_ms, metrics=metrics)
         self._indexes = LoadingCache("segment-indexes-cache", cache.indexes_cache_size,
                                      cache.indexes_cache_retention_ms, weigher=_index_bytes,
                                      metrics=metrics)
-        self._chunk_cache = cache.build(metrics)
         # segment id -> (its manifest cache entry, when it was renewed): `_cached_segment`
         self._hot: dict[RemoteLogSegmentId, tuple[_Segment, float]] = {}
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
@@ -199,9 +203,10 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         # read-ahead's manifest loads: never waits on this pool or the transform pool
         self._manifest_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=_TRANSFORM_WORKERS, thread_name_prefix="manifest-load")
-        self._verdicts = None if self._chunk_cache is None else BatchCrcVerdicts(
-            self._chunk_cache, self._transform_pool)
-        self._reader = RangeReader(store, self._chunk_cache, max_in_flight=config.max_in_flight,
+        self._chunk_cache = chunk_cache
+        self._verdicts = None if chunk_cache is None else BatchCrcVerdicts(
+            chunk_cache, self._transform_pool)
+        self._reader = RangeReader(store, chunk_cache, max_in_flight=config.max_in_flight,
                                    max_request_bytes=config.max_request_bytes,
                                    fetch_max_wait_ms=cache.get_timeout_ms,
                                    prefetch_max_bytes=cache.prefetch_max_size,
@@ -217,6 +222,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         store_config = StoreConfig.from_configs(configs)
         key_ring = load_key_ring(config) if config.encryption else None
         self._release()
+        self._store = None  # unconfigured (not half-closed) if what follows fails
         self._setup(ObjectStore(store_config), config, key_ring)
 
     @property

@@ -52,7 +52,13 @@ import obstore
 import obstore.exceptions as obx
 
 from engine.config import ConfigError
-from engine.errors import KafkaEngineError, RemoteResourceNotFoundError, RemoteStorageError
+from engine.errors import (
+    HIDDEN,
+    KafkaEngineError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    redact_userinfo,
+)
 from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
 
@@ -157,9 +163,11 @@ class StoreConfig:
         key_id = values.get("storage.aws.access.key.id")
         secret = values.get("storage.aws.secret.access.key")
         if (key_id is None) != (secret is None):
-            raise ConfigError("storage.aws.access.key.id", "[hidden]",
+            raise ConfigError("storage.aws.access.key.id", HIDDEN,
                               "storage.aws.access.key.id and storage.aws.secret.access.key "
                               "must be set together")
+        if endpoint is not None:
+            _check_credentials(backend, values)
         if backend == "s3" and values.get("storage.s3.region") is None and endpoint is None:
             raise ConfigError("storage.s3.region", None, "required without an endpoint url")
         attempt = values.integer("storage.s3.api.call.attempt.timeout", 30_000, 1, 3_600_000)
@@ -197,11 +205,45 @@ def _location(values: ConfigValues) -> tuple[str, str, str | None]:
     bucket = values.get(bucket_key)
     if bucket is None:
         raise ConfigError(bucket_key, None, f"required for the {backend} backend")
+    if "@" in bucket:  # `s3://user:password@bucket`: shown without what precedes the `@`
+        raise ConfigError(bucket_key, "***@" + bucket.rpartition("@")[2],
+                          "credentials do not go in the bucket name (the store's key "
+                          "settings hold them)")
     endpoint = values.get(f"storage.{backend}.endpoint.url")
     if endpoint is not None and not re.match(r"^https?://[^/\s]+", endpoint):
         raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
                           "expected an http:// or https:// URL")
+    if endpoint is not None and "@" in endpoint.split("/")[2]:
+        raise ConfigError(f"storage.{backend}.endpoint.url", endpoint,
+                          "credentials do not go in the URL (the store's key settings hold "
+                          "them)")
     return backend, bucket, endpoint
+
+
+#: per backend, the keys of which one (or, with "+", all) must hold credentials when an
+#: endpoint is configured (GCS keeps obstore's lookup: storage.gcs.credentials.default is
+#: not read yet)
+_CREDENTIAL_KEYS = {
+    "s3": ("storage.aws.access.key.id+storage.aws.secret.access.key",),
+    "azure": ("storage.azure.account.key", "storage.azure.sas.token"),
+}
+
+
+def _check_credentials(backend: str, values: ConfigValues) -> None:
+    """A store at a configured endpoint (a local or private one) takes its credentials from
+    the config: missing, obstore's client would look for them in the environment and at the
+    cloud's instance-metadata address (169.254.169.254), each lookup waiting out its
+    timeout, and the store would fail much later with a message naming none of the keys.
+    ConfigError naming them instead."""
+    if backend not in _CREDENTIAL_KEYS:
+        return
+    for keys in _CREDENTIAL_KEYS[backend]:
+        if all(values.get(k) for k in keys.split("+")):
+            return
+    names = " or ".join(k.replace("+", " and ") for k in _CREDENTIAL_KEYS[backend])
+    raise ConfigError(names, None, f"required with storage.{backend}.endpoint.url: the "
+                      "store never looks for credentials elsewhere (environment, instance "
+                      "metadata) for an endpoint it is given")
 
 
 class TokenBucket:
@@ -325,7 +367,7 @@ class ObjectStore:
 
     # -- naming and errors ---------------------------------------------------------------
     def url(self, key: str) -> str:
-        return f"{self.config.scheme}://{self.config.bucket}/{key}"
+        return redact_userinfo(f"{self.config.scheme}://{self.config.bucket}/{key}")
 
     def _error(self, op: str, key: str, exc: BaseException) -> RemoteStorageError:
         """The typed error for a failed call (counted by kind)."""
@@ -335,6 +377,7 @@ class ObjectStore:
         for secret in self._secrets:
             if len(secret) >= 4:  # shorter ones would mask unrelated text
                 text = text.replace(secret, "***")
+        text = redact_userinfo(text)
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if isinstance(exc, (obx.NotFoundError, FileNotFoundError)):
             return RemoteResourceNotFoundError(f"{op}: object not found", file=self.url(key))

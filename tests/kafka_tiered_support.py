@@ -1,0 +1,134 @@
+"""Real Apache Kafka brokers with the engine as their RemoteStorageManager (the plugin jar
+that scripts/setup.sh installs into the venv) against the test S3 server: the broker
+properties an operator would write (README, "Use it in an Apache Kafka broker"), the topic
+configs that make segments tier at once, and the waits and comparisons the scenarios share.
+
+Kafka's own TopicBasedRemoteLogMetadataManager keeps the metadata in
+`__remote_log_metadata`; the bucket is the Aiven plugin's format."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import obstore
+from kafka_cluster import KafkaCluster
+from kafka_plugin_support import INSTALLED_JAR, RSM_CLASS
+
+S3_BACKEND = "io.aiven.kafka.tieredstorage.storage.s3.S3Storage"
+SEGMENT_BYTES = 1 << 20  # Kafka 4's smallest segment.bytes
+#: a topic whose closed segments tier at once and leave the broker's disk at once
+TIERED_TOPIC = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
+                "local.retention.bytes": "1"}
+
+
+def broker_properties(s3_configs: dict, key_prefix: str, **extra) -> dict[str, str]:
+    """A broker tiering through the plugin: Kafka's `remote.log.*` keys, the plugin's
+    `rsm.config.*` (the Aiven plugin's names), Kafka's topic-based RLMM, and short task
+    intervals so a test sees copies and deletions within seconds."""
+    props = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": RSM_CLASS,
+        "remote.log.storage.manager.class.path": str(INSTALLED_JAR),
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "500",
+        "log.initial.task.delay.ms": "0",
+        "rsm.config.storage.backend.class": S3_BACKEND,
+        "rsm.config.chunk.size": str(256 * 1024),
+        "rsm.config.key.prefix": key_prefix,
+        "rsm.config.fetch.chunk.cache.class":
+            "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache",
+        "rsm.config.fetch.chunk.cache.size": str(64 << 20),
+        "rsm.config.fetch.chunk.cache.prefetch.max.size": str(1 << 20),
+    }
+    props.update({f"rsm.config.{k}": v for k, v in s3_configs.items()})
+    props.update(extra)
+    return props
+
+
+def tiered_cluster(base: Path, s3_server, brokers: int = 1, **extra) -> KafkaCluster:
+    """A (not yet started) cluster tiering into its own prefix of the test bucket; the prefix
+    is `cluster.key_prefix`."""
+    prefix = f"broker-{uuid.uuid4().hex[:8]}/"
+    cluster = KafkaCluster(base, brokers=brokers,
+                           server_properties=broker_properties(s3_server.config(), prefix,
+                                                               **extra))
+    cluster.key_prefix = prefix  # type: ignore[attr-defined]
+    return cluster
+
+
+def wait_until(what: str, check: Callable[[], object], timeout: float = 120,
+               interval: float = 0.5):
+    """`check()`'s first truthy answer; AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def offsets(cluster: KafkaCluster, topic: str, partitions, *specs: str,
+            isolation: str = "read_uncommitted") -> dict[tuple[str, int], int]:
+    """ListOffsets through the Java admin client: (spec, partition) -> offset."""
+    args = ["list-offsets", "--topic", topic, "--partitions",
+            ",".join(map(str, partitions)), "--isolation", isolation]
+    for spec in specs:
+        args += ["--spec", spec]
+    return {(o["spec"], o["partition"]): o["offset"]
+            for o in cluster.run_client(args, timeout=90)}
+
+
+def wait_tiered(cluster: KafkaCluster, topic: str, partitions, below: dict[int, int],
+                timeout: float = 180) -> None:
+    """Waits until every partition's local log starts at or above `below[p]` (the segments
+    below it were copied, and then deleted from the broker's disk)."""
+    def done():
+        got = offsets(cluster, topic, partitions, "earliest-local")
+        return all(got[("earliest-local", p)] >= below[p] for p in partitions) and got
+    wait_until(f"{topic} to leave local disk below {below}", done, timeout)
+
+
+def consume(cluster: KafkaCluster, topic: str, partitions, *args: str,
+            timeout: float = 240) -> list[dict]:
+    """Every record from `--from` (earliest by default) to the end, Java consumer, assign."""
+    lines = cluster.run_client(
+        ["consume", "--topic", topic, "--partitions", ",".join(map(str, partitions)),
+         "--idle-ms", "4000", "--timeout-ms", str(int(timeout * 1000) - 20000), *args],
+        timeout=timeout)
+    assert lines[-1]["type"] == "end" and not lines[-1]["timed_out"], lines[-1]
+    return [r for r in lines if r["type"] == "record"]
+
+
+def record_view(records) -> list[tuple]:
+    """What a consumer compares: partition, offset, timestamp, key, value, headers."""
+    return sorted((r["partition"], r["offset"], r["timestamp"], r["key"], r["value"],
+                   tuple(tuple(h) for h in r["headers"])) for r in records)
+
+
+def produced_view(produced, isolation: str = "read_uncommitted") -> list[tuple]:
+    return record_view(r for r in produced
+                       if isolation == "read_uncommitted" or r["committed"])
+
+
+def bucket_keys(s3_server, prefix: str) -> list[str]:
+    return sorted(m["path"] for page in obstore.list(s3_server.raw_store(), prefix=prefix)
+                  for m in page)
+
+
+def segment_keys(s3_server, prefix: str, topic: str) -> dict[str, set[str]]:
+    """The topic's objects by segment (`<partition>/<offset>-<segment id>`) -> suffixes."""
+    out: dict[str, set[str]] = {}
+    for key in bucket_keys(s3_server, prefix):
+        rest = key[len(prefix):]
+        topic_dir, _, tail = rest.partition("/")
+        if topic_dir.rsplit("-", 1)[0] != topic:
+            continue
+        stem, _, suffix = tail.rpartition(".")
+        out.setdefault(stem, set()).add(suffix)
+    return out

@@ -11,8 +11,13 @@ local ones become FileRegions (engine.records.file_region), which the server sen
 sendfile.
 
 Kafka's behaviours kept here:
-- the first partition with data is returned whole even past the response's `max_bytes`
-  (a consumer must make progress); later partitions get whole batches that fit what is left;
+- KIP-74: each partition is read with min(its partition_max_bytes, the response bytes
+  left); only the first batch of the response may pass `max_bytes` (a consumer must make
+  progress);
+- a remote read that outlasts `remote.fetch.max.wait.ms` answers its partition with no error
+  and no records (Kafka's expired DelayedRemoteFetch: the consumer fetches again; the Java
+  consumer throws from poll() on a per-partition REQUEST_TIMED_OUT); one the full reader
+  queue refuses answers UNKNOWN_SERVER_ERROR;
 - incremental fetch sessions are declined as a broker without session slots declines them:
   a full fetch asking for a session (epoch 0) is answered with session id 0, a request
   naming a session gets FETCH_SESSION_ID_NOT_FOUND;
@@ -321,11 +326,11 @@ class ReadBroker:
         `file_regions`, records of a local segment of at least SENDFILE_MIN_BYTES are a
         FileRegion (sent with sendfile), others views."""
         isolation = "read_committed" if read_committed else "read_uncommitted"
-        responses, requests, slots = self.fetch_requests(targets)
+        responses, requests, slots = self.fetch_requests(targets, max_bytes)
         results = self.rlm.read_many(requests, isolation=isolation) if requests else []
         total = 0
-        for (row, name), result in zip(slots, results):
-            if result.error is not None:
+        for (row, name), request, result in zip(slots, requests, results):
+            if result.error is not None and not E.is_expired_remote_read(result.error):
                 row["error_code"] = E.error_code(result.error)
                 if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
                     log.warning("Fetch %s-%s at %s failed: %s", name, result.partition,
@@ -343,7 +348,8 @@ class ReadBroker:
             row["last_stable_offset"] = unified.last_stable_offset
             row["log_start_offset"] = unified.log_start_offset
             total = self.add_records(row, result.records, result.aborted_transactions,
-                                     total, max_bytes, read_committed)
+                                     total, min(request[3], max_bytes - total),
+                                     read_committed)
             view = row["records"]
             if file_regions and view.nbytes >= SENDFILE_MIN_BYTES and \
                     result.local_segment is not None:
@@ -352,10 +358,16 @@ class ReadBroker:
         return responses, total
 
     @staticmethod
-    def fetch_requests(targets) -> tuple[list, list, list]:
+    def fetch_requests(targets, max_bytes: int) -> tuple[list, list, list]:
         """A Fetch's response skeleton and the reads it needs: (responses, requests, slots),
         with a (row, topic) slot for each (topic, partition, offset, max bytes) request;
-        partitions of unknown topic ids get their error and no request."""
+        partitions of unknown topic ids get their error and no request.
+
+        KIP-74: Kafka reads the partitions in turn, each with min(its partition_max_bytes,
+        the response bytes left), the first one with data whole past that limit by one
+        batch at most. The reads here run at once, so each is bounded by min(partition
+        max, max_bytes) and `add_records` cuts them to what is left in request order: the
+        same records."""
         responses, requests, slots = [], [], []
         for head, name, parts in targets:
             rows = []
@@ -369,20 +381,21 @@ class ReadBroker:
                     row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
                     continue
                 requests.append((name, p["partition"], p["fetch_offset"],
-                                 max(0, p["partition_max_bytes"])))
+                                 max(0, min(p["partition_max_bytes"], max_bytes))))
                 slots.append((row, name))
             responses.append({**head, "partitions": rows})
         return responses, requests, slots
 
     @staticmethod
-    def add_records(row: dict, records, aborted, total: int, max_bytes: int,
+    def add_records(row: dict, records, aborted, total: int, limit: int,
                     read_committed: bool) -> int:
-        """Puts a read's records (and, read_committed, its aborted transactions) into `row`
-        within the response's `max_bytes` (past the first records, whole batches only);
-        returns the response's record bytes so far."""
+        """Puts a read's records (and, read_committed, its aborted transactions) into `row`:
+        whole, for the first records of the response (they may pass `limit` by their first
+        batch), else the whole batches within `limit` (min(partition max, response bytes
+        left)); returns the response's record bytes so far."""
         view = memoryview(records)
-        if total and total + view.nbytes > max_bytes:
-            view = whole_batches(view, max(0, max_bytes - total))
+        if total and view.nbytes > limit:
+            view = whole_batches(view, max(0, limit))
         row["records"] = view
         if read_committed:
             row["aborted_transactions"] = [

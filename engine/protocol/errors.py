@@ -14,7 +14,7 @@ from engine.errors import (
     UnknownTopicOrPartitionError,
 )
 
-__all__ = ["error_code"]
+__all__ = ["error_code", "is_expired_remote_read"]
 
 UNKNOWN_SERVER_ERROR = -1
 NONE = 0
@@ -56,7 +56,17 @@ def error_code(exc: BaseException) -> int:
         return KAFKA_STORAGE_ERROR
     if isinstance(exc, CorruptRecordError):
         return CORRUPT_MESSAGE
-    if isinstance(exc, (RemoteFetchTimeoutError, RemoteLogReaderRejectedError,
-                        concurrent.futures.TimeoutError)):
-        return REQUEST_TIMED_OUT  # retriable: the client fetches again
+    if isinstance(exc, RemoteLogReaderRejectedError):
+        # Kafka's RejectedExecutionException from the reader pool: no code of its own
+        return UNKNOWN_SERVER_ERROR
+    if is_expired_remote_read(exc):
+        # ListOffsets: Kafka's expired DelayedRemoteListOffsets. A Fetch never answers it
+        # (is_expired_remote_read): the Java consumer throws from poll() on it
+        return REQUEST_TIMED_OUT
     return UNKNOWN_SERVER_ERROR
+
+
+def is_expired_remote_read(exc: BaseException) -> bool:
+    """Whether a remote read outlasted its wait: Kafka's expired DelayedRemoteFetch answers
+    that partition with no error and no records (the consumer fetches it again)."""
+    return isinstance(exc, (RemoteFetchTimeoutError, concurrent.futures.TimeoutError))

@@ -1,0 +1,127 @@
+"""What `serve`'s read APIs answer where Kafka's broker has a rule a client relies on: an
+expired remote read (no error, no records) and a refused one (UNKNOWN_SERVER_ERROR) in
+Fetch, the response byte limit across partitions (KIP-74), leader epochs checked, ListOffsets
+bounded by the high watermark or last stable offset, full fetches that close a session, and
+ListOffsets v0. The broker is the one `serve` runs (ReadBroker over a tiered broker's logs
+and RLM, in this process); every request and answer goes through the protocol codec as on
+the wire."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from serve_support import CODECS, TOPIC, build_tiered_broker
+
+from engine.cli._broker import BrokerSession
+from engine.config import load_broker_config
+from engine.errors import RemoteLogReaderRejectedError
+from engine.protocol import codec
+from engine.protocol import errors as E
+from engine.protocol.broker import ReadBroker
+from engine.rlm import fetch as rlm_fetch
+
+FETCH, LIST_OFFSETS = 1, 2
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory):
+    return build_tiered_broker(tmp_path_factory.mktemp("answers"))
+
+
+@pytest.fixture(scope="module")
+def broker(tiered):
+    with BrokerSession(load_broker_config(tiered.config), tiered.config) as session:
+        yield ReadBroker(session.log_manager, session.remote_log_manager())
+
+
+def _wire(api_key: int, version: int, body: dict, answer) -> dict:
+    """`body` encoded and decoded as a request, `answer(decoded body)` encoded and decoded as
+    the response: what a client sees."""
+    req = codec.decode_request(codec.encode_request(api_key, version, 1, "t", body)[4:])
+    frame = b"".join(bytes(p) for p in codec.encode_response(
+        api_key, version, 1, answer(req.body)))
+    return codec.decode_response(api_key, version, frame[4:])[1]
+
+
+def fetch(broker, version: int, parts: list, max_bytes: int = 1 << 20,
+          read_committed: bool = False, **extra) -> dict:
+    body = {"max_wait_ms": 0, "min_bytes": 0, "max_bytes": max_bytes,
+            "isolation_level": int(read_committed), "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": TOPIC, "partitions": parts}], **extra}
+
+    def answer(req):
+        error = broker.fetch_session_error(req)
+        if error:
+            return {"error_code": error, "session_id": 0, "responses": []}
+        targets = broker.fetch_targets(req, version)
+        responses, _ = broker.fetch_once(targets, req["max_bytes"], read_committed, version)
+        return {"error_code": E.NONE, "session_id": 0, "responses": responses}
+
+    return _wire(FETCH, version, body, answer)
+
+
+def _part(p: int, offset: int = 0, max_bytes: int = 1 << 20, **extra) -> dict:
+    return {"partition": p, "fetch_offset": offset, "partition_max_bytes": max_bytes, **extra}
+
+
+def _sizes(resp) -> list[int]:
+    return [memoryview(p["records"]).nbytes for p in resp["responses"][0]["partitions"]]
+
+
+# ------------------------------------------------------------------------ remote reads
+
+def test_an_expired_remote_read_answers_no_error_and_no_records(broker, tiered,
+                                                                monkeypatch):
+    # every remote read hangs past remote.fetch.max.wait.ms; a local one is answered
+    release = threading.Event()
+    read_remote = rlm_fetch.read_remote
+
+    def hung(*args, **kwargs):
+        release.wait(60)
+        return read_remote(*args, **kwargs)
+
+    monkeypatch.setattr(rlm_fetch, "read_remote", hung)
+    monkeypatch.setattr(broker.rlm, "fetch_max_wait_ms", 50)
+    local = tiered.offsets[1]["earliest-local"]
+    try:
+        resp = fetch(broker, 12, [_part(0, 0), _part(1, local)])
+    finally:
+        release.set()
+    tiered_row, local_row = resp["responses"][0]["partitions"]
+    assert tiered_row["error_code"] == E.NONE, tiered_row
+    assert memoryview(tiered_row["records"]).nbytes == 0
+    assert tiered_row["high_watermark"] == tiered.offsets[0]["latest"]
+    assert (local_row["error_code"], memoryview(local_row["records"]).nbytes > 0) == (0, True)
+
+
+def test_a_remote_read_refused_by_a_full_reader_queue_is_unknown_server_error(
+        broker, monkeypatch):
+    def full(*args, **kwargs):
+        raise RemoteLogReaderRejectedError("the remote log reader queue is full")
+
+    monkeypatch.setattr(broker.rlm.reader_pool, "submit", full)
+    row = fetch(broker, 12, [_part(0, 0)])["responses"][0]["partitions"][0]
+    assert row["error_code"] == E.UNKNOWN_SERVER_ERROR
+
+
+# --------------------------------------------------------------------- KIP-74 limits
+
+def test_max_bytes_bounds_the_response_past_the_first_batch(broker, tiered):
+    local = [tiered.offsets[p]["earliest-local"] for p in range(len(CODECS))]
+    for offsets in ([0] * len(CODECS), local):  # remote reads, local reads
+        resp = fetch(broker, 12, [_part(p, offsets[p]) for p in range(len(CODECS))],
+                     max_bytes=3000)
+        sizes = _sizes(resp)
+        first = next(s for s in sizes if s)
+        # the first partition with data may pass max_bytes by one batch only; the response
+        # is never more than max_bytes otherwise
+        one = fetch(broker, 12, [_part(0, offsets[0], 1)], max_bytes=1)
+        assert sizes[0] == first and (first <= 3000 or first == _sizes(one)[0]), sizes
+        assert sum(sizes) <= max(3000, first), sizes
+        # past the first records, a partition gets the whole batches within its own
+        # partition_max_bytes too (no batch here fits in 1 byte)
+        resp = fetch(broker, 12, [_part(p, offsets[p], 1) for p in range(len(CODECS))],
+                     max_bytes=1 << 20)
+        sizes = _sizes(resp)
+        assert sizes[0] > 0 and sizes[1:] == [0] * (len(CODECS) - 1), sizes

@@ -18,7 +18,7 @@ from engine.config import load_broker_config
 from engine.errors import RemoteLogReaderRejectedError
 from engine.protocol import codec
 from engine.protocol import errors as E
-from engine.protocol.broker import ReadBroker
+from engine.protocol.broker import Endpoint, ReadBroker
 from engine.rlm import fetch as rlm_fetch
 
 FETCH, LIST_OFFSETS = 1, 2
@@ -125,3 +125,28 @@ def test_max_bytes_bounds_the_response_past_the_first_batch(broker, tiered):
                      max_bytes=1 << 20)
         sizes = _sizes(resp)
         assert sizes[0] > 0 and sizes[1:] == [0] * (len(CODECS) - 1), sizes
+
+
+# ------------------------------------------------------------------------ leader epochs
+
+def list_offsets(broker, version: int, parts: list, read_committed: bool = False) -> list:
+    body = {"replica_id": -1, "isolation_level": int(read_committed),
+            "topics": [{"name": TOPIC, "partitions": parts}]}
+    resp = _wire(LIST_OFFSETS, version, body, lambda req: broker.list_offsets(req, version))
+    return resp["topics"][0]["partitions"]
+
+
+def test_current_leader_epoch_is_checked_in_fetch_and_list_offsets(broker, monkeypatch):
+    # the partition's leader epoch as Metadata gives it (5 here); -1 is not checked
+    assert broker.leader_epoch_of(TOPIC, 0) == broker.metadata(
+        {"topics": None}, 12, Endpoint(0, "h", 1))["topics"][0]["partitions"][0]["leader_epoch"]
+    monkeypatch.setattr(broker, "leader_epoch_of", lambda topic, partition: 5)
+    want = {4: E.FENCED_LEADER_EPOCH, 6: E.UNKNOWN_LEADER_EPOCH, 5: E.NONE, -1: E.NONE}
+    for current, code in want.items():
+        row = fetch(broker, 12, [_part(0, 0, current_leader_epoch=current)]
+                    )["responses"][0]["partitions"][0]
+        assert row["error_code"] == code, (current, row)
+        assert (memoryview(row["records"]).nbytes > 0) == (code == E.NONE)
+        [row] = list_offsets(broker, 9, [{"partition_index": 0, "timestamp": -1,
+                                          "current_leader_epoch": current}])
+        assert row["error_code"] == code, (current, row)

@@ -150,7 +150,24 @@ class ReadBroker:
     def leader_epoch_of(self, topic: str, partition: int) -> int:
         return self._leader_epoch(self.log_manager.get_log(topic, partition))
 
+    def leader_epoch_error(self, topic: str, partition: int, current: int) -> int:
+        """Kafka's check of a request's `current_leader_epoch` against the partition's: an
+        older one is FENCED_LEADER_EPOCH (the client's metadata is stale), a newer one
+        UNKNOWN_LEADER_EPOCH (this broker is behind); -1 is not checked, nor is a partition
+        this broker does not have (its read answers that)."""
+        if current < 0:
+            return E.NONE
+        try:
+            epoch = self.leader_epoch_of(topic, partition)
+        except Exception:  # noqa: BLE001 - no such partition: its read says so
+            return E.NONE
+        if current < epoch:
+            return E.FENCED_LEADER_EPOCH
+        return E.UNKNOWN_LEADER_EPOCH if current > epoch else E.NONE
+
     def _leader_epoch(self, unified) -> int:
+        if unified is None:
+            raise UnknownTopicOrPartitionError("no such partition")
         cache = unified.leader_epoch_cache
         epoch = cache.latest_epoch if cache is not None else None
         return 0 if epoch is None else epoch
@@ -273,6 +290,11 @@ class ReadBroker:
                     row["error_code"] = E.TOPIC_AUTHORIZATION_FAILED
                     rows.append(row)
                     continue
+                row["error_code"] = self.leader_epoch_error(
+                    t["name"], p["partition_index"], p["current_leader_epoch"])
+                if row["error_code"]:
+                    rows.append(row)
+                    continue
                 try:
                     ts, offset, epoch = self._list_offset(t["name"], p["partition_index"],
                                                           p["timestamp"], read_committed)
@@ -357,11 +379,11 @@ class ReadBroker:
                                                                   view) or view
         return responses, total
 
-    @staticmethod
-    def fetch_requests(targets, max_bytes: int) -> tuple[list, list, list]:
+    def fetch_requests(self, targets, max_bytes: int) -> tuple[list, list, list]:
         """A Fetch's response skeleton and the reads it needs: (responses, requests, slots),
         with a (row, topic) slot for each (topic, partition, offset, max bytes) request;
-        partitions of unknown topic ids get their error and no request.
+        partitions of unknown topic ids, or whose current leader epoch is not the
+        partition's (`leader_epoch_error`), get their error and no request.
 
         KIP-74: Kafka reads the partitions in turn, each with min(its partition_max_bytes,
         the response bytes left), the first one with data whole past that limit by one
@@ -379,6 +401,10 @@ class ReadBroker:
                 rows.append(row)
                 if not isinstance(name, str):
                     row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
+                    continue
+                row["error_code"] = self.leader_epoch_error(name, p["partition"],
+                                                            p["current_leader_epoch"])
+                if row["error_code"]:
                     continue
                 requests.append((name, p["partition"], p["fetch_offset"],
                                  max(0, min(p["partition_max_bytes"], max_bytes))))

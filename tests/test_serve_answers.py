@@ -13,12 +13,14 @@ import threading
 import pytest
 from serve_support import CODECS, TOPIC, build_tiered_broker
 
-from engine.cli._broker import BrokerSession
+from engine.cli._broker import BrokerSession, LocalReads
 from engine.config import load_broker_config
 from engine.errors import RemoteLogReaderRejectedError
+from engine.log.log_manager import LogManager
 from engine.protocol import codec
 from engine.protocol import errors as E
 from engine.protocol.broker import Endpoint, ReadBroker
+from engine.records import RecordBatchBuilder
 from engine.rlm import fetch as rlm_fetch
 
 FETCH, LIST_OFFSETS = 1, 2
@@ -150,3 +152,45 @@ def test_current_leader_epoch_is_checked_in_fetch_and_list_offsets(broker, monke
         [row] = list_offsets(broker, 9, [{"partition_index": 0, "timestamp": -1,
                                           "current_leader_epoch": current}])
         assert row["error_code"] == code, (current, row)
+
+
+# ------------------------------------------------------------- ListOffsets bounds
+
+@pytest.fixture
+def open_transaction(tmp_path):
+    """A partition of 10 records (timestamps 1000-1009) and then an open transaction of 5
+    (2000-2004): its last stable offset is 10, its high watermark 15."""
+    manager = LogManager([str(tmp_path)])
+    manager.get_or_create_log(TOPIC, 0)
+    plain = RecordBatchBuilder()
+    for i in range(10):
+        plain.append(b"v%d" % i, timestamp=1000 + i)
+    manager.append_as_leader(TOPIC, 0, plain.build(), 0)
+    txn = RecordBatchBuilder(producer_id=7, producer_epoch=0, base_sequence=0,
+                             is_transactional=True)
+    for i in range(5):
+        txn.append(b"t%d" % i, timestamp=2000 + i)
+    manager.append_as_leader(TOPIC, 0, txn.build(), 0)
+    unified = manager.get_log(TOPIC, 0)
+    assert (unified.last_stable_offset, unified.high_watermark) == (10, 15)
+    yield ReadBroker(manager, LocalReads(manager))
+    manager.shutdown()
+
+
+def test_list_offsets_by_time_stop_at_the_last_stable_offset(open_transaction):
+    def offsets(spec, read_committed):
+        for version in (5, 9):
+            [row] = list_offsets(open_transaction, version, [
+                {"partition_index": 0, "timestamp": spec}], read_committed)
+            assert row["error_code"] == E.NONE, row
+            yield row["timestamp"], row["offset"]
+
+    # read_committed sees nothing at or past the open transaction: -1/-1 (Kafka's answer
+    # when the offset found is not below the last stable offset)
+    assert set(offsets(-3, True)) == {(-1, -1)}
+    assert set(offsets(2000, True)) == {(-1, -1)}
+    assert set(offsets(1005, True)) == {(1005, 5)}
+    assert set(offsets(-1, True)) == {(-1, 10)}
+    # read_uncommitted, below the high watermark: found
+    assert set(offsets(-3, False)) == {(2004, 14)}
+    assert set(offsets(2000, False)) == {(2000, 10)}

@@ -278,37 +278,56 @@ class ReadBroker:
             return self._timestamp_at(topic, partition, offset), offset, epoch
         return -1, offset, epoch
 
+    def _fetchable(self, topic: str, partition: int, spec: int, found: tuple[int, int, int],
+                   read_committed: bool, client: bool) -> tuple[int, int, int]:
+        """`found`, or -1/-1 as Kafka answers when a by-time spec (a timestamp, max
+        timestamp, latest tiered) found an offset a consumer may not fetch: at or past the
+        last stable offset (read_committed) or the high watermark (read_uncommitted; past
+        the log end for a request that is not a consumer's)."""
+        offset = found[1]
+        if spec in (LATEST, EARLIEST, EARLIEST_LOCAL) or offset < 0:
+            return found
+        log_ = self.log_manager.get_log(topic, partition)
+        end = ((log_.last_stable_offset if read_committed else log_.high_watermark)
+               if client else log_.log_end_offset)
+        return found if offset < end else (-1, -1, -1)
+
+    def _list_offsets_row(self, topic: str, p: dict, read_committed: bool,
+                          client: bool) -> dict:
+        partition = p["partition_index"]
+        row = {"partition_index": partition,
+               "error_code": self.leader_epoch_error(topic, partition,
+                                                     p["current_leader_epoch"])}
+        if row["error_code"]:
+            return row
+        try:
+            ts, offset, epoch = self._fetchable(
+                topic, partition, p["timestamp"],
+                self._list_offset(topic, partition, p["timestamp"], read_committed),
+                read_committed, client)
+            row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
+                       old_style_offsets=[offset] if offset >= 0 else [])
+        except ValueError as exc:  # a spec the engine does not serve
+            log.info("ListOffsets %s-%s: %s", topic, partition, exc)
+            row["error_code"] = E.INVALID_REQUEST
+        except Exception as exc:  # noqa: BLE001 - one partition fails alone
+            row["error_code"] = E.error_code(exc)
+            if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
+                log.warning("ListOffsets %s-%s failed: %s", topic, partition, exc)
+        return row
+
     def list_offsets(self, body: dict, version: int, allowed=_allow_all) -> dict:
         read_committed = body["isolation_level"] == 1
+        client = body["replica_id"] == -1
         topics = []
         for t in body["topics"]:
-            rows = []
-            permitted = allowed("describe", "topic", t["name"])
-            for p in t["partitions"]:
-                row = {"partition_index": p["partition_index"], "error_code": E.NONE}
-                if not permitted:
-                    row["error_code"] = E.TOPIC_AUTHORIZATION_FAILED
-                    rows.append(row)
-                    continue
-                row["error_code"] = self.leader_epoch_error(
-                    t["name"], p["partition_index"], p["current_leader_epoch"])
-                if row["error_code"]:
-                    rows.append(row)
-                    continue
-                try:
-                    ts, offset, epoch = self._list_offset(t["name"], p["partition_index"],
-                                                          p["timestamp"], read_committed)
-                    row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
-                               old_style_offsets=[offset] if offset >= 0 else [])
-                except ValueError as exc:  # a spec the engine does not serve
-                    log.info("ListOffsets %s-%s: %s", t["name"], p["partition_index"], exc)
-                    row["error_code"] = E.INVALID_REQUEST
-                except Exception as exc:  # noqa: BLE001 - one partition fails alone
-                    row["error_code"] = E.error_code(exc)
-                    if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
-                        log.warning("ListOffsets %s-%s failed: %s", t["name"],
-                                    p["partition_index"], exc)
-                rows.append(row)
+            if allowed("describe", "topic", t["name"]):
+                rows = [self._list_offsets_row(t["name"], p, read_committed, client)
+                        for p in t["partitions"]]
+            else:
+                rows = [{"partition_index": p["partition_index"],
+                         "error_code": E.TOPIC_AUTHORIZATION_FAILED}
+                        for p in t["partitions"]]
             topics.append({"name": t["name"], "partitions": rows})
         return {"topics": topics}
 

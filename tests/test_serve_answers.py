@@ -8,6 +8,7 @@ the wire."""
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -19,6 +20,7 @@ from engine.errors import RemoteLogReaderRejectedError
 from engine.log.log_manager import LogManager
 from engine.protocol import codec
 from engine.protocol import errors as E
+from engine.protocol.acl import CLUSTER_NAME, Acl, Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
 from engine.records import RecordBatchBuilder
 from engine.rlm import fetch as rlm_fetch
@@ -194,3 +196,43 @@ def test_list_offsets_by_time_stop_at_the_last_stable_offset(open_transaction):
     # read_uncommitted, below the high watermark: found
     assert set(offsets(-3, False)) == {(2004, 14)}
     assert set(offsets(2000, False)) == {(2000, 10)}
+
+
+# ------------------------------------------------------------------ Metadata and ACLs
+
+def _acl(principal, resource_type, name, operation):
+    return Acl(principal, resource_type, name, "literal", operation, "allow")
+
+
+def test_metadata_by_topic_id_hides_the_name_and_computes_authorized_operations(broker):
+    authorizer = Authorizer([_acl("User:alice", "topic", TOPIC, "read"),
+                             _acl("User:alice", "cluster", CLUSTER_NAME, "describe")],
+                            frozenset(), allow_if_no_acl=False)
+    topic_id = broker.topic_ids[TOPIC]
+
+    def metadata(principal, version, body):
+        allowed = functools.partial(authorizer.allowed, principal)
+        return _wire(3, version, body, lambda req: broker.metadata(
+            req, version, Endpoint(0, "h", 1), allowed))
+
+    by_id = {"topics": [{"topic_id": topic_id, "name": None}],
+             "include_topic_authorized_operations": True}
+    [row] = metadata("User:bob", 12, by_id)["topics"]
+    assert (row["error_code"], row["name"], row["topic_id"]) == (
+        E.TOPIC_AUTHORIZATION_FAILED, None, topic_id)
+    assert row["partitions"] == [] and row["topic_authorized_operations"] == -2**31
+    [row] = metadata("User:alice", 12, by_id)["topics"]
+    assert (row["error_code"], row["name"], len(row["partitions"])) == (0, TOPIC, len(CODECS))
+    # READ, and DESCRIBE that READ implies (AclOperation codes 3 and 8)
+    assert row["topic_authorized_operations"] == (1 << 3) | (1 << 8)
+    # not asked: Kafka's default
+    [row] = metadata("User:alice", 12, {"topics": [{"topic_id": topic_id, "name": None}]}
+                     )["topics"]
+    assert row["topic_authorized_operations"] == -2**31
+    cluster = {"topics": None, "include_cluster_authorized_operations": True}
+    assert metadata("User:alice", 10, cluster)["cluster_authorized_operations"] == 1 << 8
+    assert metadata("User:bob", 10, cluster)["cluster_authorized_operations"] == 0
+    # no authorizer: every operation the resource type has
+    [row] = _wire(3, 12, by_id, lambda req: broker.metadata(req, 12, Endpoint(0, "h", 1))
+                  )["topics"]
+    assert row["topic_authorized_operations"] == sum(1 << c for c in (3, 4, 5, 6, 7, 8, 10, 11))

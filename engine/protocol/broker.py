@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from engine.errors import UnknownTopicOrPartitionError
 from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
+from engine.protocol.acl import CLUSTER_NAME, authorized_operations
 from engine.protocol.messages import API_VERSIONS
 from engine.records import MemoryRecords
 
@@ -185,49 +186,56 @@ class ReadBroker:
     def metadata(self, body: dict, version: int, ep: Endpoint, allowed=_allow_all) -> dict:
         """Every partition led by this node, reached at `ep` (the advertised endpoint of
         the listener the request came on). Listing all topics shows those the principal may
-        DESCRIBE; a named one it may not gets TOPIC_AUTHORIZATION_FAILED."""
+        DESCRIBE; a named one it may not gets TOPIC_AUTHORIZATION_FAILED (asked by id: a
+        null name and the id, as Kafka answers; ids are not secret, names are). The
+        authorized operations are computed when asked (acl.authorized_operations)."""
         requested = body["topics"]
+        topics = []
         if requested is None or (version == 0 and not requested):
-            names: list[str | tuple[None, bytes]] = [
-                t for t in self.topics() if allowed("describe", "topic", t)]
+            names = [t for t in self.topics() if allowed("describe", "topic", t)]
         else:
             names = []
             for t in requested:
                 name = t.get("name")
-                if name is None and t.get("topic_id", ZERO_UUID) != ZERO_UUID:
-                    name = self.topics_by_id.get(bytes(t["topic_id"]))
-                    if name is None:
-                        names.append((None, bytes(t["topic_id"])))
+                topic_id = bytes(t.get("topic_id", ZERO_UUID))
+                if name is None and topic_id != ZERO_UUID:
+                    name = self.topics_by_id.get(topic_id)
+                    if name is None or not allowed("describe", "topic", name):
+                        topics.append({"error_code": E.UNKNOWN_TOPIC_ID if name is None
+                                       else E.TOPIC_AUTHORIZATION_FAILED, "name": None,
+                                       "topic_id": topic_id, "partitions": []})
                         continue
                 names.append(name)
-        topics = []
-        for entry in names:
-            if isinstance(entry, tuple):
-                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None,
-                               "topic_id": entry[1], "partitions": []})
-                continue
-            if not allowed("describe", "topic", entry):
-                topics.append({"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": entry,
+        for name in names:
+            if not allowed("describe", "topic", name):
+                topics.append({"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": name,
                                "topic_id": ZERO_UUID, "partitions": []})
                 continue
-            partitions = self.partitions_of(entry)
-            if not partitions:
-                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": entry,
-                               "topic_id": ZERO_UUID, "partitions": []})
-                continue
-            rows = []
-            for p in partitions:
-                rows.append({"error_code": E.NONE, "partition_index": p,
-                             "leader_id": ep.node_id,
-                             "leader_epoch": self.leader_epoch_of(entry, p),
-                             "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
-                             "offline_replicas": []})
-            topics.append({"error_code": E.NONE, "name": entry,
-                           "topic_id": self.topic_ids.get(entry, ZERO_UUID),
-                           "is_internal": False, "partitions": rows})
-        return {"brokers": [{"node_id": ep.node_id, "host": ep.host, "port": ep.port,
-                             "rack": None}],
-                "cluster_id": self.cluster_id, "controller_id": ep.node_id, "topics": topics}
+            topics.append(self._topic_metadata(name, ep))
+            if body.get("include_topic_authorized_operations"):
+                topics[-1]["topic_authorized_operations"] = authorized_operations(
+                    allowed, "topic", name)
+        out = {"brokers": [{"node_id": ep.node_id, "host": ep.host, "port": ep.port,
+                            "rack": None}],
+               "cluster_id": self.cluster_id, "controller_id": ep.node_id, "topics": topics}
+        if body.get("include_cluster_authorized_operations") and 8 <= version <= 10:
+            out["cluster_authorized_operations"] = (
+                authorized_operations(allowed, "cluster", CLUSTER_NAME)
+                if allowed("describe", "cluster", CLUSTER_NAME) else 0)
+        return out
+
+    def _topic_metadata(self, name: str, ep: Endpoint) -> dict:
+        partitions = self.partitions_of(name)
+        if not partitions:
+            return {"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                    "topic_id": ZERO_UUID, "partitions": []}
+        rows = [{"error_code": E.NONE, "partition_index": p, "leader_id": ep.node_id,
+                 "leader_epoch": self.leader_epoch_of(name, p),
+                 "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
+                 "offline_replicas": []} for p in partitions]
+        return {"error_code": E.NONE, "name": name,
+                "topic_id": self.topic_ids.get(name, ZERO_UUID), "is_internal": False,
+                "partitions": rows}
 
     # -- ListOffsets -----------------------------------------------------------------------
 

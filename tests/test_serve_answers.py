@@ -236,3 +236,17 @@ def test_metadata_by_topic_id_hides_the_name_and_computes_authorized_operations(
     [row] = _wire(3, 12, by_id, lambda req: broker.metadata(req, 12, Endpoint(0, "h", 1))
                   )["topics"]
     assert row["topic_authorized_operations"] == sum(1 << c for c in (3, 4, 5, 6, 7, 8, 10, 11))
+
+
+# ----------------------------------------------------------------------- fetch sessions
+
+def test_a_full_fetch_naming_a_session_is_served(broker):
+    # epoch 0 (a new session) or -1 (the last request of one) makes a full fetch: Kafka
+    # closes the session it names and serves it; an incremental one names a session this
+    # broker never has
+    for epoch in (0, -1):
+        resp = fetch(broker, 12, [_part(0)], session_id=7, session_epoch=epoch)
+        assert (resp["error_code"], resp["session_id"]) == (E.NONE, 0), epoch
+        assert _sizes(resp)[0] > 0
+    resp = fetch(broker, 12, [_part(0)], session_id=7, session_epoch=1)
+    assert (resp["error_code"], resp["responses"]) == (E.FETCH_SESSION_ID_NOT_FOUND, [])

@@ -19,8 +19,8 @@ Kafka's behaviours kept here:
   consumer throws from poll() on a per-partition REQUEST_TIMED_OUT); one the full reader
   queue refuses answers UNKNOWN_SERVER_ERROR;
 - incremental fetch sessions are declined as a broker without session slots declines them:
-  a full fetch asking for a session (epoch 0) is answered with session id 0, a request
-  naming a session gets FETCH_SESSION_ID_NOT_FOUND;
+  a full fetch (epoch 0 or -1) is served with session id 0, whatever session it names (Kafka
+  closes that one); an incremental fetch gets FETCH_SESSION_ID_NOT_FOUND;
 - read_uncommitted answers null aborted transactions; read_committed stops at the last
   stable offset and lists the aborted transactions of what it returns;
 - DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
@@ -464,9 +464,10 @@ class ReadBroker:
 
     @staticmethod
     def fetch_session_error(body: dict) -> int:
-        """Sessions are declined: a request that names one gets FETCH_SESSION_ID_NOT_FOUND."""
-        return E.NONE if body["session_id"] == 0 and body["session_epoch"] in (0, -1) \
-            else E.FETCH_SESSION_ID_NOT_FOUND
+        """Sessions are declined: an incremental fetch (epoch > 0) names a session this
+        broker does not have, FETCH_SESSION_ID_NOT_FOUND. A full one (epoch 0 or -1) is
+        served whatever session it names: Kafka closes that session and serves it."""
+        return E.NONE if body["session_epoch"] in (0, -1) else E.FETCH_SESSION_ID_NOT_FOUND
 
     # -- DescribeConfigs -------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ the wire."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 
 import pytest
@@ -250,3 +251,23 @@ def test_a_full_fetch_naming_a_session_is_served(broker):
         assert _sizes(resp)[0] > 0
     resp = fetch(broker, 12, [_part(0)], session_id=7, session_epoch=1)
     assert (resp["error_code"], resp["responses"]) == (E.FETCH_SESSION_ID_NOT_FOUND, [])
+
+
+# ---------------------------------------------------------------- damaged metadata
+
+def test_damaged_remote_log_metadata_answers_list_offsets_with_a_storage_error(
+        tmp_path, caplog):
+    tiered = build_tiered_broker(tmp_path)
+    damaged = next(f for d in ("d1", "d2") for f in (
+        tiered.dirs[d] / "__remote_log_metadata").glob(f"{TOPIC}-0-*/*.log"))
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(data)
+    with BrokerSession(load_broker_config(tiered.config), tiered.config) as session:
+        broker = ReadBroker(session.log_manager, session.remote_log_manager())
+        with caplog.at_level(logging.INFO, logger="engine.protocol.broker"):
+            rows = list_offsets(broker, 9, [{"partition_index": p, "timestamp": -2}
+                                            for p in (0, 1)])
+    assert [r["error_code"] for r in rows] == [E.KAFKA_STORAGE_ERROR, E.NONE], rows
+    [record] = [r for r in caplog.records if r.name == "engine.protocol.broker"]
+    assert record.levelno == logging.ERROR and str(damaged) in record.getMessage()

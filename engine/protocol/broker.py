@@ -314,6 +314,11 @@ class ReadBroker:
                                                      p["current_leader_epoch"])}
         if row["error_code"]:
             return row
+        if p["timestamp"] < LATEST_TIERED:
+            log.info("ListOffsets %s-%s: offset spec %s is not supported", topic, partition,
+                     p["timestamp"])
+            row["error_code"] = E.INVALID_REQUEST
+            return row
         try:
             ts, offset, epoch = self._fetchable(
                 topic, partition, p["timestamp"],
@@ -321,12 +326,11 @@ class ReadBroker:
                 read_committed, client)
             row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
                        old_style_offsets=[offset] if offset >= 0 else [])
-        except ValueError as exc:  # a spec the engine does not serve
-            log.info("ListOffsets %s-%s: %s", topic, partition, exc)
-            row["error_code"] = E.INVALID_REQUEST
         except Exception as exc:  # noqa: BLE001 - one partition fails alone
             row["error_code"] = E.error_code(exc)
-            if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
+            if row["error_code"] == E.KAFKA_STORAGE_ERROR:  # damage: the error names it
+                log.error("ListOffsets %s-%s failed: %s", topic, partition, exc)
+            elif row["error_code"] == E.UNKNOWN_SERVER_ERROR:
                 log.warning("ListOffsets %s-%s failed: %s", topic, partition, exc)
         return row
 

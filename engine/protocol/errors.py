@@ -7,6 +7,7 @@ import concurrent.futures
 
 from engine.errors import (
     CorruptRecordError,
+    CorruptRemoteLogMetadataError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RemoteFetchTimeoutError,
@@ -54,7 +55,8 @@ def error_code(exc: BaseException) -> int:
         return OFFSET_OUT_OF_RANGE
     if isinstance(exc, UnknownTopicOrPartitionError):
         return UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(exc, KafkaStorageError):
+    if isinstance(exc, (KafkaStorageError, CorruptRemoteLogMetadataError)):
+        # a log dir offline, or a partition offline for its damaged remote-log metadata
         return KAFKA_STORAGE_ERROR
     if isinstance(exc, CorruptRecordError):
         return CORRUPT_MESSAGE

@@ -220,8 +220,8 @@ class BucketReplica:
         (served under the id the topic's other partitions have, else not served), so one
         stray object never stops the others being served."""
         listing = self.bucket.listing()
-        for key in listing.unparsed:
-            self._report(key, "key %s is not a segment object: skipped", key)
+        for name in listing.unparsed:
+            self._report(name, "key %s is not a segment object: skipped", name)
         try:
             return self.bucket.partitions()
         except ConfigError:

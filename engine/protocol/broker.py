@@ -1,5 +1,5 @@
-"""The read APIs of `serve`: ApiVersions, Metadata, ListOffsets, Fetch and DescribeConfigs,
-answered from the LogManager and the RemoteLogManager as one Kafka broker that
+"""The read APIs of `serve`: ApiVersions, Metadata, ListOffsets, Fetch and the refusal of
+Produce, answered from the LogManager and the RemoteLogManager as one Kafka broker that
 leads every partition in its log dirs.
 
 Each handler takes the decoded request body (engine.protocol.codec) and returns the response
@@ -25,14 +25,8 @@ Kafka's behaviours kept here:
   stable offset and lists the aborted transactions of what it returns;
 - DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
   shows them;
-- Produce is not served, nor listed in ApiVersions (a request for it closes the
-  connection, as Kafka closes one for an API its listener does not expose). Of Kafka's two
-  answers for a node that takes no writes this is the one clients end on at once: the Java
-  producer and kafka-python fail the send with UnsupportedVersionException /
-  IncompatibleBrokerVersion, and librdkafka logs that no ProduceRequest version is
-  supported; the other, NOT_LEADER_OR_FOLLOWER per partition, has every producer refresh
-  its metadata, which names this node the leader again, and retry until its delivery
-  timeout.
+- a write (Produce) is answered with UNSUPPORTED_VERSION for every partition, as Kafka
+  answers an operation its node does not serve; acks=0 gets no answer.
 """
 
 from __future__ import annotations
@@ -516,3 +510,17 @@ class ReadBroker:
                     "config_type": _CONFIG_TYPES.get(type(resolved.value).__name__, 0),
                     "documentation": None})
         return {"results": results}
+
+    # -- Produce ---------------------------------------------------------------------------
+
+    @staticmethod
+    def produce(body: dict) -> dict | None:
+        if body["acks"] == 0:
+            return None
+        return {"responses": [
+            {"name": t["name"], "partition_responses": [
+                {"index": p["index"], "error_code": E.UNSUPPORTED_VERSION, "base_offset": -1,
+                 "error_message": "this endpoint serves reads only"}
+                for p in t["partition_data"]]}
+            for t in body["topic_data"]]}
+

@@ -26,6 +26,7 @@ NEVER_FLEXIBLE = 0x7FFF
 
 #: api key -> (name, min version, max version, first flexible version)
 API_VERSIONS: dict[int, tuple[str, int, int, int]] = {
+    0: ("Produce", 3, 11, 9),
     1: ("Fetch", 4, 16, 12),
     2: ("ListOffsets", 0, 9, 6),
     3: ("Metadata", 0, 12, 9),
@@ -67,6 +68,34 @@ _NODE_ENDPOINTS = """
 
 #: api key -> (request schema, response schema)
 SCHEMAS: dict[int, tuple[str, str]] = {
+    0: ("""
+TransactionalId string 3+ null=3+
+Acks int16 0+
+TimeoutMs int32 0+
+TopicData [] 0+
+  Name string 0+
+  PartitionData [] 0+
+    Index int32 0+
+    Records records 0+ null=0+
+""", """
+Responses [] 0+
+  Name string 0+
+  PartitionResponses [] 0+
+    Index int32 0+
+    ErrorCode int16 0+
+    BaseOffset int64 0+
+    LogAppendTimeMs int64 2+ default=-1
+    LogStartOffset int64 5+ default=-1
+    RecordErrors [] 8+
+      BatchIndex int32 8+
+      BatchIndexErrorMessage string 8+ null=8+
+    ErrorMessage string 8+ null=8+
+    CurrentLeader {} 10+ tag=0
+      LeaderId int32 10+ default=-1
+      LeaderEpoch int32 10+ default=-1
+ThrottleTimeMs int32 1+
+NodeEndpoints [] 10+ tag=0
+""" + _NODE_ENDPOINTS.format(v="10+")),
     1: ("""
 ClusterId string 12+ null=12+ tag=0
 ReplicaId int32 0-14 default=-1

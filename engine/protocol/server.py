@@ -53,7 +53,7 @@ _SENDFILE_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 #: parts larger than this are flushed one by one (await drain), so a connection never holds
 #: more than one such part in its transport buffer
 _DRAIN_EVERY = 256 * 1024
-API_VERSIONS_KEY, FETCH, LIST_OFFSETS, METADATA, DESCRIBE_CONFIGS = 18, 1, 2, 3, 32
+API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA, DESCRIBE_CONFIGS = 18, 0, 1, 2, 3, 32
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
@@ -141,8 +141,7 @@ class KafkaServer:
         self.mechanisms = [m for m in config["sasl.enabled.mechanisms"]
                            if m in sasl.MECHANISMS]
         #: the API keys answered (ApiVersions lists these only)
-        #: Produce is not among them: see engine.protocol.broker
-        self.api_keys = frozenset({API_VERSIONS_KEY, FETCH, LIST_OFFSETS, METADATA,
+        self.api_keys = frozenset({API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA,
                                    SASL_HANDSHAKE, SASL_AUTHENTICATE}
                                   | ({DESCRIBE_CONFIGS} if broker.describes_configs
                                      else set())
@@ -333,6 +332,8 @@ class KafkaServer:
                                            session["allowed"])
         if key == FETCH:
             return await self._fetch(body, v, session["allowed"], session["sendfile"])
+        if key == PRODUCE:
+            return ReadBroker.produce(body)
         if key == DESCRIBE_CONFIGS and key in self.api_keys:
             return self.broker.describe_configs(body, v, session["allowed"])
         if self.coordinator is not None and key in self.coordinator.api_keys:

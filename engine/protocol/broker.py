@@ -25,8 +25,10 @@ Kafka's behaviours kept here:
   stable offset and lists the aborted transactions of what it returns;
 - DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
   shows them;
-- a write (Produce) is answered with UNSUPPORTED_VERSION for every partition, as Kafka
-  answers an operation its node does not serve; acks=0 gets no answer.
+- a write (Produce) is answered NOT_LEADER_OR_FOLLOWER for every partition, as Kafka's
+  read-only replica answers it (acks=0 gets no answer). Produce stays advertised: librdkafka
+  derives its message format v2 feature from Produce v3 in ApiVersions, and without it its
+  consumers refuse to fetch at all. The cost: producers retry until their delivery timeout.
 """
 
 from __future__ import annotations
@@ -519,7 +521,7 @@ class ReadBroker:
             return None
         return {"responses": [
             {"name": t["name"], "partition_responses": [
-                {"index": p["index"], "error_code": E.UNSUPPORTED_VERSION, "base_offset": -1,
+                {"index": p["index"], "error_code": E.NOT_LEADER_OR_FOLLOWER, "base_offset": -1,
                  "error_message": "this endpoint serves reads only"}
                 for p in t["partition_data"]]}
             for t in body["topic_data"]]}

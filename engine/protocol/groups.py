@@ -80,6 +80,8 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict = field(default_factory=dict)
+    #: group.instance.id -> member id of the static members
+    static_members: dict = field(default_factory=dict)
     #: member ids given with MEMBER_ID_REQUIRED -> when they expire unless used to join
     pending: dict = field(default_factory=dict)
     rebalance: asyncio.Task | None = None
@@ -293,6 +295,18 @@ class GroupCoordinator:
             self._prepare_rebalance(group)
         group.joined.set()
 
+    @staticmethod
+    def _member_error(group: Group, member_id: str, instance_id: str | None) -> int:
+        """Kafka's validateMember: a static member's request with another member id than
+        the one its instance id now maps to is fenced."""
+        if instance_id is not None:
+            current = group.static_members.get(instance_id)
+            if current is None:
+                return E.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return E.FENCED_INSTANCE_ID
+        return E.NONE if member_id in group.members else E.UNKNOWN_MEMBER_ID
+
     def _check_member(self, group: Group | None, member_id: str, generation: int) -> int:
         if group is None or member_id not in group.members:
             return E.UNKNOWN_MEMBER_ID
@@ -394,21 +408,14 @@ class GroupCoordinator:
 
     async def _commit(self, body, v, session, server):
         group_id = body["group_id"]
-        generation = body["generation_id_or_member_epoch"]
         group = self._group(group_id)
         allowed = session["allowed"]
         if not group_id:
             error = E.INVALID_GROUP_ID
         elif not allowed("read", "group", group_id):
             error = E.GROUP_AUTHORIZATION_FAILED
-        elif generation < 0 and not body["member_id"] and (group is None
-                                                           or group.state == EMPTY):
-            error = E.NONE  # a commit from outside any group (assign() consumers, admins)
-        elif group is not None and group.state == PREPARING and \
-                body["member_id"] in group.members:
-            error = E.REBALANCE_IN_PROGRESS
         else:
-            error = self._check_member(group, body["member_id"], generation)
+            error = self._commit_error(group, body, v)
         now = _now_ms()
         rows, accepted = [], {}
         for t in body["topics"]:
@@ -432,6 +439,31 @@ class GroupCoordinator:
             if group.state == EMPTY:
                 group.empty_since_ms = now
         return {"topics": rows}
+
+    def _commit_error(self, group: Group | None, body, v: int) -> int:
+        """Kafka's validation of an OffsetCommit: generation -1 commits from outside the
+        group while it is Empty (or has no state); a member commits with its generation in
+        Stable and PreparingRebalance (so commits of revoke callbacks land), and is told
+        REBALANCE_IN_PROGRESS only in CompletingRebalance, before it has its assignment."""
+        generation, member_id = body["generation_id_or_member_epoch"], body["member_id"]
+        instance_id = body.get("group_instance_id")
+        if group is None:
+            if generation < 0:
+                return E.NONE
+            return E.GROUP_ID_NOT_FOUND if v >= 9 else E.ILLEGAL_GENERATION
+        if group.state == DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.state == EMPTY:
+            return E.NONE
+        if generation >= 0 or member_id or instance_id is not None:
+            error = self._member_error(group, member_id, instance_id)
+            if error:
+                return error
+            if generation != group.generation:
+                return E.ILLEGAL_GENERATION
+        elif group.state != EMPTY:
+            return E.UNKNOWN_MEMBER_ID
+        return E.REBALANCE_IN_PROGRESS if group.state == COMPLETING else E.NONE
 
     def _offsets_of(self, group_id: str, topics, allowed) -> list:
         stored = self.store.get(group_id)

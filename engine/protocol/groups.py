@@ -100,6 +100,7 @@ class GroupCoordinator:
         self.max_session_ms = config["group.max.session.timeout.ms"]
         self.initial_delay_s = config["group.initial.rebalance.delay.ms"] / 1000.0
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
+        self.metadata_max_bytes = config["offset.metadata.max.bytes"]
         self.groups: dict[str, Group] = {}
         self._ticker: asyncio.Task | None = None
         self._closed = False
@@ -427,6 +428,8 @@ class GroupCoordinator:
                 if not code and self.log_manager.get_log(t["name"],
                                                          p["partition_index"]) is None:
                     code = E.UNKNOWN_TOPIC_OR_PARTITION
+                if not code and self._metadata_too_large(p["committed_metadata"]):
+                    code = E.OFFSET_METADATA_TOO_LARGE
                 if not code:
                     accepted[(t["name"], p["partition_index"])] = CommittedOffset(
                         p["committed_offset"], p["committed_leader_epoch"],
@@ -439,6 +442,11 @@ class GroupCoordinator:
             if group.state == EMPTY:
                 group.empty_since_ms = now
         return {"topics": rows}
+
+    def _metadata_too_large(self, metadata: str | None) -> bool:
+        # Kafka compares String.length(): UTF-16 code units
+        return metadata is not None and \
+            len(metadata.encode("utf-16-le", "surrogatepass")) // 2 > self.metadata_max_bytes
 
     def _commit_error(self, group: Group | None, body, v: int) -> int:
         """Kafka's validation of an OffsetCommit: generation -1 commits from outside the

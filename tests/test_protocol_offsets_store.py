@@ -170,7 +170,8 @@ def test_recovery_keeps_everything_before_the_damage_and_a_copy(tmp_path):
 def test_an_entry_without_its_fields_is_an_error(tmp_path):
     path = _frames(tmp_path, [(0, 5)])
     junk = b'{"group":"g","topic":"t"}'
+    size = path.stat().st_size
     path.write_bytes(path.read_bytes() + len(junk).to_bytes(4, "big")
                      + crc32c(junk).to_bytes(4, "big") + junk)
-    with pytest.raises(CorruptOffsetsStoreError, match="position 5[0-9] .*KeyError"):
+    with pytest.raises(CorruptOffsetsStoreError, match=f"position {size} .*KeyError"):
         OffsetsStore(tmp_path)

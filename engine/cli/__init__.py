@@ -18,6 +18,8 @@ Commands:
                      (a Spark job; needs the [spark] extra)
   scrub              check every remote segment of a bucket (object-store tier) from its
                      objects alone: sizes, manifests, chunks, CRCs, indexes, lineage, gaps
+  offsets-recover    keep every committed offset before the damage in serve's offsets
+                     file (a copy of the damaged file is kept)
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     add_export(sub)
     from engine.cli.scrub import add_parser as add_scrub
     add_scrub(sub)
+    from engine.cli.offsets_recover import add_parser as add_offsets_recover
+    add_offsets_recover(sub)
     return parser
 
 
@@ -118,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             return run(args)
         if args.command == "scrub":
             from engine.cli.scrub import run
+            return run(args)
+        if args.command == "offsets-recover":
+            from engine.cli.offsets_recover import run
             return run(args)
         if args.command in tiered_commands():
             return tiered_commands()[args.command](args)

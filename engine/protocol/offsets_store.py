@@ -8,6 +8,7 @@ File layout: a sequence of frames, each
     payload JSON    {"group", "topic", "partition", "offset", "leader_epoch", "metadata",
                      "commit_ms"}: a committed offset;
                     {"group", "delete": true}: the group's offsets dropped;
+                    {"group", "delete": [[topic, partition], ...]}: some of them;
                     {"group", "group_metadata": {...} | null}: the group's membership
                      (Kafka's GroupMetadataValue), or its removal
 
@@ -151,8 +152,14 @@ class OffsetsStore:
 
     def _apply(self, entry: dict) -> None:
         group = entry["group"]
-        if entry.get("delete"):
+        if entry.get("delete") is True:
             self.offsets.pop(group, None)
+        elif "delete" in entry:
+            kept = self.offsets.get(group, {})
+            for t, p in entry["delete"]:
+                kept.pop((t, p), None)
+            if not kept:
+                self.offsets.pop(group, None)
         elif "group_metadata" in entry:
             if entry["group_metadata"] is None:
                 self.metadata.pop(group, None)
@@ -209,6 +216,11 @@ class OffsetsStore:
         with self._lock:
             if group in self.offsets:
                 self._append([{"group": group, "delete": True}])
+
+    def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        """Drops some of the group's offsets."""
+        with self._lock:
+            self._append([{"group": group, "delete": [[t, p] for t, p in partitions]}])
 
     def store_group_metadata(self, group: str, metadata: dict | None) -> None:
         """Writes and fsyncs the group's membership (None: the group has none)."""

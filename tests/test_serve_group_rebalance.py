@@ -75,3 +75,59 @@ def test_a_commit_in_the_revoke_callback_lands_and_nothing_is_processed_twice(se
         b.close()
     assert not commit_errors, commit_errors
     assert len(processed) == len(set(processed)), "a record was processed twice"
+
+
+def _tracked(bootstrap, group, events, name, **extra):
+    c = consumer(bootstrap, group, **extra)
+    c.subscribe([TOPIC], on_assign=lambda _c, ps: events.append((name, "assign")),
+                on_revoke=lambda _c, ps: events.append((name, "revoke")))
+    return c
+
+
+def _owned(c):
+    return {tp.partition for tp in c.assignment()}
+
+
+def test_a_static_member_rejoining_takes_its_place_with_no_rebalance(serve):
+    server = serve()
+    events: list[tuple[str, str]] = []
+    a = _tracked(server.bootstrap, "static", events, "a", **{"group.instance.id": "i1"})
+    b = _tracked(server.bootstrap, "static", events, "b")
+    try:
+        poll_until([a, b], lambda: _owned(a) and _owned(b)
+                   and _owned(a) | _owned(b) == set(range(PARTITIONS)))
+        before = _owned(a)
+        a.close()  # a static member leaves no LeaveGroup behind
+        seen = len(events)
+        a = _tracked(server.bootstrap, "static", events, "a2", **{"group.instance.id": "i1"})
+        poll_until([a, b], lambda: _owned(a) == before)
+        for _ in range(20):  # b would be revoked by now if a rebalance had begun
+            for c in (a, b):
+                c.consume(100, 0.1)
+        after = events[seen:]  # before close() revokes b's partitions
+    finally:
+        a.close()
+        b.close()
+    assert [e for e in after if e[0] == "b"] == [], after
+
+
+def test_members_stay_in_the_group_across_a_serve_restart(serve):
+    from confluent_kafka import TopicPartition
+
+    server = serve()
+    events: list[tuple[str, str]] = []
+    a = _tracked(server.bootstrap, "restart", events, "a")
+    try:
+        poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)))
+        a.consume(100, 0.5)
+        seen = len(events)
+        assert server.stop() == 0
+        server = serve()
+        for _ in range(40):  # heartbeats go on against the restarted serve
+            a.consume(100, 0.1)
+        a.commit(offsets=[TopicPartition(TOPIC, p, 3) for p in range(PARTITIONS)],
+                 asynchronous=False)
+        after = events[seen:]
+    finally:
+        a.close()
+    assert after == [], after  # no UNKNOWN_MEMBER_ID, so no rejoin

@@ -401,6 +401,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Wait for more members before the first rebalance of an empty group"),
     ConfigDef("offsets.retention.minutes", _T.INT, 10080, _AT_LEAST_1, _H,
               "Committed offsets of an empty group are kept this long"),
+    ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, _AT_LEAST_0, _H,
+              "Largest metadata string of a committed offset; a larger one is refused"),
+    ConfigDef("group.max.size", _T.INT, 2147483647, _AT_LEAST_1, _M,
+              "Most members a group may hold; a join beyond it is refused"),
     # engine extension: Prometheus exposition of the RLM metrics (no Kafka equivalent: Kafka
     # exposes them through JMX)
     ConfigDef("engine.metrics.port", _T.INT, None, Range(0, 65535), _L,

@@ -8,15 +8,20 @@ go out with sendfile on plain TCP listeners (the response's bytes before them fi
 the file range: engine.records.file_region), as their views on TLS ones. The framing is
 Kafka's: a 4-byte big-endian size, then the request; a size above
 `socket.request.max.bytes` (or negative) closes the connection before anything is allocated
-for it. Blocking work (reads of the log,
-ListOffsets, the offsets store) runs on a bounded pool of I/O threads (`num.io.threads`),
-never on the event loop.
+for it. On a SASL listener, until authentication succeeds, the bound is Kafka's
+`sasl.server.max.receive.size` (the handshake and its tokens are small), so an
+unauthenticated peer holds no more than that. Blocking work (reads of the log, ListOffsets,
+the offsets store, password hashing) runs on a bounded pool of I/O threads
+(`num.io.threads`), never on the event loop.
 
 What Kafka does with what it cannot serve is kept: a request it cannot parse, an unknown API
 key or an unsupported version closes the connection, except ApiVersions, which answers
 UNSUPPORTED_VERSION in v0 with the versions this broker speaks so the client can pick one.
-More than `max.connections` connections are closed at accept; a connection with no request
-for `connections.max.idle.ms` is closed.
+More than `max.connections` connections, or than `max.connections.per.ip` from one
+address, are closed at accept (engine.protocol.quotas). `connections.max.idle.ms` bounds
+every wait on the peer: a whole request (size prefix and body) must arrive within it, and a
+response that makes no progress for that long (a client that does not read) closes the
+connection.
 
 Fetch long polling: when a pass returns fewer than `min_bytes`, the handler waits (on the
 event loop, holding no thread) until a requested partition's visible end moves or
@@ -39,6 +44,7 @@ from engine.errors import ListenerBindError
 from engine.protocol import codec, sasl
 from engine.protocol import errors as E
 from engine.protocol.broker import ReadBroker
+from engine.protocol.quotas import ConnectionQuotas
 from engine.records.file_region import FileRegion
 
 __all__ = ["KafkaServer", "Listener", "ListenerBindError", "parse_listeners"]
@@ -127,7 +133,9 @@ class KafkaServer:
         self.coordinator = coordinator
         self.max_request_bytes = config["socket.request.max.bytes"]
         self.idle_s = config["connections.max.idle.ms"] / 1000.0
-        self.max_connections = config["max.connections"]
+        self.max_auth_bytes = config["sasl.server.max.receive.size"]
+        self.quotas = ConnectionQuotas(config["max.connections"],
+                                       config["max.connections.per.ip"])
         self.pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=config["num.io.threads"], thread_name_prefix="serve-io")
         self._servers: list[asyncio.base_events.Server] = []
@@ -189,38 +197,34 @@ class KafkaServer:
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _serve_connection(self, listener: Listener, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        if len(self._connections) >= self.max_connections:
-            self.refused_connections += 1
-            log.info("Refusing connection from %s: max.connections (%d) reached", peer,
-                     self.max_connections)
-            writer.transport.abort()
-            return
-        self._connections.add(writer)
-        self._tasks.add(asyncio.current_task())
-        writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
+    def _session(self, listener: Listener, peer) -> dict:
         sasl = listener.protocol.startswith("SASL_")
         session = {"peer": peer, "client_id": None, "listener": listener.name,
                    "sendfile": listener.protocol in _SENDFILE_PROTOCOLS,
                    "authenticated": not sasl, "sasl_listener": sasl, "sasl": None,
                    "principal": "User:ANONYMOUS", "close": False}
         session["allowed"] = functools.partial(self.allowed, session)
+        return session
+
+    async def _serve_connection(self, listener: Listener, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) else None
+        refused = self.quotas.acquire(ip)
+        if refused:
+            self.refused_connections += 1
+            log.info("Refusing connection from %s: %s", peer, refused)
+            writer.transport.abort()
+            return
+        self._connections.add(writer)
+        self._tasks.add(asyncio.current_task())
+        writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
+        session = self._session(listener, peer)
         try:
             while not writer.is_closing():  # one request, then its answer, at a time
-                try:
-                    head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
-                except TimeoutError:
-                    log.debug("Closing %s: idle for connections.max.idle.ms", peer)
+                frame = await self._read_request(reader, session)
+                if frame is None:
                     return
-                size = _SIZE.unpack(head)[0]
-                if size < 0 or size > self.max_request_bytes:
-                    log.info("Closing %s: request size %d is outside [0, "
-                             "socket.request.max.bytes=%d]", peer, size,
-                             self.max_request_bytes)
-                    return
-                frame = await reader.readexactly(size)
                 parts = await self._respond(frame, session)
                 if parts is None:
                     continue
@@ -238,9 +242,30 @@ class KafkaServer:
         except asyncio.CancelledError:
             log.debug("Closing %s: the server is stopping", peer)  # close() awaits us
         finally:
+            self.quotas.release(ip)
             self._connections.discard(writer)
             self._tasks.discard(asyncio.current_task())
             writer.transport.abort()
+
+    async def _read_request(self, reader: asyncio.StreamReader, session: dict):
+        """The next request's bytes, or None when the connection is idle: the whole request
+        (size prefix and body) must arrive within `connections.max.idle.ms`. A size outside
+        the bound (`sasl.server.max.receive.size` before SASL authentication, else
+        `socket.request.max.bytes`) closes the connection before its body is read."""
+        if session["authenticated"]:
+            limit, key = self.max_request_bytes, "socket.request.max.bytes"
+        else:
+            limit, key = self.max_auth_bytes, "sasl.server.max.receive.size"
+        try:
+            async with asyncio.timeout(self.idle_s):
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size < 0 or size > limit:
+                    raise _Closed(f"request size {size} is outside [0, {key}={limit}]")
+                return await reader.readexactly(size)
+        except TimeoutError:
+            log.debug("Closing %s: no whole request within connections.max.idle.ms",
+                      session["peer"])
+            return None
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool) -> None:

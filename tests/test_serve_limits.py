@@ -155,3 +155,85 @@ def test_max_connections_per_ip(tmp_path):
         finally:
             for s in held:
                 s.close()
+
+
+def _process_peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def _big_tiered_broker(base: Path, extra: str) -> str:
+    """24 MiB of 64 KiB records in 8 MiB segments, the first ones in the tier only (their
+    reads are copies of the remote segment)."""
+    import random
+
+    from serve_support import TOPIC, engine
+
+    from engine.config import load_broker_config
+    from engine.log.log_manager import LogManager
+    from engine.records import RecordBatchBuilder
+
+    dirs = {k: base / k for k in ("d1", "d2", "tier")}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    config = base / "server.properties"
+    from serve_support import BROKER
+    config.write_text(BROKER.format(**dirs) + "log.segment.bytes=8388608\n"
+                      "log.local.retention.bytes=8388608\n" + extra)
+    rng = random.Random(3)
+    with LogManager(load_broker_config(config).log_dirs,
+                    broker_config=load_broker_config(config)) as manager:
+        manager.get_or_create_log(TOPIC, 0)
+        ts = int(time.time() * 1000) - 10_000
+        for _ in range(24):
+            builder = RecordBatchBuilder()
+            for _ in range(16):
+                builder.append(rng.randbytes(64 << 10), key=None, timestamp=ts)
+            manager.append_as_leader(TOPIC, 0, builder.build(), 0)
+    engine("run", "--config", str(config), "--until-idle")
+    return str(config)
+
+
+def _fetch_frame(correlation: int, max_bytes: int) -> bytes:
+    from serve_support import TOPIC
+
+    return codec.encode_request(1, 11, correlation, "t", {
+        "max_wait_ms": 0, "min_bytes": 0, "max_bytes": max_bytes, "isolation_level": 0,
+        "session_epoch": -1, "topics": [{"topic": TOPIC, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": max_bytes}]}]})
+
+
+def test_clients_that_never_read_their_fetches_hold_at_most_fetch_max_bytes(tmp_path):
+    """50 clients fetch a tiered 8 MiB segment asking 1 GiB and never read: each response
+    holds at most fetch.max.bytes (1 MiB here), and the stalled connections are closed after
+    connections.max.idle.ms."""
+    config = _big_tiered_broker(tmp_path, "fetch.max.bytes=1048576\n"
+                                "connections.max.idle.ms=4000\n")
+    with _serve(config) as proc:
+        pid = proc.proc.pid
+        with _connect(proc.port) as warm:  # a whole response, read: within the bound
+            warm.sendall(_fetch_frame(0, 1 << 30))
+            frame = _exactly(warm, struct.unpack(">i", _exactly(warm, 4))[0])
+            body = codec.decode_response(1, 11, frame)[1]
+            part = body["responses"][0]["partitions"][0]
+            assert part["error_code"] == 0
+            assert 0 < memoryview(part["records"]).nbytes <= (1 << 20) + (64 << 10)
+        base_rss, base_sockets = process_rss_kib(pid), process_sockets(pid)
+        stalled = []
+        try:
+            for i in range(50):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.connect(("127.0.0.1", proc.port))
+                s.sendall(_fetch_frame(i, 1 << 30))
+                stalled.append(s)
+            _wait_for(lambda: process_sockets(pid) <= base_sockets,
+                      "stalled connections not closed after connections.max.idle.ms")
+        finally:
+            for s in stalled:
+                s.close()
+        grown = _process_peak_rss_kib(pid) - base_rss
+        assert grown < 160 * 1024, f"{grown} KiB held for 50 non-reading fetchers"

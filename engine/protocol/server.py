@@ -59,6 +59,9 @@ _SENDFILE_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 #: parts larger than this are flushed one by one (await drain), so a connection never holds
 #: more than one such part in its transport buffer
 _DRAIN_EVERY = 256 * 1024
+#: a FileRegion is sent in pieces of this size, each a step that must end within
+#: connections.max.idle.ms (a peer must take that much per idle period)
+_SENDFILE_CHUNK = 8 << 20
 API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA, DESCRIBE_CONFIGS = 18, 0, 1, 2, 3, 32
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
@@ -119,6 +122,15 @@ class _Closed(Exception):
     """The connection is to be closed (a request Kafka would not answer)."""
 
 
+async def _progress(step, idle_s: float | None) -> None:
+    """Awaits one step of sending a response (a drain, a sendfile chunk); one that the peer
+    lets stall for `idle_s` closes the connection."""
+    try:
+        await asyncio.wait_for(step, idle_s)
+    except TimeoutError:
+        raise _Closed("the response made no progress for connections.max.idle.ms") from None
+
+
 class KafkaServer:
     """Serves `broker` (a ReadBroker) and, when given, a group coordinator on the
     listeners; SASL listeners authenticate against `credentials` (sasl.Credentials), and
@@ -134,6 +146,7 @@ class KafkaServer:
         self.max_request_bytes = config["socket.request.max.bytes"]
         self.idle_s = config["connections.max.idle.ms"] / 1000.0
         self.max_auth_bytes = config["sasl.server.max.receive.size"]
+        self.fetch_max_bytes = config["fetch.max.bytes"]
         self.quotas = ConnectionQuotas(config["max.connections"],
                                        config["max.connections.per.ip"])
         self.pool = concurrent.futures.ThreadPoolExecutor(
@@ -228,7 +241,7 @@ class KafkaServer:
                 parts = await self._respond(frame, session)
                 if parts is None:
                     continue
-                await self._send(writer, parts, session["sendfile"])
+                await self._send(writer, parts, session["sendfile"], self.idle_s)
                 if session["close"]:
                     log.info("Closing %s: %s", peer, session["close"])
                     return
@@ -268,25 +281,34 @@ class KafkaServer:
             return None
 
     @staticmethod
-    async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool) -> None:
+    async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool,
+                    idle_s: float | None = None) -> None:
         """Writes a response: buffers through the transport (a drain after each large one),
-        FileRegions with sendfile once the bytes before them are out (`sendfile`), else as
-        their views. Every FileRegion is closed, however the send ends."""
+        FileRegions with sendfile once the bytes before them are out (`sendfile`, in
+        _SENDFILE_CHUNK pieces), else as their views. Each of these waits must end within
+        `idle_s` (a peer that takes none of the response meanwhile closes the connection).
+        Every FileRegion is closed, however the send ends."""
+        loop = asyncio.get_running_loop()
+        progress = functools.partial(_progress, idle_s=idle_s)
         try:
             for part in parts:
                 if isinstance(part, FileRegion):
                     if sendfile:
-                        await writer.drain()
-                        if writer.transport.is_closing():  # loop.sendfile would refuse it
-                            raise ConnectionResetError("the connection closed mid-response")
-                        await asyncio.get_running_loop().sendfile(
-                            writer.transport, part.file, part.position, part.nbytes)
+                        await progress(writer.drain())
+                        for pos in range(part.position, part.position + part.nbytes,
+                                         _SENDFILE_CHUNK):
+                            if writer.transport.is_closing():  # loop.sendfile refuses it
+                                raise ConnectionResetError("the connection closed "
+                                                           "mid-response")
+                            count = min(_SENDFILE_CHUNK, part.position + part.nbytes - pos)
+                            await progress(loop.sendfile(writer.transport, part.file, pos,
+                                                         count))
                         continue
                     part = part.view
                 writer.write(part)
                 if memoryview(part).nbytes >= _DRAIN_EVERY:
-                    await writer.drain()
-            await writer.drain()
+                    await progress(writer.drain())
+            await progress(writer.drain())
         finally:
             _close_regions(parts)
 
@@ -371,8 +393,14 @@ class KafkaServer:
             return {"error_code": error, "session_id": 0, "responses": []}
         broker = self.broker
         read_committed = body["isolation_level"] == 1
+        # what a response holds is the broker's bound (fetch.max.bytes), whatever the
+        # request asks, for the response and for each partition
+        max_bytes = min(max(0, body["max_bytes"]), self.fetch_max_bytes)
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                p["partition_max_bytes"] = min(p["partition_max_bytes"],
+                                               self.fetch_max_bytes)
         targets = broker.fetch_targets(body, version, allowed)
-        max_bytes = max(0, body["max_bytes"])
         deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
         min_bytes = body["min_bytes"]
         responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,

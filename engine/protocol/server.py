@@ -24,8 +24,10 @@ response that makes no progress for that long (a client that does not read) clos
 connection.
 
 Fetch long polling: when a pass returns fewer than `min_bytes`, the handler waits (on the
-event loop, holding no thread) until a requested partition's visible end moves or
-`max_wait_ms` passes, then reads again.
+event loop, holding no thread, costing nothing while it waits) on an event until
+`max_wait_ms` passes; whoever may have moved the data (the bucket listed again, the
+housekeeping between waits) calls `data_changed()`, and each waiting Fetch reads again if
+one of its partitions' visible end moved.
 """
 
 from __future__ import annotations
@@ -52,8 +54,6 @@ __all__ = ["KafkaServer", "Listener", "ListenerBindError", "parse_listeners"]
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-#: how often a long-polling Fetch looks at the end offsets it waits on
-_POLL_INTERVAL_S = 0.05
 #: listeners whose sockets take sendfile (TLS ones write the record views instead)
 _SENDFILE_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 #: parts larger than this are flushed one by one (await drain), so a connection never holds
@@ -154,6 +154,8 @@ class KafkaServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
+        #: set (and replaced) by data_changed(): what long-polling Fetches wait on
+        self._new_data = asyncio.Event()
         self.refused_connections = 0
         #: listener name -> the endpoint Metadata and FindCoordinator give its clients
         self.endpoints: dict = {}
@@ -204,6 +206,12 @@ class KafkaServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def data_changed(self) -> None:
+        """Wakes the long-polling Fetches to look at their partitions' ends again. Called on
+        the event loop after anything that may have moved them."""
+        event, self._new_data = self._new_data, asyncio.Event()
+        event.set()
 
     async def run_blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -409,12 +417,20 @@ class KafkaServer:
         # or the deadline (every pass waits, so the loop is bounded by max_wait_ms)
         while (total < min_bytes and time.monotonic() < deadline
                and not any(p["error_code"] for t in responses for p in t["partitions"])):
-            ends = broker.end_offsets(targets, read_committed)
-            while time.monotonic() < deadline:
-                await asyncio.sleep(min(_POLL_INTERVAL_S, deadline - time.monotonic()))
-                if broker.end_offsets(targets, read_committed) != ends:
-                    break
+            await self._wait_for_data(targets, read_committed, deadline)
             _close_regions(p["records"] for t in responses for p in t["partitions"])
             responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
                                                        read_committed, version, file_regions)
         return {"error_code": E.NONE, "session_id": 0, "responses": responses}
+
+    async def _wait_for_data(self, targets, read_committed: bool, deadline: float) -> None:
+        """Returns once a target's visible end moved (looked at on each data_changed()) or
+        at `deadline` (time.monotonic())."""
+        ends = self.broker.end_offsets(targets, read_committed)
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(self._new_data.wait(), left)
+            except TimeoutError:
+                return
+            if self.broker.end_offsets(targets, read_committed) != ends:
+                return

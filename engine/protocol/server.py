@@ -343,9 +343,10 @@ class KafkaServer:
         return self.authorizer is None or self.authorizer.allowed(
             session["principal"], operation, resource_type, name)
 
-    def _sasl(self, key: int, v: int, body: dict, session: dict) -> dict:
+    async def _sasl(self, key: int, v: int, body: dict, session: dict) -> dict:
         """SaslHandshake v1 and SaslAuthenticate: a failed step answers
-        SASL_AUTHENTICATION_FAILED and closes the connection after the answer."""
+        SASL_AUTHENTICATION_FAILED and closes the connection after the answer. Steps run on
+        the I/O threads (PLAIN hashes the password with PBKDF2)."""
         if key == SASL_HANDSHAKE:
             if not session["sasl_listener"] or session["authenticated"]:
                 return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
@@ -360,7 +361,7 @@ class KafkaServer:
             return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": None,
                     "auth_bytes": b""}
         try:
-            reply = server.step(bytes(body["auth_bytes"]))
+            reply = await self.run_blocking(server.step, bytes(body["auth_bytes"]))
         except sasl.SaslAuthenticationError as exc:
             session["close"] = f"SASL authentication failed ({server.mechanism})"
             return {"error_code": E.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
@@ -376,7 +377,7 @@ class KafkaServer:
         if key == API_VERSIONS_KEY:
             return ReadBroker.api_versions(self.api_keys)
         if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-            return self._sasl(key, v, body, session)
+            return await self._sasl(key, v, body, session)
         if not session["authenticated"]:
             raise _Closed(f"API key {key} before SASL authentication")
         if key == METADATA:

@@ -76,8 +76,6 @@ def tool(cluster: KafkaCluster, main: str, *args: str, timeout: float = 900) -> 
     out, err = proc.communicate(timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{main} failed ({proc.returncode}): {err[-2000:]}")
-    usage = os.wait4 if False else None  # noqa: F841 - children's CPU comes from rusage below
-    del usage
     return out, time.monotonic() - start
 
 
@@ -192,13 +190,14 @@ def section_b(cluster, s3, mb: int) -> None:
 
 
 def section_c(s3, base: Path, mb: int, rounds: int) -> None:
+    from rsm_crash_writer import segment_metadata
+
     from bench.segment import segment
     from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
     from engine.log.producer_state import write_snapshot
     from engine.log.segment import LogSegment
     from engine.remote import LogSegmentData
     from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
-    from rsm_crash_writer import segment_metadata
 
     print(f"(c) crossing cost: the plugin jar vs the engine from Python, {mb} MiB segment")
     src = base / "segment"
@@ -290,7 +289,8 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=256, help="MiB per produce/catch-up/segment")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} cores; {Path('/proc/cpuinfo').read_text().split('model name')[1].split(':')[1].splitlines()[0].strip()}")
+    model = Path("/proc/cpuinfo").read_text().split("model name")[1].split(":")[1]
+    print(f"machine: {os.cpu_count()} cores; {model.splitlines()[0].strip()}")
     with tempfile.TemporaryDirectory(prefix="bench-plugin-") as tmp:
         base = Path(tmp)
         s3 = S3Server(base / "weed").start()

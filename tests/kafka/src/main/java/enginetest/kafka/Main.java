@@ -49,6 +49,7 @@ public final class Main {
             case "alter-config":
             case "describe-topic":
             case "delete-topic":
+            case "reassign":
                 AdminCommands.run(command, argv);
                 break;
             default:

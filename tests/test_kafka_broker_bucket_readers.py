@@ -10,7 +10,7 @@ broker's tier compresses with the plugin's heuristic (`compression.enabled` and
 `compression.heuristic.enabled`): a segment whose first batch is uncompressed is stored as
 the plugin's zstd chunks, the others as they are, so the bucket holds both. The readers that
 take a metadata source read Kafka's own `__remote_log_metadata` partitions from the
-stopped broker's log dir.
+stopped broker's log dir, and once more the objects alone (leader-epoch lineage).
 
 The bucket holds the offsets up to the broker's last tiered offset (latest-tiered); the rest
 stayed in the broker's active segment. read_committed through the bucket alone also stops at
@@ -193,14 +193,17 @@ def _views(rows) -> list[tuple]:
                   for key, value, _, p, offset, ts, _, headers in rows)
 
 
+@pytest.mark.parametrize("metadata", ["remote_log_metadata", "lineage"])
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_spark_reads_the_bucket_with_kafkas_remote_log_metadata(spark, tiered, isolation):
+def test_spark_reads_the_bucket(spark, tiered, isolation, metadata):
+    """With Kafka's metadata partitions, and from the objects alone (leader-epoch lineage)."""
     reader = (spark.read.format("kafka-tiered").option("bucket", tiered.url)
               .option("subscribe", TOPIC).option("includeHeaders", "true")
               .option("failOnDataLoss", "true")
               .option("readCommitted", str(isolation == "read_committed").lower())
-              .option("remoteLogMetadataPath", str(tiered.metadata_dir))
               .option("maxBytesPerPartition", str(256 << 10)))
+    if metadata != "lineage":
+        reader = reader.option("remoteLogMetadataPath", str(tiered.metadata_dir))
     for k, v in tiered.store.items():
         reader = reader.option(k, v)
     got = _views(arrow_rows(reader.load().toArrow()))
@@ -286,8 +289,7 @@ def test_confluent_kafka_reads_serve_bucket(tiered, server, isolation):
             assert m.error() is None, m.error()
             got.append((m.partition(), m.offset(), m.timestamp()[1], _b64(m.key()),
                         _b64(m.value()), tuple((k, _b64(v)) for k, v in m.headers() or [])))
-        time.sleep(1)  # nothing more arrives than the bucket holds
-        m = consumer.poll(1.0)
+        m = consumer.poll(2.0)  # nothing more than the bucket holds
         assert m is None or m.error() is not None, (m.partition(), m.offset())
     finally:
         consumer.close()

@@ -101,6 +101,7 @@ final class Consume {
                 print(r);
                 count++;
             }
+            Json.flush();
             if (!records.isEmpty()) {
                 lastProgress = now;
                 if (commit) {

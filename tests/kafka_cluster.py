@@ -40,6 +40,7 @@ LIB_DIR = TARGET / "lib"
 CLIENT_JAR = TARGET / "kafka-test-client.jar"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+_START_ATTEMPTS = 3
 STARTED = "Kafka Server started"  # KafkaRaftServer logs it once the broker is unfenced
 BROKER_HEAP = "-Xmx384m"
 # short-lived JVMs on a small machine: C1 only starts faster and costs less CPU
@@ -274,16 +275,35 @@ class KafkaCluster:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> Self:
-        self._write_configs()
-        self._format()
-        for node in self.nodes.values():
-            self._launch(node)
-        try:
-            self._wait_started(list(self.nodes.values()))
-        except KafkaClusterError:
-            self.stop()
-            raise
-        return self
+        """Formats and starts every node. A port taken between choosing and binding (by
+        anything else on the machine) makes a node exit: start-up then begins afresh with
+        new ports and a new cluster, a bounded number of times."""
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                self._write_configs()
+                self._format()
+                for node in self.nodes.values():
+                    self._launch(node)
+                self._wait_started(list(self.nodes.values()))
+                return self
+            except KafkaClusterError:
+                self.stop()
+                if attempt + 1 == _START_ATTEMPTS or not self._port_was_taken():
+                    raise
+                self._renew()
+        raise AssertionError("unreachable")
+
+    def _port_was_taken(self) -> bool:
+        return any("Address already in use" in n.log_tail(200) for n in self.nodes.values())
+
+    def _renew(self) -> None:
+        """Fresh ports, cluster id and node dirs (the old logs kept beside them)."""
+        self.cluster_id = new_cluster_id()
+        ports = free_ports(2 * len(self.nodes))
+        for i, node in enumerate(self.nodes.values()):
+            node.port, node.controller_port = ports[2 * i], ports[2 * i + 1]
+            if node.dir.exists():
+                node.dir.rename(node.dir.with_name(f"{node.dir.name}-port-taken-{node.port}"))
 
     def _launch(self, node: KafkaNode) -> None:
         node._log_mark = node.log_path.stat().st_size if node.log_path.exists() else 0

@@ -7,6 +7,7 @@ old one serves every acknowledged record; a broker that cannot start fails with 
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -144,3 +145,15 @@ def test_run_client_needs_a_command_it_knows():
     with pytest.raises(ClientError) as e:
         run_client(["fly"], timeout=60)
     assert e.value.returncode == 2 and "unknown subcommand fly" in e.value.stderr
+
+
+def test_a_port_taken_before_start_is_replaced(tmp_path):
+    cluster = KafkaCluster(tmp_path)
+    taken = cluster.node(1).port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", taken))
+        s.listen()
+        with cluster:
+            assert cluster.node(1).port != taken and cluster.node(1).running()
+            [created] = cluster.run_client(["create-topic", "--topic", "t"])
+            assert created["topic"] == "t"

@@ -32,7 +32,7 @@ from typing import Self
 from s3_server import free_ports
 
 __all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "KafkaCluster", "KafkaClusterError",
-           "kafka_classpath", "run_client"]
+           "kafka_classpath", "run_client", "wait_until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "tests" / "kafka" / "target"
@@ -397,6 +397,24 @@ class KafkaCluster:
         """`run_client` with `--bootstrap` of this cluster after the subcommand."""
         return run_client([args[0], "--bootstrap", self.bootstrap, *args[1:]], timeout)
 
-    def leader(self, topic: str, partition: int = 0) -> int:
+    def describe(self, topic: str, partition: int = 0) -> dict:
+        """The partition as Admin.describeTopics sees it: leader (-1 if none), replicas,
+        isr."""
         [desc] = self.run_client(["describe-topic", "--topic", topic], timeout=60)
-        return next(p["leader"] for p in desc["partitions"] if p["partition"] == partition)
+        return next(p for p in desc["partitions"] if p["partition"] == partition)
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        return self.describe(topic, partition)["leader"]
+
+
+def wait_until(probe, ok, what: str, timeout_s: float = 60.0):
+    """probe() again every half second until ok(its value); that value, or an
+    AssertionError naming `what` and the last value after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s:.0f} s (last: {value})")
+        time.sleep(0.5)

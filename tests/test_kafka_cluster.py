@@ -8,10 +8,9 @@ old one serves every acknowledged record; a broker that cannot start fails with 
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
-from kafka_cluster import ClientError, KafkaCluster, KafkaClusterError, run_client
+from kafka_cluster import ClientError, KafkaCluster, KafkaClusterError, run_client, wait_until
 
 IDLE_MS = "1500"  # the consumer stops this long after its last record
 
@@ -105,32 +104,16 @@ class TestThreeBrokers:
             want = _records(produced, "produced")
             old = cluster.leader("r3")
             cluster.kill(old)
-            new = _wait_for(lambda: cluster.leader("r3"), lambda leader: leader not in
-                            (old, -1), what=f"a leader other than node {old}")
+            new = wait_until(lambda: cluster.leader("r3"), lambda leader: leader not in
+                             (old, -1), what=f"a leader other than node {old}")
             assert _consume(cluster, "r3", "--partitions", "0") == want
             # the killed node comes back as a follower and rejoins the ISR
             cluster.start_node(old)
-            _wait_for(lambda: _isr(cluster, "r3"), lambda isr: len(isr) == 3,
-                      what="all three replicas in sync")
+            wait_until(lambda: cluster.describe("r3")["isr"], lambda isr: len(isr) == 3,
+                       what="all three replicas in sync")
             assert cluster.leader("r3") in (new, old)
             cluster.restart(new)
             assert _consume(cluster, "r3", "--partitions", "0") == want
-
-
-def _isr(cluster: KafkaCluster, topic: str) -> list[int]:
-    [desc] = cluster.run_client(["describe-topic", "--topic", topic])
-    return desc["partitions"][0]["isr"]
-
-
-def _wait_for(probe, ok, what: str, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s:.0f} s (last: {value})")
-        time.sleep(0.5)
 
 
 def test_a_broker_that_cannot_start_fails_with_its_log(tmp_path):

@@ -407,14 +407,14 @@ class KafkaCluster:
         return self.describe(topic, partition)["leader"]
 
 
-def wait_until(probe, ok, what: str, timeout_s: float = 60.0):
-    """probe() again every half second until ok(its value); that value, or an
-    AssertionError naming `what` and the last value after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s:.0f} s (last: {value})")
-        time.sleep(0.5)
+def wait_until(what: str, check, timeout: float = 120, interval: float = 0.5):
+    """`check()`'s first truthy answer; AssertionError naming `what` (and the last answer)
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")

@@ -103,14 +103,18 @@ class TestThreeBrokers:
                                            "--partition", "0", "--compression", "lz4"])
             want = _records(produced, "produced")
             old = cluster.leader("r3")
+
+            def other_leader():
+                leader = cluster.leader("r3")
+                return leader if leader not in (old, -1) else None
+
             cluster.kill(old)
-            new = wait_until(lambda: cluster.leader("r3"), lambda leader: leader not in
-                             (old, -1), what=f"a leader other than node {old}")
+            new = wait_until(f"a leader other than node {old}", other_leader, timeout=60)
             assert _consume(cluster, "r3", "--partitions", "0") == want
             # the killed node comes back as a follower and rejoins the ISR
             cluster.start_node(old)
-            wait_until(lambda: cluster.describe("r3")["isr"], lambda isr: len(isr) == 3,
-                       what="all three replicas in sync")
+            wait_until("all three replicas in sync",
+                       lambda: len(cluster.describe("r3")["isr"]) == 3, timeout=60)
             assert cluster.leader("r3") in (new, old)
             cluster.restart(new)
             assert _consume(cluster, "r3", "--partitions", "0") == want

@@ -13,7 +13,8 @@ that exits, is a `KafkaClusterError`, never a skip.
 
 `run_client(args, timeout)` runs the client program once and returns its stdout JSON lines
 as dicts; a nonzero exit is a `ClientError` carrying the lines printed before it, the exit
-status and stderr."""
+status and stderr. `ClientProcess(args)` runs it in the background (several members of one
+group at once), `result(timeout)` collecting the same."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,8 +33,8 @@ from typing import Self
 
 from s3_server import free_ports
 
-__all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "KafkaCluster", "KafkaClusterError",
-           "kafka_classpath", "run_client", "wait_until"]
+__all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "ClientProcess", "KafkaCluster",
+           "KafkaClusterError", "kafka_classpath", "run_client", "wait_until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "tests" / "kafka" / "target"
@@ -107,27 +109,55 @@ def _parse_lines(stdout: str) -> list[dict]:
     return lines
 
 
+class ClientProcess:
+    """The client program running in the background (say a consumer that a second member
+    of its group joins later); `lines_so_far()` reads what it printed up to now,
+    `result(timeout)` waits for it as `run_client` does. Its output goes to files (appended
+    to, so reading them while it runs is safe), so a long run never blocks on a full pipe."""
+
+    def __init__(self, args: list[str]):
+        if not CLIENT_JAR.is_file():
+            raise KafkaClusterError(f"no client jar {CLIENT_JAR}: run `scripts/setup.sh test`")
+        self.args = list(args)
+        cmd = [java(), *CLIENT_JVM, "-cp", f"{CLIENT_JAR}{os.pathsep}{kafka_classpath()}",
+               "enginetest.kafka.Main", *args]
+        self._dir = Path(tempfile.mkdtemp(prefix="kafka-client-"))
+        with open(self._dir / "out", "ab") as out, open(self._dir / "err", "ab") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def lines_so_far(self) -> list[dict]:
+        """The complete JSON lines printed so far."""
+        text = (self._dir / "out").read_text(errors="replace")
+        return _parse_lines(text[:text.rfind("\n") + 1])
+
+    def result(self, timeout: float) -> list[dict]:
+        """Its JSON lines once it exits; ClientError if it exited nonzero. A timeout kills
+        it (and raises subprocess.TimeoutExpired)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        out, err = ((self._dir / name).read_text(errors="replace") for name in ("out", "err"))
+        shutil.rmtree(self._dir, ignore_errors=True)
+        lines = _parse_lines(out)
+        if self.proc.returncode != 0:
+            raise ClientError(f"client {self.args[:1]} exited {self.proc.returncode}: "
+                              f"{_tail(err, 15)}", self.proc.returncode, lines, err)
+        return lines
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
 def run_client(args: list[str], timeout: float = 120.0) -> list[dict]:
     """Runs `java ... enginetest.kafka.Main *args` (e.g. ["produce", "--bootstrap", b,
     "--topic", "t", "--count", "10"]); returns its JSON lines. A timeout kills it (and
     raises subprocess.TimeoutExpired)."""
-    if not CLIENT_JAR.is_file():
-        raise KafkaClusterError(f"no client jar {CLIENT_JAR}: run `scripts/setup.sh test`")
-    cmd = [java(), *CLIENT_JVM, "-cp", f"{CLIENT_JAR}{os.pathsep}{kafka_classpath()}",
-           "enginetest.kafka.Main", *args]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL, start_new_session=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise
-    lines = _parse_lines(out)
-    if proc.returncode != 0:
-        raise ClientError(f"client {args[:1]} exited {proc.returncode}: "
-                          f"{_tail(err, 15)}", proc.returncode, lines, err)
-    return lines
+    return ClientProcess(args).result(timeout)
 
 
 def _tail(text: str, n: int) -> str:
@@ -395,7 +425,11 @@ class KafkaCluster:
     # -- clients -------------------------------------------------------------------------
     def run_client(self, args: list[str], timeout: float = 120.0) -> list[dict]:
         """`run_client` with `--bootstrap` of this cluster after the subcommand."""
-        return run_client([args[0], "--bootstrap", self.bootstrap, *args[1:]], timeout)
+        return self.start_client(args).result(timeout)
+
+    def start_client(self, args: list[str]) -> ClientProcess:
+        """A `ClientProcess` with `--bootstrap` of this cluster after the subcommand."""
+        return ClientProcess([args[0], "--bootstrap", self.bootstrap, *args[1:]])
 
     def describe(self, topic: str, partition: int = 0) -> dict:
         """The partition as Admin.describeTopics sees it: leader (-1 if none), replicas,

@@ -91,6 +91,30 @@ class TestSingleBroker:
         assert e.value.returncode == 1
         assert "UnknownTopicOrPartitionException" in e.value.stderr
 
+    def test_a_rebalance_loses_and_repeats_nothing(self, single):
+        """A second member joins while the first is consuming: the first gives partitions up
+        (committing in onPartitionsRevoked), and between them the two read every record once."""
+        single.run_client(["create-topic", "--topic", "rb", "--partitions", "4"])
+        produced = single.run_client(["produce", "--topic", "rb", "--count", "1200", "--seed", "3"])
+        member = ["consume", "--topic", "rb", "--subscribe", "--group", "rb", "--commit",
+                  "--idle-ms", "4000", "--timeout-ms", "90000", "--poll-delay-ms", "200",
+                  "--property", "max.poll.records=20"]
+        first = single.start_client(member)
+        try:
+            wait_until("the first member's first records",
+                       lambda: any(r["type"] == "record" for r in first.lines_so_far()), 60)
+            second = single.run_client(member, timeout=120)
+        finally:
+            first_lines = first.result(timeout=120)
+        events = [(r["type"], r["partitions"]) for r in first_lines
+                  if r["type"] in ("assigned", "revoked")]
+        assert events[0] == ("assigned", [0, 1, 2, 3]) and ("revoked", [0, 1, 2, 3]) in events
+        read = [(r["partition"], r["offset"]) for r in first_lines + second
+                if r["type"] == "record"]
+        assert len(read) == len(set(read))  # nothing read twice
+        assert _records(first_lines + second, "record") == _records(produced, "produced")
+        assert {r["type"] for r in second} >= {"record", "assigned"}
+
 
 class TestThreeBrokers:
     def test_new_leader_after_kill_serves_every_record(self, tmp_path_factory):
@@ -144,3 +168,4 @@ def test_a_port_taken_before_start_is_replaced(tmp_path):
             assert cluster.node(1).port != taken and cluster.node(1).running()
             [created] = cluster.run_client(["create-topic", "--topic", "t"])
             assert created["topic"] == "t"
+

@@ -19,7 +19,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 /** `consume --topic T (--partitions 0,1 | --subscribe) [--group G] [--group-instance-id I]
  *  [--isolation read_committed|read_uncommitted] [--from earliest|latest|OFFSET]
  *  [--max-records N] [--idle-ms MS] [--timeout-ms MS] [--poll-delay-ms MS] [--commit]`:
- *  one "record" line per record consumed, then an "end" line (count, positions of the
+ *  one "record" line per record consumed, and last an "end" line (count, positions of the
  *  assigned partitions, and whether the overall timeout cut it short). It stops at N
  *  records, or once nothing arrived for the idle time while partitions were assigned.
  *  With --commit it commits its positions synchronously after every poll that returned
@@ -56,6 +56,7 @@ final class Consume {
         if (args.has("group-instance-id")) {
             props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, args.get("group-instance-id"));
         }
+        Json end;
         try (var consumer = new KafkaConsumer<>(props, new ByteArrayDeserializer(),
                 new ByteArrayDeserializer())) {
             if (subscribe) {
@@ -68,8 +69,9 @@ final class Consume {
                 consumer.assign(tps);
                 seek(consumer, tps, from);
             }
-            loop(consumer, args);
+            end = loop(consumer, args);
         }
+        end.print();  // the last line, after what closing printed (a final "revoked")
     }
 
     private static void seek(KafkaConsumer<byte[], byte[]> consumer,
@@ -86,7 +88,8 @@ final class Consume {
         }
     }
 
-    private static void loop(KafkaConsumer<byte[], byte[]> consumer, Args args)
+    /** Polls until done; the "end" line to print once the consumer is closed. */
+    private static Json loop(KafkaConsumer<byte[], byte[]> consumer, Args args)
             throws InterruptedException {
         long maxRecords = args.getLong("max-records", Long.MAX_VALUE);
         long pollDelayMs = args.getLong("poll-delay-ms", 0);
@@ -122,11 +125,10 @@ final class Consume {
         for (TopicPartition tp : consumer.assignment()) {
             positions.put(String.valueOf(tp.partition()), consumer.position(tp));
         }
-        Json.of("end")
+        return Json.of("end")
                 .put("count", count)
                 .put("positions", positions)
-                .put("timed_out", count < maxRecords && System.currentTimeMillis() >= deadline)
-                .print();
+                .put("timed_out", count < maxRecords && System.currentTimeMillis() >= deadline);
     }
 
     private static void print(ConsumerRecord<byte[], byte[]> r) {

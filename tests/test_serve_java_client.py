@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from kafka_cluster import run_client
+from kafka_cluster import ClientError, ClientProcess, run_client, wait_until
 from serve_support import CODECS, TOPIC, Record, ServeProcess, build_tiered_broker
 
 
@@ -97,3 +97,37 @@ def test_java_admin_list_offsets_into_the_tier(tiered, server):
                               TOPIC, "--partitions", str(p), "--spec", str(timestamp)],
                              timeout=120)
         assert found["offset"] == offset, (p, found)
+
+
+@pytest.mark.xfail(strict=True, raises=ClientError, reason=(
+    "serve answers an OffsetCommit from a member of the current generation with "
+    "REBALANCE_IN_PROGRESS (27) while the group is PreparingRebalance (Kafka accepts it): "
+    "the first member's commitSync in onPartitionsRevoked throws "
+    "RebalanceInProgressException, which poll() raises as KafkaException('User rebalance "
+    "callback throws an error'); the member drops out and the second re-reads records "
+    "from the last commit"))
+def test_java_group_rebalance_commits_on_revoke(tiered, server):
+    """A second member joins while the first is consuming: the first commits in
+    onPartitionsRevoked (the rebalance has begun: Kafka accepts a commit from the current
+    generation while the group prepares to rebalance), and between them the two members
+    read every record once."""
+    member = ["consume", "--bootstrap", server.bootstrap, "--topic", TOPIC, "--subscribe",
+              "--group", "java-rebalance", "--commit", "--idle-ms", "4000",
+              "--timeout-ms", "120000", "--poll-delay-ms", "100",
+              "--property", "max.poll.records=50"]
+    first = ClientProcess(member)
+    try:
+        wait_until("the first member's first records",
+                   lambda: any(r["type"] == "record" for r in first.lines_so_far()), 60)
+        second = run_client(member, timeout=150)
+    finally:
+        first_lines = first.result(timeout=150)
+    assert ("revoked", list(range(len(CODECS)))) in [
+        (r["type"], r.get("partitions")) for r in first_lines]
+    read = [(r["partition"], r["offset"]) for r in first_lines + second
+            if r["type"] == "record"]
+    assert len(read) == len(set(read))  # nothing read twice
+    got = _by_partition(sorted(first_lines + second,
+                               key=lambda r: (r.get("partition", -1), r.get("offset", -1))))
+    for p in range(len(CODECS)):
+        assert got[p] == tiered.view(p, False), p

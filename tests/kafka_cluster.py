@@ -138,6 +138,7 @@ class ClientProcess:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+            shutil.rmtree(self._dir, ignore_errors=True)
             raise
         out, err = ((self._dir / name).read_text(errors="replace") for name in ("out", "err"))
         shutil.rmtree(self._dir, ignore_errors=True)

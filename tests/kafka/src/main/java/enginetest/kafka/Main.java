@@ -20,19 +20,21 @@ public final class Main {
             System.err.println("usage: <subcommand> --bootstrap host:port [options]");
             System.exit(2);
         }
+        int status = 0;
         try {
             run(argv[0], argv);
         } catch (IllegalArgumentException e) {
             System.err.println("error: " + e.getMessage());
-            System.exit(2);
+            status = 2;
         } catch (Throwable e) {
             Throwable cause = e instanceof ExecutionException && e.getCause() != null
                     ? e.getCause() : e;
             System.err.println("error: " + cause.getClass().getName() + ": " + cause.getMessage());
             cause.printStackTrace(System.err);
-            System.exit(1);
+            status = 1;
         }
-        System.exit(0);  // the client threads of a failed close must not keep the JVM up
+        Json.flush();  // what was printed before a failure is kept
+        System.exit(status);  // the client threads of a failed close must not keep the JVM up
     }
 
     private static void run(String command, String[] argv) throws Exception {

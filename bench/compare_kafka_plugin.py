@@ -202,7 +202,7 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
     print(f"(c) crossing cost: the plugin jar vs the engine from Python, {mb} MiB segment")
     src = base / "segment"
     src.mkdir(parents=True)
-    (src / f"{0:020d}.log").write_bytes(segment(mb * MiB))
+    (src / f"{0:020d}.log").write_bytes(segment("none", mb * MiB))
     seg = LogSegment.open(src, 0)
     seg.resize_indexes(10 << 20)
     seg.recover()

@@ -54,7 +54,6 @@ __all__ = [
     "plugin_fetch_index",
     "plugin_metrics",
     "plugin_open",
-    "plugin_read_forward",
     "plugin_read_into",
 ]
 
@@ -201,22 +200,18 @@ def plugin_copy(handle: int, fields: Sequence, log_segment: str, offset_index: s
     return _storage_call(plugin.rsm.copy_log_segment_data, metadata, data)
 
 
-def plugin_read_forward(handle: int, fields: Sequence) -> None:
-    """A stream over the segment's `.log` was opened: its reads go forward (read-ahead)."""
-    plugin = _plugin(handle)
-    if plugin.rsm.reads_ahead:
-        _storage_call(plugin.rsm.read_forward, plugin.metadata(fields), None)
-
-
-def plugin_read_into(handle: int, fields: Sequence, position: int, buffer,
-                     length: int) -> int:
+def plugin_read_into(handle: int, fields: Sequence, position: int, buffer, length: int,
+                     first: bool = False) -> int:
     """Fills the first `length` bytes of `buffer` (the Java stream's direct buffer, seen as
-    a numpy array) with `.log` bytes from `position`; returns `length`."""
+    a numpy array) with `.log` bytes from `position`; returns `length`. The `first` read of
+    a stream also says that its reads go forward (the store's read-ahead follows them)."""
     plugin = _plugin(handle)
+    metadata = plugin.metadata(fields)
+    if first and plugin.rsm.reads_ahead:
+        _storage_call(plugin.rsm.read_forward, metadata, None)
     view = memoryview(buffer).cast("B")[:int(length)]
     try:
-        return _storage_call(plugin.rsm.read_range_into, plugin.metadata(fields),
-                             int(position), view)
+        return _storage_call(plugin.rsm.read_range_into, metadata, int(position), view)
     finally:
         view.release()
 

@@ -152,21 +152,24 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
     @Override
     public InputStream fetchLogSegment(RemoteLogSegmentMetadata metadata, int startPosition)
             throws RemoteStorageException {
-        return fetchLogSegment(metadata, startPosition, metadata.segmentSizeInBytes() - 1);
+        return open(metadata, startPosition, metadata.segmentSizeInBytes() - 1, false);
     }
 
     @Override
     public InputStream fetchLogSegment(RemoteLogSegmentMetadata metadata, int startPosition,
                                        int endPosition) throws RemoteStorageException {
+        return open(metadata, startPosition, endPosition, true);
+    }
+
+    private InputStream open(RemoteLogSegmentMetadata metadata, int startPosition,
+                             int endPosition, boolean bounded) throws RemoteStorageException {
         int size = metadata.segmentSizeInBytes();
         if (startPosition < 0 || startPosition > size || endPosition < startPosition - 1) {
             throw new RemoteStorageException("positions [" + startPosition + ", " + endPosition
                     + "] outside " + metadata.remoteLogSegmentId() + " of " + size + " bytes");
         }
-        List<Object> fields = fields(metadata);
-        call("plugin_read_forward", handle, fields);
-        SegmentInputStream stream = new SegmentInputStream(this, fields, startPosition,
-                Math.min((long) endPosition + 1, size));
+        SegmentInputStream stream = new SegmentInputStream(this, fields(metadata), startPosition,
+                Math.min((long) endPosition + 1, size), bounded);
         try {
             stream.start();
         } catch (RemoteStorageException e) {

@@ -13,8 +13,10 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * A segment's {@code .log} bytes [start, end), pulled lazily from the engine a range at a
  * time into a direct buffer the engine writes straight into (its chunk cache, coalesced GETs
  * and read-ahead serve the range): one copy per fetched range, never the whole segment.
- * Ranges start small and double, so a reader that wants one batch pays for little more,
- * and a reader walking on is served in 1 MiB ranges.
+ * A stream with no end position (Kafka's reader asks for one from a position on) starts with a
+ * small range and doubles it, so a reader that wants one batch pays for little more, and a
+ * reader walking on is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB)
+ * at once.
  */
 final class SegmentInputStream extends InputStream {
     static final int FIRST_RANGE = 64 * 1024;
@@ -32,16 +34,18 @@ final class SegmentInputStream extends InputStream {
     private final List<Object> fields;
     private final long end;
     private long position;
-    private int nextRange = FIRST_RANGE;
+    private int nextRange;
+    private boolean first = true;
     private Buffer buffer;
     private boolean closed;
 
     SegmentInputStream(EngineRemoteStorageManager rsm, List<Object> fields, long start,
-                       long end) {
+                       long end, boolean bounded) {
         this.rsm = rsm;
         this.fields = fields;
         this.position = start;
         this.end = end;
+        this.nextRange = bounded ? MAX_RANGE : FIRST_RANGE;
     }
 
     @Override
@@ -82,7 +86,7 @@ final class SegmentInputStream extends InputStream {
      */
     void start() throws RemoteStorageException {
         if (position < end) {
-            fill(FIRST_RANGE);
+            fill(nextRange);
         }
     }
 
@@ -96,7 +100,8 @@ final class SegmentInputStream extends InputStream {
         int n = (int) Math.min(end - position, Math.min(MAX_RANGE, Math.max(nextRange, wanted)));
         buffer.bytes.clear();
         try {
-            rsm.call("plugin_read_into", rsm.handle(), fields, position, buffer.array, n);
+            rsm.call("plugin_read_into", rsm.handle(), fields, position, buffer.array, n, first);
+            first = false;
         } catch (RemoteStorageException e) {
             buffer.bytes.limit(0);
             throw e;

@@ -3,7 +3,6 @@ package tierengine.kafka;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
-import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
 
 import jep.DirectNDArray;
@@ -31,7 +30,7 @@ final class SegmentInputStream extends InputStream {
     }
 
     private final EngineRemoteStorageManager rsm;
-    private final List<Object> fields;
+    private final String segment;
     private final long end;
     private long position;
     private int nextRange;
@@ -39,10 +38,10 @@ final class SegmentInputStream extends InputStream {
     private Buffer buffer;
     private boolean closed;
 
-    SegmentInputStream(EngineRemoteStorageManager rsm, List<Object> fields, long start,
+    SegmentInputStream(EngineRemoteStorageManager rsm, String segment, long start,
                        long end, boolean bounded) {
         this.rsm = rsm;
-        this.fields = fields;
+        this.segment = segment;
         this.position = start;
         this.end = end;
         this.nextRange = bounded ? MAX_RANGE : FIRST_RANGE;
@@ -100,7 +99,7 @@ final class SegmentInputStream extends InputStream {
         int n = (int) Math.min(end - position, Math.min(MAX_RANGE, Math.max(nextRange, wanted)));
         buffer.bytes.clear();
         try {
-            rsm.call("plugin_read_into", rsm.handle(), fields, position, buffer.array, n, first);
+            rsm.call("plugin_read_into", rsm.handle(), segment, position, buffer.array, n, first);
             first = false;
         } catch (RemoteStorageException e) {
             buffer.bytes.limit(0);

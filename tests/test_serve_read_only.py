@@ -1,7 +1,8 @@
 """What writing and administering clients see on `serve`, a read-only broker: a producer's
 sends are answered NOT_LEADER_OR_FOLLOWER (as a Kafka replica that leads nothing answers
 them), so kafka-python and librdkafka retry until their delivery timeout and then fail
-with their retriable timeout, nothing is written and consumers are served throughout."""
+with their retriable timeout, nothing is written and consumers are served throughout; and
+DescribeConfigs gives each topic config Kafka's declared type."""
 
 from __future__ import annotations
 
@@ -112,3 +113,21 @@ def test_a_librdkafka_send_fails_after_its_message_timeout(server):
     offsets = _consume_all(server.bootstrap, before[1])
     assert offsets and max(offsets) < before[1] and offsets == sorted(set(offsets))
 
+
+def test_describe_configs_gives_each_topic_config_its_declared_type(server):
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    from engine.config.definitions import TOPIC_CONFIGS
+
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, TOPIC)], config_filter="all")
+    finally:
+        admin.close()
+    types = {name: c["config_type"] for name, c in described["topic"][TOPIC].items()}
+    assert types == {name: d.type.name for name, d in TOPIC_CONFIGS.items()}
+    # Kafka's types, as its own broker reports them
+    assert (types["segment.bytes"], types["retention.ms"], types["preallocate"],
+            types["cleanup.policy"], types["message.timestamp.type"]) == (
+        "INT", "LONG", "BOOLEAN", "LIST", "STRING")

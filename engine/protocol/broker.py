@@ -24,7 +24,7 @@ Kafka's behaviours kept here:
 - read_uncommitted answers null aborted transactions; read_committed stops at the last
   stable offset and lists the aborted transactions of what it returns;
 - DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
-  shows them;
+  shows them, and its declared type (engine.config.definitions: INT, LONG, ...);
 - a write (Produce) is answered NOT_LEADER_OR_FOLLOWER for every partition, as Kafka's
   read-only replica answers it (acks=0 gets no answer). Produce stays advertised: librdkafka
   derives its message format v2 feature from Produce v3 in ApiVersions, and without it its
@@ -39,6 +39,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
+from engine.config.definitions import TOPIC_CONFIGS
 from engine.errors import UnknownTopicOrPartitionError
 from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
@@ -63,7 +64,8 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 #: DescribeConfigsResponse.ConfigSource and ConfigType codes
 _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
-_CONFIG_TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6, "list": 7}
+_CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                 "LIST": 7, "CLASS": 8, "PASSWORD": 9}
 
 
 def _config_text(value) -> str | None:
@@ -509,7 +511,8 @@ class ReadBroker:
                     "name": name, "value": value, "read_only": False,
                     "is_default": resolved.source.name == "DEFAULT_CONFIG",
                     "config_source": source, "is_sensitive": False, "synonyms": synonyms,
-                    "config_type": _CONFIG_TYPES.get(type(resolved.value).__name__, 0),
+                    # the config's declared type: an INT such as segment.bytes is no LONG
+                    "config_type": _CONFIG_TYPES.get(TOPIC_CONFIGS[name].type.name, 0),
                     "documentation": None})
         return {"results": results}
 

@@ -117,8 +117,9 @@ class RawClient:
     # -- the group requests, with the fields a consumer sends ---------------------------------
 
     def send_join(self, group: str, member_id: str = "", instance_id: str | None = None,
-                  metadata: bytes = b"m", rebalance_ms: int = 3000) -> None:
-        self.send(11, {"group_id": group, "session_timeout_ms": 10000,
+                  metadata: bytes = b"m", rebalance_ms: int = 3000,
+                  session_ms: int = 10000) -> None:
+        self.send(11, {"group_id": group, "session_timeout_ms": session_ms,
                        "rebalance_timeout_ms": rebalance_ms, "member_id": member_id,
                        "group_instance_id": instance_id, "protocol_type": "consumer",
                        "protocols": [{"name": "range", "metadata": metadata}],

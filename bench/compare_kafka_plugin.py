@@ -22,7 +22,8 @@ SeaweedFS, the client, each on its own line, per GiB moved.
       read whole into a byte[] (warm: chunks in the cache; the best of 5 passes after the one
       that fills it) vs the same call from Python, fetch_log_segment of each range read whole
       with readinto, and vs the engine's cheapest path, read_forward + read_range_into of the
-      same ranges into a bytearray (one copy fewer than any stream); copyLogSegmentData of a --mb segment vs copy_log_segment_data. Target: <= 1.10x.
+      same ranges into a bytearray (one copy fewer than any stream); copyLogSegmentData of a
+      --mb segment vs copy_log_segment_data. Target: <= 1.10x.
   (d) threads: N Java threads fetching the whole segment at once through the plugin; the
       overlap (sum of the calls' times / wall time) says how many fetches ran at once.
 """

@@ -10,10 +10,10 @@ Every decision stays here: which tier (`storage.backend.class`, the Aiven plugin
 selects the object store in the plugin's bucket format; `dirs` alone, the engine's filesystem
 tier), layout, chunks, transforms, caches, read-ahead, retries. The Java side describes
 Kafka's metadata objects in one line each (`_segment_metadata` reads it), pulls `.log`
-ranges into its stream's direct buffer with `plugin_read_into`, maps the three exception types below to
-Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the others ->
-RemoteStorageException; `PluginConfigError` at `configure`), and exposes `plugin_metrics`
-over JMX. Messages are the engine's own (object key, chunk, errno); the engine never puts a
+ranges into its stream's direct buffer with `plugin_read_into`, maps the three exception
+types below to Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the
+others -> RemoteStorageException; `PluginConfigError` at `configure`), and exposes
+`plugin_metrics` over JMX. Messages are the engine's own (object key, chunk, errno); the engine never puts a
 secret in one.
 
 Log records of the engine are queued (bounded) and drained by the Java side into the

@@ -13,8 +13,8 @@ Kafka's metadata objects in one line each (`_segment_metadata` reads it), pulls 
 ranges into its stream's direct buffer with `plugin_read_into`, maps the three exception
 types below to Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the
 others -> RemoteStorageException; `PluginConfigError` at `configure`), and exposes
-`plugin_metrics` over JMX. Messages are the engine's own (object key, chunk, errno); the engine never puts a
-secret in one.
+`plugin_metrics` over JMX. Messages are the engine's own (object key, chunk, errno); the
+engine never puts a secret in one.
 
 Log records of the engine are queued (bounded) and drained by the Java side into the
 broker's log, so no engine thread ever calls into the JVM.

@@ -146,3 +146,26 @@ def test_no_import_cycle_between_modules(graph):
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: the names of engine.common that modules above it once re-exported
+COMMON_NAMES = {"Uuid", "TopicPartition", "fsync_dir", "write_file_atomically"}
+
+
+def test_the_shared_basics_are_imported_from_engine_common():
+    """Uuid, TopicPartition and the atomic writes are engine.common's (layer 2): the engine,
+    the tests and the benchmarks import them from there, never through a module that happens
+    to use them (engine.log.checkpoint once re-exported them)."""
+    wrong = []
+    for folder in ("engine", "tests", "bench", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ImportFrom) or node.module == "engine.common":
+                    continue
+                if not node.level and not (node.module or "").startswith("engine"):
+                    continue
+                names = sorted({alias.name for alias in node.names} & COMMON_NAMES)
+                if names:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {names} "
+                                 f"from {'.' * node.level}{node.module or ''}")
+    assert wrong == []

@@ -6,9 +6,9 @@ import pickle
 import numpy as np
 import pytest
 
+from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import OffsetOutOfRangeError
-from engine.log.checkpoint import Uuid
 from engine.log.offset_index import OFFSET_ENTRY_DTYPE
 from engine.remote.metadata import (
     RemoteLogSegmentId,

@@ -39,8 +39,8 @@ import logging
 import struct
 from dataclasses import dataclass
 
+from engine.common import Uuid
 from engine.errors import UnknownTopicOrPartitionError
-from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
 from engine.protocol.acl import CLUSTER_NAME, authorized_operations
 from engine.protocol.messages import API_VERSIONS

@@ -26,8 +26,8 @@ def build_group_broker(base: Path, extra: str = "") -> tuple[str, dict[int, int]
     listens on a fixed free port. Returns the broker file and the log end offset of each
     partition."""
     from engine.cli.produce_demo import produce_partition
+    from engine.common import Uuid
     from engine.config import load_broker_config
-    from engine.log.checkpoint import Uuid
     from engine.log.log_manager import LogManager
     from engine.records import CompressionType
 

@@ -459,7 +459,7 @@ def test_stray_objects_are_reported_once_and_skipped(s3_server, tmp_path, caplog
     """A segment of partition 0 under another topic id, and a key that is no segment
     object: each is logged once, and every partition is still served (partition 0 under
     the id its topic's other partition has)."""
-    from engine.log.checkpoint import Uuid
+    from engine.common import Uuid
     from engine.protocol.replica import open_replica
 
     hand = HandBucket(s3_server)

@@ -43,9 +43,9 @@ import struct
 import time
 from dataclasses import dataclass
 
+from engine.common import Uuid
 from engine.config.definitions import TOPIC_CONFIGS
 from engine.errors import UnknownTopicOrPartitionError
-from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
 from engine.protocol.acl import CLUSTER_NAME, authorized_operations
 from engine.protocol.messages import API_VERSIONS

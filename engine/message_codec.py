@@ -106,9 +106,12 @@ class Field:
         return self.null_lo <= version <= self.null_hi
 
     def default_value(self, version: int):
+        """An absent field's value: a field that is nullable in some version and not in
+        this one is null (Kafka's `"default": "null"`, e.g. GroupInstanceId before its
+        version); present but not nullable here, it is empty."""
         if self.type == "struct":
             return self.struct.defaults(version)
-        if self.default is None and not self.nullable(version):
+        if self.default is None and self.present(version) and not self.nullable(version):
             return {"array": [], "string": "", "bytes": b""}.get(self.type)
         return self.default
 

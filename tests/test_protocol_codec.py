@@ -147,3 +147,16 @@ def test_null_in_a_version_without_null_is_written_empty():
     assert (body["protocol_name"], body["members"]) == ("", [])
     resp = _join(codec.encode_response(11, 7, 1, {"protocol_name": None}))
     assert codec.decode_response(11, 7, resp[4:])[1]["protocol_name"] is None
+
+
+def test_a_field_nullable_in_later_versions_is_null_where_absent():
+    """Kafka's GroupInstanceId (`"default": "null"`): an OffsetCommit v3, which has no such
+    field, decodes with None, not "" (a dynamic member, not a static one named "")."""
+    from engine.protocol import codec
+
+    body = {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m",
+            "retention_time_ms": -1, "topics": []}
+    for version, want in ((3, None), (7, "instance-1")):
+        sent = dict(body, group_instance_id="instance-1") if version >= 7 else body
+        frame = codec.encode_request(8, version, 1, "c", sent)
+        assert codec.decode_request(memoryview(frame)[4:]).body["group_instance_id"] == want

@@ -121,14 +121,65 @@ def bucket_keys(s3_server, prefix: str) -> list[str]:
                   for m in page)
 
 
+_TOPIC_ID_CHARS = 22  # a Kafka Uuid as text: 16 bytes, URL-safe base64 unpadded
+
+
+def topic_objects(s3_server, prefix: str, topic: str) -> dict[str, int]:
+    """The topic's objects, `<partition>/<file name>` -> size. The topic's directory is
+    `<topic>-<topic id>`, and a topic id (22 characters of URL-safe base64) may itself hold
+    a `-`, so the name is what precedes the id."""
+    out = {}
+    for page in obstore.list(s3_server.raw_store(), prefix=prefix):
+        for meta in page:
+            topic_dir, _, tail = meta["path"][len(prefix):].partition("/")
+            if (topic_dir[:-_TOPIC_ID_CHARS - 1] == topic
+                    and topic_dir[-_TOPIC_ID_CHARS - 1:-_TOPIC_ID_CHARS] == "-"):
+                out[tail] = meta["size"]
+    return out
+
+
 def segment_keys(s3_server, prefix: str, topic: str) -> dict[str, set[str]]:
     """The topic's objects by segment (`<partition>/<offset>-<segment id>`) -> suffixes."""
     out: dict[str, set[str]] = {}
-    for key in bucket_keys(s3_server, prefix):
-        rest = key[len(prefix):]
-        topic_dir, _, tail = rest.partition("/")
-        if topic_dir.rsplit("-", 1)[0] != topic:
-            continue
+    for tail in topic_objects(s3_server, prefix, topic):
         stem, _, suffix = tail.rpartition(".")
         out.setdefault(stem, set()).add(suffix)
     return out
+
+
+def tiered_segments(s3_server, prefix: str, topic: str) -> dict[tuple[int, int], set[str]]:
+    """`segment_keys` by (partition, start offset) -> suffixes."""
+    out: dict[tuple[int, int], set[str]] = {}
+    for stem, suffixes in segment_keys(s3_server, prefix, topic).items():
+        partition, _, name = stem.partition("/")
+        key = (int(partition), int(name.split("-", 1)[0]))
+        assert key not in out, f"two tiered segments start at {key}: {stem}"
+        out[key] = suffixes
+    return out
+
+
+def local_segments(cluster: KafkaCluster, topic: str, partition: int, node: int = 1
+                   ) -> list[int]:
+    """The base offsets of the partition's segments on the node's disk (files renamed
+    `.deleted` are gone already)."""
+    path = cluster.node(node).data_dir / f"{topic}-{partition}"
+    return sorted(int(f.name.split(".")[0]) for f in path.glob("*.log"))
+
+
+def wait_all_tiered(cluster: KafkaCluster, topic: str, partitions, node: int = 1,
+                    timeout: float = 180) -> dict[int, int]:
+    """Waits until every closed segment of the partitions is tiered and gone from the node's
+    disk (a topic with local.retention.bytes=1 that nobody writes to): one local segment,
+    the active one, where the local log starts, right after the last tiered offset. Returns
+    the active segment's base offset by partition."""
+    def done():
+        got = offsets(cluster, topic, partitions, "earliest-local", "latest-tiered")
+        bases = {}
+        for p in partitions:
+            local = local_segments(cluster, topic, p, node)
+            if (len(local) != 1 or got[("earliest-local", p)] != local[0]
+                    or got[("latest-tiered", p)] != local[0] - 1):
+                return None
+            bases[p] = local[0]
+        return bases
+    return wait_until(f"every closed segment of {topic} to be tiered", done, timeout)

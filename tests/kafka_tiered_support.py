@@ -17,6 +17,9 @@ import obstore
 from kafka_cluster import KafkaCluster
 from kafka_plugin_support import INSTALLED_JAR, RSM_CLASS
 
+from engine.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from engine.remote.metadata_topic import RemoteLogMetadataTopic, is_metadata_partition_dir
+
 S3_BACKEND = "io.aiven.kafka.tieredstorage.storage.s3.S3Storage"
 SEGMENT_BYTES = 1 << 20  # Kafka 4's smallest segment.bytes
 #: a topic whose closed segments tier at once and leave the broker's disk at once
@@ -183,3 +186,36 @@ def wait_all_tiered(cluster: KafkaCluster, topic: str, partitions, node: int = 1
             bases[p] = local[0]
         return bases
     return wait_until(f"every closed segment of {topic} to be tiered", done, timeout)
+
+
+def rlmm_segments(cluster: KafkaCluster, topic: str, node: int = 1
+                  ) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    """What Kafka's own RLMM holds for the topic's partitions, read from the node's
+    `__remote_log_metadata` partitions (committed records: up to the high watermark the
+    broker last checkpointed): partition -> segments not deleted, by start offset."""
+    dirs = sorted(d for d in cluster.node(node).data_dir.iterdir()
+                  if is_metadata_partition_dir(d))
+    state = RemoteLogMetadataTopic(dirs).load()
+    return {tip.partition: cache.list_all_remote_log_segments()
+            for tip, cache in state.caches.items() if tip.topic == topic}
+
+
+def wait_rlmm_finished(cluster: KafkaCluster, topic: str, below: dict[int, int],
+                       node: int = 1, timeout: float = 60) -> dict[int, list]:
+    """Waits until the RLMM's COPY_SEGMENT_FINISHED segments of each partition cover the
+    offsets [0, below[p]) without a gap; returns them by partition."""
+    def done():
+        finished = {}
+        for p, segments in rlmm_segments(cluster, topic, node).items():
+            finished[p] = [m for m in segments
+                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        for p, end in below.items():
+            nxt = 0
+            for m in finished.get(p, []):
+                if m.start_offset <= nxt:
+                    nxt = max(nxt, m.end_offset + 1)
+            if nxt < end:
+                return None
+        return finished
+    return wait_until(f"the RLMM of {topic} to hold finished copies below {below}", done,
+                      timeout)

@@ -13,7 +13,8 @@ that exits, is a `KafkaClusterError`, never a skip.
 
 `run_client(args, timeout)` runs the client program once and returns its stdout JSON lines
 as dicts; a nonzero exit is a `ClientError` carrying the lines printed before it, the exit
-status and stderr."""
+status and stderr. `ClientProcess(args)` runs it in the background (several members of one
+group at once), `result(timeout)` collecting the same."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,8 +33,8 @@ from typing import Self
 
 from s3_server import free_ports
 
-__all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "KafkaCluster", "KafkaClusterError",
-           "kafka_classpath", "run_client"]
+__all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "ClientProcess", "KafkaCluster",
+           "KafkaClusterError", "kafka_classpath", "run_client", "wait_until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "tests" / "kafka" / "target"
@@ -40,6 +42,7 @@ LIB_DIR = TARGET / "lib"
 CLIENT_JAR = TARGET / "kafka-test-client.jar"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+_START_ATTEMPTS = 3
 STARTED = "Kafka Server started"  # KafkaRaftServer logs it once the broker is unfenced
 BROKER_HEAP = "-Xmx384m"
 # short-lived JVMs on a small machine: C1 only starts faster and costs less CPU
@@ -106,27 +109,56 @@ def _parse_lines(stdout: str) -> list[dict]:
     return lines
 
 
+class ClientProcess:
+    """The client program running in the background (say a consumer that a second member
+    of its group joins later); `lines_so_far()` reads what it printed up to now,
+    `result(timeout)` waits for it as `run_client` does. Its output goes to files (appended
+    to, so reading them while it runs is safe), so a long run never blocks on a full pipe."""
+
+    def __init__(self, args: list[str]):
+        if not CLIENT_JAR.is_file():
+            raise KafkaClusterError(f"no client jar {CLIENT_JAR}: run `scripts/setup.sh test`")
+        self.args = list(args)
+        cmd = [java(), *CLIENT_JVM, "-cp", f"{CLIENT_JAR}{os.pathsep}{kafka_classpath()}",
+               "enginetest.kafka.Main", *args]
+        self._dir = Path(tempfile.mkdtemp(prefix="kafka-client-"))
+        with open(self._dir / "out", "ab") as out, open(self._dir / "err", "ab") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def lines_so_far(self) -> list[dict]:
+        """The complete JSON lines printed so far."""
+        text = (self._dir / "out").read_text(errors="replace")
+        return _parse_lines(text[:text.rfind("\n") + 1])
+
+    def result(self, timeout: float) -> list[dict]:
+        """Its JSON lines once it exits; ClientError if it exited nonzero. A timeout kills
+        it (and raises subprocess.TimeoutExpired)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        out, err = ((self._dir / name).read_text(errors="replace") for name in ("out", "err"))
+        shutil.rmtree(self._dir, ignore_errors=True)
+        lines = _parse_lines(out)
+        if self.proc.returncode != 0:
+            raise ClientError(f"client {self.args[:1]} exited {self.proc.returncode}: "
+                              f"{_tail(err, 15)}", self.proc.returncode, lines, err)
+        return lines
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
 def run_client(args: list[str], timeout: float = 120.0) -> list[dict]:
     """Runs `java ... enginetest.kafka.Main *args` (e.g. ["produce", "--bootstrap", b,
     "--topic", "t", "--count", "10"]); returns its JSON lines. A timeout kills it (and
     raises subprocess.TimeoutExpired)."""
-    if not CLIENT_JAR.is_file():
-        raise KafkaClusterError(f"no client jar {CLIENT_JAR}: run `scripts/setup.sh test`")
-    cmd = [java(), *CLIENT_JVM, "-cp", f"{CLIENT_JAR}{os.pathsep}{kafka_classpath()}",
-           "enginetest.kafka.Main", *args]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL, start_new_session=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise
-    lines = _parse_lines(out)
-    if proc.returncode != 0:
-        raise ClientError(f"client {args[:1]} exited {proc.returncode}: "
-                          f"{_tail(err, 15)}", proc.returncode, lines, err)
-    return lines
+    return ClientProcess(args).result(timeout)
 
 
 def _tail(text: str, n: int) -> str:
@@ -279,16 +311,35 @@ class KafkaCluster:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> Self:
-        self._write_configs()
-        self._format()
-        for node in self.nodes.values():
-            self._launch(node)
-        try:
-            self._wait_started(list(self.nodes.values()))
-        except KafkaClusterError:
-            self.stop()
-            raise
-        return self
+        """Formats and starts every node. A port taken between choosing and binding (by
+        anything else on the machine) makes a node exit: start-up then begins afresh with
+        new ports and a new cluster, a bounded number of times."""
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                self._write_configs()
+                self._format()
+                for node in self.nodes.values():
+                    self._launch(node)
+                self._wait_started(list(self.nodes.values()))
+                return self
+            except KafkaClusterError:
+                self.stop()
+                if attempt + 1 == _START_ATTEMPTS or not self._port_was_taken():
+                    raise
+                self._renew()
+        raise AssertionError("unreachable")
+
+    def _port_was_taken(self) -> bool:
+        return any("Address already in use" in n.log_tail(200) for n in self.nodes.values())
+
+    def _renew(self) -> None:
+        """Fresh ports, cluster id and node dirs (the old logs kept beside them)."""
+        self.cluster_id = new_cluster_id()
+        ports = free_ports(2 * len(self.nodes))
+        for i, node in enumerate(self.nodes.values()):
+            node.port, node.controller_port = ports[2 * i], ports[2 * i + 1]
+            if node.dir.exists():
+                node.dir.rename(node.dir.with_name(f"{node.dir.name}-port-taken-{node.port}"))
 
     def _launch(self, node: KafkaNode) -> None:
         node._log_mark = node.log_path.stat().st_size if node.log_path.exists() else 0
@@ -380,8 +431,30 @@ class KafkaCluster:
     # -- clients -------------------------------------------------------------------------
     def run_client(self, args: list[str], timeout: float = 120.0) -> list[dict]:
         """`run_client` with `--bootstrap` of this cluster after the subcommand."""
-        return run_client([args[0], "--bootstrap", self.bootstrap, *args[1:]], timeout)
+        return self.start_client(args).result(timeout)
+
+    def start_client(self, args: list[str]) -> ClientProcess:
+        """A `ClientProcess` with `--bootstrap` of this cluster after the subcommand."""
+        return ClientProcess([args[0], "--bootstrap", self.bootstrap, *args[1:]])
+
+    def describe(self, topic: str, partition: int = 0) -> dict:
+        """The partition as Admin.describeTopics sees it: leader (-1 if none), replicas,
+        isr."""
+        [desc] = self.run_client(["describe-topic", "--topic", topic], timeout=60)
+        return next(p for p in desc["partitions"] if p["partition"] == partition)
 
     def leader(self, topic: str, partition: int = 0) -> int:
-        [desc] = self.run_client(["describe-topic", "--topic", topic], timeout=60)
-        return next(p["leader"] for p in desc["partitions"] if p["partition"] == partition)
+        return self.describe(topic, partition)["leader"]
+
+
+def wait_until(what: str, check, timeout: float = 120, interval: float = 0.5):
+    """`check()`'s first truthy answer; AssertionError naming `what` (and the last answer)
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")

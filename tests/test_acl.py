@@ -86,8 +86,8 @@ def test_no_authorizer_means_no_checks():
 @pytest.mark.parametrize("content, says", [
     ("not json", "not JSON"),
     ('{"principal": "User:a"}', "a JSON list"),
-    (json.dumps([{"principal": "User:a", "resource_type": "cluster", "resource_name": "x",
-                  "operation": "read"}]), "resource_type in"),
+    (json.dumps([{"principal": "User:a", "resource_type": "delegation_token",
+                  "resource_name": "x", "operation": "read"}]), "resource_type in"),
     (json.dumps([{"principal": "alice", "resource_type": "topic", "resource_name": "x",
                   "operation": "read"}]), "principal Type:name"),
     (json.dumps([{"resource_type": "topic"}]), "bad ACL"),

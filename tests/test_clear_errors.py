@@ -225,3 +225,161 @@ def test_serve_without_credentials_is_one_line_naming_the_keys(tmp_path, listene
                *(arg for item in store for arg in ("--store", item)))
     assert_one_error_line(proc, 2, *KEY_NAMES)
     _assert_never_connected(listener)
+
+
+# -- a store that fails or hangs: the engine's own error line, no panic at exit ----------
+
+#: anything obstore or asyncio would print when a call's answer comes after its store closed
+#: (a traceback, "Event loop is closed") or after the interpreter finalized (a Rust panic)
+_EXIT_NOISE = ("Traceback", "panicked", "thread '", "Event loop is closed", "RuntimeError",
+               "Fatal Python error")
+
+
+def _assert_quiet_exit(proc: subprocess.CompletedProcess, status: int, *needles: str) -> None:
+    assert_one_error_line(proc, status, *needles)
+    for bad in _EXIT_NOISE:
+        assert bad not in proc.stderr, proc.stderr
+
+
+def _tiered_broker(tmp_path, s3_server, endpoint: str) -> str:
+    """A broker file whose topic `orders` has its first segments on the object-store tier
+    only (tiered by `run --until-idle` through `s3_server`); its store then points at
+    `endpoint`, with one attempt of 2 s per call, and reads wait 500 ms (Kafka's default
+    `remote.fetch.max.wait.ms`)."""
+    log_dir = tmp_path / "logs"
+    with LogManager([log_dir], topic_defaults={"segment.bytes": "4096"}) as manager:
+        manager.get_or_create_log("orders", 0)
+        for i in range(60):
+            builder = RecordBatchBuilder()
+            builder.append(b"v%d" % i * 40, timestamp=1_600_000_000_000 + i)
+            manager.append_as_leader("orders", 0, builder.build(), 0)
+    base = {"log.dirs": str(log_dir), "remote.log.storage.system.enable": "true",
+            "remote.storage.enable": "true", "log.local.retention.bytes": "4096",
+            "log.retention.ms": "-1", "remote.log.storage.manager.class.name":
+            "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+            **{f"rsm.config.{k}": v for k, v in _rsm_configs(s3_server).items()}}
+    path = tmp_path / "server.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in base.items()))
+    proc = cli("run", "--config", str(path), "--until-idle")
+    assert proc.returncode == 0 and "copied" in proc.stderr, proc.stderr
+    base.update({"rsm.config.storage.s3.endpoint.url": endpoint,
+                 "rsm.config.storage.api.call.max.retries": "0",
+                 "rsm.config.storage.s3.api.call.attempt.timeout": "2000",
+                 "rsm.config.storage.s3.api.call.timeout": "2000",
+                 "remote.fetch.max.wait.ms": "500"})
+    path.write_text("".join(f"{k}={v}\n" for k, v in base.items()))
+    return str(path)
+
+
+def _fetch_offset_0(broker: str) -> subprocess.CompletedProcess:
+    return cli("fetch", "--config", broker, "--topic", "orders", "--partition", "0",
+               "--offset", "0")
+
+
+@pytest.mark.parametrize("fault", ["closed", "hangs", "drops"])
+def test_fetch_from_a_failing_store_is_one_error_line(tmp_path, s3_server, fault_proxy,
+                                                      fault):
+    from fault_proxy import Fault
+    from s3_server import free_ports
+
+    endpoint = (f"http://127.0.0.1:{free_ports(1)[0]}" if fault == "closed"
+                else fault_proxy.endpoint)
+    broker = _tiered_broker(tmp_path, s3_server, endpoint)
+    if fault == "hangs":
+        fault_proxy.add(Fault("delay", method="GET", times=None, delay_s=30))
+    elif fault == "drops":
+        fault_proxy.add(Fault("drop", method="GET", times=None))
+    _assert_quiet_exit(_fetch_offset_0(broker), 1)
+
+
+#: GET delays past the 500 ms read wait: the read times out, `fetch` closes the store and
+#: exits while the GET is still in flight, its answer due during the close, during the
+#: interpreter's exit or after it (whichever, on a given machine and load)
+_PAST_THE_WAIT_S = (0.52, 0.56, 0.6, 0.7, 0.85, 1.1)
+
+
+@pytest.mark.parametrize("delay_s", _PAST_THE_WAIT_S)
+def test_fetch_past_the_read_wait_exits_quietly(tmp_path, s3_server, fault_proxy, delay_s):
+    """A read that outlives `remote.fetch.max.wait.ms`: `fetch` says so in one line and
+    exits 1; the GET answered after the store closed prints nothing (no "Event loop is
+    closed" traceback) and the one answered after Python finalized no Rust panic."""
+    from fault_proxy import Fault
+
+    broker = _tiered_broker(tmp_path, s3_server, fault_proxy.endpoint)
+    fault_proxy.add(Fault("delay", method="GET", times=None, delay_s=delay_s))
+    for _ in range(3):
+        _assert_quiet_exit(_fetch_offset_0(broker), 1, "RemoteFetchTimeoutError",
+                           "remote.fetch.max.wait.ms")
+
+
+@pytest.mark.parametrize("delay_s", (1.02, 1.1, 1.3, 1.6))
+def test_serve_bucket_past_the_call_timeout_exits_quietly(tmp_path, s3_server, fault_proxy,
+                                                          delay_s):
+    """`serve --bucket` whose first listing outlives `storage.s3.api.call.timeout`: one
+    error line naming the bucket and exit 2 (a bucket that cannot be listed at start is a
+    bad `--bucket`), and the LIST answered after the store closed prints nothing."""
+    from fault_proxy import Fault
+
+    settings = {**s3_server.config(), "storage.s3.endpoint.url": fault_proxy.endpoint,
+                "storage.api.call.max.retries": "0",
+                "storage.s3.api.call.attempt.timeout": "1000",
+                "storage.s3.api.call.timeout": "1000"}
+    settings.pop("storage.s3.bucket.name")
+    store = [a for k, v in settings.items() for a in ("--store", f"{k}={v}")]
+    fault_proxy.add(Fault("delay", method="GET", times=None, delay_s=delay_s))
+    for i in range(2):
+        proc = cli("serve", "--bucket", f"s3://{s3_server.buckets[0]}/slow-{i}/", *store,
+                   "--state-dir", str(tmp_path / f"state-{i}"))
+        _assert_quiet_exit(proc, 2, "cannot be listed", f"s3://{s3_server.buckets[0]}/")
+
+
+def test_closing_the_store_ends_its_calls_in_flight(s3_server, fault_proxy):
+    """The store closed (by the RLM's or the broker plugin's close of the tier) while its
+    GETs and a LIST hang: every caller, on the store's loop or on its own thread's, ends
+    with a RemoteStorageError naming the object, and obstore has released every call by
+    the time close returns (nothing left to answer into a closed loop or a finalized
+    interpreter). The calls' own bounds (120 s) are far past the waits here."""
+    import threading
+    import time
+
+    from fault_proxy import Fault
+
+    from engine.errors import RemoteStorageError
+    from engine.remote.objectstore.store import ObjectStore, StoreConfig
+
+    key = f"close-tests/{time.monotonic_ns()}.log"
+    with ObjectStore(StoreConfig.from_configs(s3_server.config())) as direct:
+        direct.upload(key, b"x" * 100)
+    store = ObjectStore(StoreConfig.from_configs({
+        **s3_server.config(endpoint=fault_proxy.endpoint),
+        "storage.s3.api.call.attempt.timeout": "120000",
+        "storage.s3.api.call.timeout": "120000"}))
+    fault_proxy.add(Fault("delay", method="GET", times=None, delay_s=600))
+    errors: dict[str, BaseException] = {}
+
+    def caller(name, fn):
+        def body():
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                errors[name] = e
+        return threading.Thread(target=body, name=name, daemon=True)
+
+    callers = [caller("store loop", lambda: store.get_range(key, 0, 10)),
+               caller("thread loop", lambda: store.run(store.get_range_async(key, 0, 10))),
+               caller("listing", lambda: list(store.list("close-tests/")))]
+    for t in callers:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(fault_proxy.requests("GET")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(fault_proxy.requests("GET")) == 3
+    store.close()
+    assert store._calls.pending() == 0
+    for t in callers:
+        t.join(60)
+        assert not t.is_alive(), t.name
+    assert sorted(errors) == ["listing", "store loop", "thread loop"], errors
+    for name, e in errors.items():
+        assert isinstance(e, RemoteStorageError) and "closed" in str(e), (name, repr(e))
+        assert f"s3://{s3_server.buckets[0]}/close-tests/" in str(e), (name, str(e))

@@ -7,10 +7,10 @@ old one serves every acknowledged record; a broker that cannot start fails with 
 
 from __future__ import annotations
 
-import time
+import socket
 
 import pytest
-from kafka_cluster import ClientError, KafkaCluster, KafkaClusterError, run_client
+from kafka_cluster import ClientError, KafkaCluster, KafkaClusterError, run_client, wait_until
 
 IDLE_MS = "1500"  # the consumer stops this long after its last record
 
@@ -91,6 +91,30 @@ class TestSingleBroker:
         assert e.value.returncode == 1
         assert "UnknownTopicOrPartitionException" in e.value.stderr
 
+    def test_a_rebalance_loses_and_repeats_nothing(self, single):
+        """A second member joins while the first is consuming: the first gives partitions up
+        (committing in onPartitionsRevoked), and between them the two read every record once."""
+        single.run_client(["create-topic", "--topic", "rb", "--partitions", "4"])
+        produced = single.run_client(["produce", "--topic", "rb", "--count", "1200", "--seed", "3"])
+        member = ["consume", "--topic", "rb", "--subscribe", "--group", "rb", "--commit",
+                  "--idle-ms", "4000", "--timeout-ms", "90000", "--poll-delay-ms", "200",
+                  "--property", "max.poll.records=20"]
+        first = single.start_client(member)
+        try:
+            wait_until("the first member's first records",
+                       lambda: any(r["type"] == "record" for r in first.lines_so_far()), 60)
+            second = single.run_client(member, timeout=120)
+        finally:
+            first_lines = first.result(timeout=120)
+        events = [(r["type"], r["partitions"]) for r in first_lines
+                  if r["type"] in ("assigned", "revoked")]
+        assert events[0] == ("assigned", [0, 1, 2, 3]) and ("revoked", [0, 1, 2, 3]) in events
+        read = [(r["partition"], r["offset"]) for r in first_lines + second
+                if r["type"] == "record"]
+        assert len(read) == len(set(read))  # nothing read twice
+        assert _records(first_lines + second, "record") == _records(produced, "produced")
+        assert {r["type"] for r in second} >= {"record", "assigned"}
+
 
 class TestThreeBrokers:
     def test_new_leader_after_kill_serves_every_record(self, tmp_path_factory):
@@ -103,33 +127,21 @@ class TestThreeBrokers:
                                            "--partition", "0", "--compression", "lz4"])
             want = _records(produced, "produced")
             old = cluster.leader("r3")
+
+            def other_leader():
+                leader = cluster.leader("r3")
+                return leader if leader not in (old, -1) else None
+
             cluster.kill(old)
-            new = _wait_for(lambda: cluster.leader("r3"), lambda leader: leader not in
-                            (old, -1), what=f"a leader other than node {old}")
+            new = wait_until(f"a leader other than node {old}", other_leader, timeout=60)
             assert _consume(cluster, "r3", "--partitions", "0") == want
             # the killed node comes back as a follower and rejoins the ISR
             cluster.start_node(old)
-            _wait_for(lambda: _isr(cluster, "r3"), lambda isr: len(isr) == 3,
-                      what="all three replicas in sync")
+            wait_until("all three replicas in sync",
+                       lambda: len(cluster.describe("r3")["isr"]) == 3, timeout=60)
             assert cluster.leader("r3") in (new, old)
             cluster.restart(new)
             assert _consume(cluster, "r3", "--partitions", "0") == want
-
-
-def _isr(cluster: KafkaCluster, topic: str) -> list[int]:
-    [desc] = cluster.run_client(["describe-topic", "--topic", topic])
-    return desc["partitions"][0]["isr"]
-
-
-def _wait_for(probe, ok, what: str, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s:.0f} s (last: {value})")
-        time.sleep(0.5)
 
 
 def test_a_broker_that_cannot_start_fails_with_its_log(tmp_path):
@@ -156,3 +168,15 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):
     draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x04" + bytes(15))])
     monkeypatch.setattr(kafka_cluster.uuid, "uuid4", lambda: next(draws))
     assert kafka_cluster.new_cluster_id() == "BAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_a_port_taken_before_start_is_replaced(tmp_path):
+    cluster = KafkaCluster(tmp_path)
+    taken = cluster.node(1).port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", taken))
+        s.listen()
+        with cluster:
+            assert cluster.node(1).port != taken and cluster.node(1).running()
+            [created] = cluster.run_client(["create-topic", "--topic", "t"])
+            assert created["topic"] == "t"

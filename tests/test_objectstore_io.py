@@ -763,7 +763,7 @@ def test_cached_slices_never_pin_their_whole_fetch_buffer():
 
 
 def test_each_reading_thread_has_its_own_loop_closed_with_the_thread(store):
-    from engine.remote.objectstore import store as store_module
+    from engine.remote.objectstore import loops as store_module
 
     loops = []
 
@@ -782,7 +782,7 @@ def test_each_reading_thread_has_its_own_loop_closed_with_the_thread(store):
 
     gc.collect()
     assert loops[0].is_closed()
-    assert store_module._thread_loop() is not loops[0]
+    assert store_module.thread_loop() is not loops[0]
 
 
 def test_entries_expire_after_retention_without_access(tmp_path):

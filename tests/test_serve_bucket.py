@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import socket
 import struct
 import time
@@ -442,5 +443,40 @@ def test_a_failed_listing_keeps_serving_what_was_listed(s3_server, fault_proxy, 
         finally:
             assert proc.stop() == 0, proc.output()
         assert "Traceback" not in proc.output(), proc.output()
+    finally:
+        hand.close()
+
+
+def test_stray_objects_are_reported_once_and_skipped(s3_server, tmp_path, caplog):
+    """A segment of partition 0 under another topic id, and a key that is no segment
+    object: each is logged once, and every partition is still served (partition 0 under
+    the id its topic's other partition has)."""
+    from engine.log.checkpoint import Uuid
+    from engine.protocol.replica import open_replica
+
+    hand = HandBucket(s3_server)
+    try:
+        for p in (0, 1):
+            hand.segment(0, 9, [(0, 0)], partition=p)
+        live_id = hand.topic_id
+        hand.topic_id = Uuid.random()  # a foreign upload: the topic under another id
+        hand.segment(0, 5, [(0, 0)], partition=0)
+        hand.put_raw(f"{hand.prefix}not-a-segment.bin", b"x")
+        with caplog.at_level(logging.WARNING, logger="engine.protocol.replica"):
+            replica = open_replica(hand.url, hand.settings, None, tmp_path)
+            try:
+                replica.refresh()
+                assert replica.topics() == {"hand": [0, 1]}
+                assert replica.partition("hand", 0).tip.topic_id == live_id
+                for p in (0, 1):
+                    result = replica.read("hand", p, 0, 1 << 20, False)
+                    assert result.next_offset == 10, p
+            finally:
+                replica.close()
+        warnings = [r.getMessage() for r in caplog.records
+                    if r.name == "engine.protocol.replica"]
+        assert len(warnings) == 2, warnings  # once each, over two listings
+        assert any("not-a-segment.bin" in w for w in warnings)
+        assert any(str(hand.topic_id) in w and str(live_id) in w for w in warnings)
     finally:
         hand.close()

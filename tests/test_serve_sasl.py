@@ -6,6 +6,7 @@ credentials file holds no password."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -21,7 +22,8 @@ from engine.protocol.sasl import credential, write_credentials
 
 DEADLINE_S = 60
 RECORDS = 1500
-PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2", "admin": "admin-secret-3"}
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2", "admin": "admin-secret-3",
+             "carol,=x": "carol-secret-4"}
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +211,32 @@ def test_wrong_password_and_requests_before_authentication(secured):
     with _authenticated(proc, "alice") as s:
         meta = _call(s, 3, 12, 3, {"topics": None})
         assert [t["name"] for t in meta["topics"]] == [TOPIC]
+
+
+def test_scram_client_first_rules_on_the_wire_and_an_escaped_name_with_librdkafka(secured):
+    """librdkafka escapes `carol,=x` as carol=2C=3Dx and authenticates; on the wire a
+    delegation-token exchange is refused, and an unknown user is answered a salt and fails
+    at the proof, as a wrong password does."""
+    proc, pki, _ = secured
+    consumer, errors = _librdkafka(proc, pki, "carol,=x", "SCRAM-SHA-256",
+                                   **{"group.id": "carol"})
+    try:
+        consumer.list_topics(timeout=30)  # authenticated (no ACL: no topic described)
+    finally:
+        consumer.close()
+    assert not errors, errors
+    port = proc.ports["SASL_PLAINTEXT"]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})["error_code"] == 0
+        resp = _call(s, 36, 2, 2, {"auth_bytes": b"n,,n=alice,r=abc,tokenauth=true"})
+        assert resp["error_code"] == 58 and "Token" in resp["error_message"]
+        assert _closed(s)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})["error_code"] == 0
+        resp = _call(s, 36, 2, 2, {"auth_bytes": b"n,,n=mallory,r=abc"})
+        assert resp["error_code"] == 0 and b",s=" in bytes(resp["auth_bytes"])
+        nonce = bytes(resp["auth_bytes"]).split(b",")[0][2:]
+        final = b"c=biws,r=" + nonce + b",p=" + base64.b64encode(b"\0" * 32)
+        resp = _call(s, 36, 2, 3, {"auth_bytes": final})
+        assert resp["error_code"] == 58 and "invalid credentials" in resp["error_message"]
+        assert _closed(s)

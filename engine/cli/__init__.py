@@ -16,8 +16,12 @@ Commands:
   codec-demo         the former main job: one segment per codec, validated and decoded
   export             a topic's tiered history to Parquet by partition and date, resumable
                      (a Spark job; needs the [spark] extra)
+  kafka-broker       a local Apache Kafka broker (KRaft) whose RemoteStorageManager is the
+                     engine (the kafka-plugin jar), tiering into a local SeaweedFS
   scrub              check every remote segment of a bucket (object-store tier) from its
                      objects alone: sizes, manifests, chunks, CRCs, indexes, lineage, gaps
+  offsets-recover    keep every committed offset before the damage in serve's offsets
+                     file (a copy of the damaged file is kept)
 """
 
 from __future__ import annotations
@@ -87,6 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     add_export(sub)
     from engine.cli.scrub import add_parser as add_scrub
     add_scrub(sub)
+    from engine.cli.kafka_broker import add_parser as add_kafka_broker
+    add_kafka_broker(sub)
+    from engine.cli.offsets_recover import add_parser as add_offsets_recover
+    add_offsets_recover(sub)
     return parser
 
 
@@ -118,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             return run(args)
         if args.command == "scrub":
             from engine.cli.scrub import run
+            return run(args)
+        if args.command == "kafka-broker":
+            from engine.cli.kafka_broker import run
+            return run(args)
+        if args.command == "offsets-recover":
+            from engine.cli.offsets_recover import run
             return run(args)
         if args.command in tiered_commands():
             return tiered_commands()[args.command](args)

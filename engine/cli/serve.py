@@ -120,6 +120,7 @@ async def _serve(broker, listen: _Listen, read_broker, coordinator, housekeeping
                 await asyncio.wait_for(stop.wait(), housekeeping.every_s)
             except TimeoutError:
                 await server.run_blocking(housekeeping.run)
+                server.data_changed()  # long-polling fetches look at their ends again
     finally:
         print(f"serve: stopping: closing listeners{stopping}", file=sys.stderr, flush=True)
         await server.close()

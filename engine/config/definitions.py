@@ -391,6 +391,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Idle connections are closed after this long"),
     ConfigDef("max.connections", _T.INT, 2147483647, _AT_LEAST_0, _M,
               "Connections held at once; more are closed at accept"),
+    ConfigDef("max.connections.per.ip", _T.INT, 2147483647, _AT_LEAST_0, _M,
+              "Connections held at once from one address; more are closed at accept"),
+    ConfigDef("sasl.server.max.receive.size", _T.INT, 524288, _AT_LEAST_1, _M,
+              "Largest request accepted on a SASL listener before authentication"),
+    ConfigDef("fetch.max.bytes", _T.INT, 57671680, Range(1024), _M,
+              "Most record bytes a Fetch response holds, whatever the request asks"),
     ConfigDef("num.io.threads", _T.INT, 8, _AT_LEAST_1, _H,
               "Threads doing the blocking part of requests (log reads, offsets)"),
     ConfigDef("group.min.session.timeout.ms", _T.INT, 6000, _AT_LEAST_0, _M,
@@ -401,6 +407,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Wait for more members before the first rebalance of an empty group"),
     ConfigDef("offsets.retention.minutes", _T.INT, 10080, _AT_LEAST_1, _H,
               "Committed offsets of an empty group are kept this long"),
+    ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, _AT_LEAST_0, _H,
+              "Largest metadata string of a committed offset; a larger one is refused"),
+    ConfigDef("group.max.size", _T.INT, 2147483647, _AT_LEAST_1, _M,
+              "Most members a group may hold; a join beyond it is refused"),
     # engine extension: Prometheus exposition of the RLM metrics (no Kafka equivalent: Kafka
     # exposes them through JMX)
     ConfigDef("engine.metrics.port", _T.INT, None, Range(0, 65535), _L,

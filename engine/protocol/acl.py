@@ -8,8 +8,10 @@ everything is allowed). ACLs come from `engine.acls.file`, a JSON list of bindin
 
 - `principal` `User:*` matches everyone; `resource_name` `*` (literal) every resource;
   `pattern_type` `prefixed` matches names starting with it;
-- operations: read, describe, describe_configs, all; DESCRIBE is implied by READ (and
-  DESCRIBE_CONFIGS by ALTER_CONFIGS), as in Kafka;
+- resource types topic, group and cluster (named `kafka-cluster`); operations as Kafka's
+  AclOperation names in lower case (read, write, create, delete, alter, describe,
+  cluster_action, describe_configs, alter_configs, idempotent_write, all); DESCRIBE is
+  implied by READ, WRITE, DELETE and ALTER (DESCRIBE_CONFIGS by ALTER_CONFIGS), as in Kafka;
 - a matching DENY wins over any ALLOW; `super.users` (`User:a;User:b`) are always allowed;
   with no ACL on a resource at all, `allow.everyone.if.no.acl.found` decides.
 """
@@ -21,12 +23,27 @@ from dataclasses import dataclass
 
 from engine.config import ConfigError
 
-__all__ = ["Authorizer"]
+__all__ = ["CLUSTER_NAME", "Authorizer", "authorized_operations"]
 
-_OPERATIONS = ("read", "describe", "describe_configs", "alter_configs", "write", "all")
+#: AclOperation codes (org.apache.kafka.common.acl.AclOperation), for the bitfields of
+#: authorized operations
+OPERATION_CODES = {"all": 2, "read": 3, "write": 4, "create": 5, "delete": 6, "alter": 7,
+                   "describe": 8, "cluster_action": 9, "describe_configs": 10,
+                   "alter_configs": 11, "idempotent_write": 12}
+#: the operations each resource type has (Kafka's AclEntry.supportedOperations)
+SUPPORTED_OPERATIONS = {
+    "topic": ("read", "write", "create", "describe", "delete", "alter", "describe_configs",
+              "alter_configs"),
+    "group": ("read", "describe", "delete", "describe_configs", "alter_configs"),
+    "cluster": ("create", "cluster_action", "describe_configs", "alter_configs",
+                "idempotent_write", "alter", "describe"),
+}
+#: the name of the cluster resource (Kafka's CLUSTER_NAME)
+CLUSTER_NAME = "kafka-cluster"
+_OPERATIONS = tuple(OPERATION_CODES)
 _IMPLIES = {"describe": {"read", "write", "delete", "alter"},
             "describe_configs": {"alter_configs"}}
-_TYPES = ("topic", "group")
+_TYPES = ("topic", "group", "cluster")
 
 
 @dataclass(frozen=True)
@@ -108,3 +125,13 @@ class Authorizer:
         if any(a.permission_type == "deny" for a in mine):
             return False
         return any(a.permission_type == "allow" for a in mine)
+
+
+def authorized_operations(allowed, resource_type: str, name: str) -> int:
+    """Kafka's bitfield of the operations `allowed(operation, resource_type, name)` permits
+    on the resource, among those its type has (bit n set for AclOperation code n)."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource_type]:
+        if allowed(operation, resource_type, name):
+            bits |= 1 << OPERATION_CODES[operation]
+    return bits

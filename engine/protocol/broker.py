@@ -11,17 +11,24 @@ local ones become FileRegions (engine.records.file_region), which the server sen
 sendfile.
 
 Kafka's behaviours kept here:
-- the first partition with data is returned whole even past the response's `max_bytes`
-  (a consumer must make progress); later partitions get whole batches that fit what is left;
+- KIP-74: each partition is read with min(its partition_max_bytes, the response bytes
+  left); only the first batch of the response may pass `max_bytes` (a consumer must make
+  progress);
+- a remote read that outlasts `remote.fetch.max.wait.ms` answers its partition with no error
+  and no records (Kafka's expired DelayedRemoteFetch: the consumer fetches again; the Java
+  consumer throws from poll() on a per-partition REQUEST_TIMED_OUT); one the full reader
+  queue refuses answers UNKNOWN_SERVER_ERROR;
 - incremental fetch sessions are declined as a broker without session slots declines them:
-  a full fetch asking for a session (epoch 0) is answered with session id 0, a request
-  naming a session gets FETCH_SESSION_ID_NOT_FOUND;
+  a full fetch (epoch 0 or -1) is served with session id 0, whatever session it names (Kafka
+  closes that one); an incremental fetch gets FETCH_SESSION_ID_NOT_FOUND;
 - read_uncommitted answers null aborted transactions; read_committed stops at the last
   stable offset and lists the aborted transactions of what it returns;
 - DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
   shows them;
-- a write (Produce) is answered with UNSUPPORTED_VERSION for every partition, as Kafka
-  answers an operation its node does not serve; acks=0 gets no answer.
+- a write (Produce) is answered NOT_LEADER_OR_FOLLOWER for every partition, as Kafka's
+  read-only replica answers it (acks=0 gets no answer). Produce stays advertised: librdkafka
+  derives its message format v2 feature from Produce v3 in ApiVersions, and without it its
+  consumers refuse to fetch at all. The cost: producers retry until their delivery timeout.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 from engine.errors import UnknownTopicOrPartitionError
 from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
+from engine.protocol.acl import CLUSTER_NAME, authorized_operations
 from engine.protocol.messages import API_VERSIONS
 from engine.records import MemoryRecords
 
@@ -145,7 +153,24 @@ class ReadBroker:
     def leader_epoch_of(self, topic: str, partition: int) -> int:
         return self._leader_epoch(self.log_manager.get_log(topic, partition))
 
+    def leader_epoch_error(self, topic: str, partition: int, current: int) -> int:
+        """Kafka's check of a request's `current_leader_epoch` against the partition's: an
+        older one is FENCED_LEADER_EPOCH (the client's metadata is stale), a newer one
+        UNKNOWN_LEADER_EPOCH (this broker is behind); -1 is not checked, nor is a partition
+        this broker does not have (its read answers that)."""
+        if current < 0:
+            return E.NONE
+        try:
+            epoch = self.leader_epoch_of(topic, partition)
+        except Exception:  # noqa: BLE001 - no such partition: its read says so
+            return E.NONE
+        if current < epoch:
+            return E.FENCED_LEADER_EPOCH
+        return E.UNKNOWN_LEADER_EPOCH if current > epoch else E.NONE
+
     def _leader_epoch(self, unified) -> int:
+        if unified is None:
+            raise UnknownTopicOrPartitionError("no such partition")
         cache = unified.leader_epoch_cache
         epoch = cache.latest_epoch if cache is not None else None
         return 0 if epoch is None else epoch
@@ -163,49 +188,56 @@ class ReadBroker:
     def metadata(self, body: dict, version: int, ep: Endpoint, allowed=_allow_all) -> dict:
         """Every partition led by this node, reached at `ep` (the advertised endpoint of
         the listener the request came on). Listing all topics shows those the principal may
-        DESCRIBE; a named one it may not gets TOPIC_AUTHORIZATION_FAILED."""
+        DESCRIBE; a named one it may not gets TOPIC_AUTHORIZATION_FAILED (asked by id: a
+        null name and the id, as Kafka answers; ids are not secret, names are). The
+        authorized operations are computed when asked (acl.authorized_operations)."""
         requested = body["topics"]
+        topics = []
         if requested is None or (version == 0 and not requested):
-            names: list[str | tuple[None, bytes]] = [
-                t for t in self.topics() if allowed("describe", "topic", t)]
+            names = [t for t in self.topics() if allowed("describe", "topic", t)]
         else:
             names = []
             for t in requested:
                 name = t.get("name")
-                if name is None and t.get("topic_id", ZERO_UUID) != ZERO_UUID:
-                    name = self.topics_by_id.get(bytes(t["topic_id"]))
-                    if name is None:
-                        names.append((None, bytes(t["topic_id"])))
+                topic_id = bytes(t.get("topic_id", ZERO_UUID))
+                if name is None and topic_id != ZERO_UUID:
+                    name = self.topics_by_id.get(topic_id)
+                    if name is None or not allowed("describe", "topic", name):
+                        topics.append({"error_code": E.UNKNOWN_TOPIC_ID if name is None
+                                       else E.TOPIC_AUTHORIZATION_FAILED, "name": None,
+                                       "topic_id": topic_id, "partitions": []})
                         continue
                 names.append(name)
-        topics = []
-        for entry in names:
-            if isinstance(entry, tuple):
-                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None,
-                               "topic_id": entry[1], "partitions": []})
-                continue
-            if not allowed("describe", "topic", entry):
-                topics.append({"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": entry,
+        for name in names:
+            if not allowed("describe", "topic", name):
+                topics.append({"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": name,
                                "topic_id": ZERO_UUID, "partitions": []})
                 continue
-            partitions = self.partitions_of(entry)
-            if not partitions:
-                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": entry,
-                               "topic_id": ZERO_UUID, "partitions": []})
-                continue
-            rows = []
-            for p in partitions:
-                rows.append({"error_code": E.NONE, "partition_index": p,
-                             "leader_id": ep.node_id,
-                             "leader_epoch": self.leader_epoch_of(entry, p),
-                             "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
-                             "offline_replicas": []})
-            topics.append({"error_code": E.NONE, "name": entry,
-                           "topic_id": self.topic_ids.get(entry, ZERO_UUID),
-                           "is_internal": False, "partitions": rows})
-        return {"brokers": [{"node_id": ep.node_id, "host": ep.host, "port": ep.port,
-                             "rack": None}],
-                "cluster_id": self.cluster_id, "controller_id": ep.node_id, "topics": topics}
+            topics.append(self._topic_metadata(name, ep))
+            if body.get("include_topic_authorized_operations"):
+                topics[-1]["topic_authorized_operations"] = authorized_operations(
+                    allowed, "topic", name)
+        out = {"brokers": [{"node_id": ep.node_id, "host": ep.host, "port": ep.port,
+                            "rack": None}],
+               "cluster_id": self.cluster_id, "controller_id": ep.node_id, "topics": topics}
+        if body.get("include_cluster_authorized_operations") and 8 <= version <= 10:
+            out["cluster_authorized_operations"] = (
+                authorized_operations(allowed, "cluster", CLUSTER_NAME)
+                if allowed("describe", "cluster", CLUSTER_NAME) else 0)
+        return out
+
+    def _topic_metadata(self, name: str, ep: Endpoint) -> dict:
+        partitions = self.partitions_of(name)
+        if not partitions:
+            return {"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                    "topic_id": ZERO_UUID, "partitions": []}
+        rows = [{"error_code": E.NONE, "partition_index": p, "leader_id": ep.node_id,
+                 "leader_epoch": self.leader_epoch_of(name, p),
+                 "replica_nodes": [ep.node_id], "isr_nodes": [ep.node_id],
+                 "offline_replicas": []} for p in partitions]
+        return {"error_code": E.NONE, "name": name,
+                "topic_id": self.topic_ids.get(name, ZERO_UUID), "is_internal": False,
+                "partitions": rows}
 
     # -- ListOffsets -----------------------------------------------------------------------
 
@@ -256,32 +288,60 @@ class ReadBroker:
             return self._timestamp_at(topic, partition, offset), offset, epoch
         return -1, offset, epoch
 
+    def _fetchable(self, topic: str, partition: int, spec: int, found: tuple[int, int, int],
+                   read_committed: bool, client: bool) -> tuple[int, int, int]:
+        """`found`, or -1/-1 as Kafka answers when a by-time spec (a timestamp, max
+        timestamp, latest tiered) found an offset a consumer may not fetch: at or past the
+        last stable offset (read_committed) or the high watermark (read_uncommitted; past
+        the log end for a request that is not a consumer's)."""
+        offset = found[1]
+        if spec in (LATEST, EARLIEST, EARLIEST_LOCAL) or offset < 0:
+            return found
+        log_ = self.log_manager.get_log(topic, partition)
+        end = ((log_.last_stable_offset if read_committed else log_.high_watermark)
+               if client else log_.log_end_offset)
+        return found if offset < end else (-1, -1, -1)
+
+    def _list_offsets_row(self, topic: str, p: dict, read_committed: bool,
+                          client: bool) -> dict:
+        partition = p["partition_index"]
+        row = {"partition_index": partition,
+               "error_code": self.leader_epoch_error(topic, partition,
+                                                     p["current_leader_epoch"])}
+        if row["error_code"]:
+            return row
+        if p["timestamp"] < LATEST_TIERED:
+            log.info("ListOffsets %s-%s: offset spec %s is not supported", topic, partition,
+                     p["timestamp"])
+            row["error_code"] = E.INVALID_REQUEST
+            return row
+        try:
+            ts, offset, epoch = self._fetchable(
+                topic, partition, p["timestamp"],
+                self._list_offset(topic, partition, p["timestamp"], read_committed),
+                read_committed, client)
+            row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
+                       old_style_offsets=[offset] if offset >= 0 else [])
+        except Exception as exc:  # noqa: BLE001 - one partition fails alone
+            row["error_code"] = E.error_code(exc)
+            if row["error_code"] == E.KAFKA_STORAGE_ERROR:  # damage: the error names it
+                log.error("ListOffsets %s-%s failed: %s", topic, partition, exc)
+            elif row["error_code"] == E.UNKNOWN_SERVER_ERROR:
+                log.warning("ListOffsets %s-%s failed: %s", topic, partition, exc)
+        return row
+
     def list_offsets(self, body: dict, version: int, allowed=_allow_all) -> dict:
         read_committed = body["isolation_level"] == 1
+        client = body["replica_id"] == -1
         topics = []
         for t in body["topics"]:
-            rows = []
-            permitted = allowed("describe", "topic", t["name"])
-            for p in t["partitions"]:
-                row = {"partition_index": p["partition_index"], "error_code": E.NONE}
-                if not permitted:
-                    row["error_code"] = E.TOPIC_AUTHORIZATION_FAILED
-                    rows.append(row)
-                    continue
-                try:
-                    ts, offset, epoch = self._list_offset(t["name"], p["partition_index"],
-                                                          p["timestamp"], read_committed)
-                    row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
-                               old_style_offsets=[offset] if offset >= 0 else [])
-                except ValueError as exc:  # a spec the engine does not serve
-                    log.info("ListOffsets %s-%s: %s", t["name"], p["partition_index"], exc)
-                    row["error_code"] = E.INVALID_REQUEST
-                except Exception as exc:  # noqa: BLE001 - one partition fails alone
-                    row["error_code"] = E.error_code(exc)
-                    if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
-                        log.warning("ListOffsets %s-%s failed: %s", t["name"],
-                                    p["partition_index"], exc)
-                rows.append(row)
+            if allowed("describe", "topic", t["name"]):
+                rows = [self._list_offsets_row(t["name"], p, read_committed, client)
+                        for p in t["partitions"]]
+            else:
+                rows = [{"partition_index": p["partition_index"],
+                         "error_code": E.TOPIC_AUTHORIZATION_FAILED}
+                        for p in t["partitions"]]
             topics.append({"name": t["name"], "partitions": rows})
         return {"topics": topics}
 
@@ -321,11 +381,11 @@ class ReadBroker:
         `file_regions`, records of a local segment of at least SENDFILE_MIN_BYTES are a
         FileRegion (sent with sendfile), others views."""
         isolation = "read_committed" if read_committed else "read_uncommitted"
-        responses, requests, slots = self.fetch_requests(targets)
+        responses, requests, slots = self.fetch_requests(targets, max_bytes)
         results = self.rlm.read_many(requests, isolation=isolation) if requests else []
         total = 0
-        for (row, name), result in zip(slots, results):
-            if result.error is not None:
+        for (row, name), request, result in zip(slots, requests, results):
+            if result.error is not None and not E.is_expired_remote_read(result.error):
                 row["error_code"] = E.error_code(result.error)
                 if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
                     log.warning("Fetch %s-%s at %s failed: %s", name, result.partition,
@@ -343,7 +403,8 @@ class ReadBroker:
             row["last_stable_offset"] = unified.last_stable_offset
             row["log_start_offset"] = unified.log_start_offset
             total = self.add_records(row, result.records, result.aborted_transactions,
-                                     total, max_bytes, read_committed)
+                                     total, min(request[3], max_bytes - total),
+                                     read_committed)
             view = row["records"]
             if file_regions and view.nbytes >= SENDFILE_MIN_BYTES and \
                     result.local_segment is not None:
@@ -351,11 +412,17 @@ class ReadBroker:
                                                                   view) or view
         return responses, total
 
-    @staticmethod
-    def fetch_requests(targets) -> tuple[list, list, list]:
+    def fetch_requests(self, targets, max_bytes: int) -> tuple[list, list, list]:
         """A Fetch's response skeleton and the reads it needs: (responses, requests, slots),
         with a (row, topic) slot for each (topic, partition, offset, max bytes) request;
-        partitions of unknown topic ids get their error and no request."""
+        partitions of unknown topic ids, or whose current leader epoch is not the
+        partition's (`leader_epoch_error`), get their error and no request.
+
+        KIP-74: Kafka reads the partitions in turn, each with min(its partition_max_bytes,
+        the response bytes left), the first one with data whole past that limit by one
+        batch at most. The reads here run at once, so each is bounded by min(partition
+        max, max_bytes) and `add_records` cuts them to what is left in request order: the
+        same records."""
         responses, requests, slots = [], [], []
         for head, name, parts in targets:
             rows = []
@@ -368,21 +435,26 @@ class ReadBroker:
                 if not isinstance(name, str):
                     row["error_code"] = E.UNKNOWN_TOPIC_ID if name is None else name
                     continue
+                row["error_code"] = self.leader_epoch_error(name, p["partition"],
+                                                            p["current_leader_epoch"])
+                if row["error_code"]:
+                    continue
                 requests.append((name, p["partition"], p["fetch_offset"],
-                                 max(0, p["partition_max_bytes"])))
+                                 max(0, min(p["partition_max_bytes"], max_bytes))))
                 slots.append((row, name))
             responses.append({**head, "partitions": rows})
         return responses, requests, slots
 
     @staticmethod
-    def add_records(row: dict, records, aborted, total: int, max_bytes: int,
+    def add_records(row: dict, records, aborted, total: int, limit: int,
                     read_committed: bool) -> int:
-        """Puts a read's records (and, read_committed, its aborted transactions) into `row`
-        within the response's `max_bytes` (past the first records, whole batches only);
-        returns the response's record bytes so far."""
+        """Puts a read's records (and, read_committed, its aborted transactions) into `row`:
+        whole, for the first records of the response (they may pass `limit` by their first
+        batch), else the whole batches within `limit` (min(partition max, response bytes
+        left)); returns the response's record bytes so far."""
         view = memoryview(records)
-        if total and total + view.nbytes > max_bytes:
-            view = whole_batches(view, max(0, max_bytes - total))
+        if total and view.nbytes > limit:
+            view = whole_batches(view, max(0, limit))
         row["records"] = view
         if read_committed:
             row["aborted_transactions"] = [
@@ -392,9 +464,10 @@ class ReadBroker:
 
     @staticmethod
     def fetch_session_error(body: dict) -> int:
-        """Sessions are declined: a request that names one gets FETCH_SESSION_ID_NOT_FOUND."""
-        return E.NONE if body["session_id"] == 0 and body["session_epoch"] in (0, -1) \
-            else E.FETCH_SESSION_ID_NOT_FOUND
+        """Sessions are declined: an incremental fetch (epoch > 0) names a session this
+        broker does not have, FETCH_SESSION_ID_NOT_FOUND. A full one (epoch 0 or -1) is
+        served whatever session it names: Kafka closes that session and serves it."""
+        return E.NONE if body["session_epoch"] in (0, -1) else E.FETCH_SESSION_ID_NOT_FOUND
 
     # -- DescribeConfigs -------------------------------------------------------------------
 
@@ -448,7 +521,7 @@ class ReadBroker:
             return None
         return {"responses": [
             {"name": t["name"], "partition_responses": [
-                {"index": p["index"], "error_code": E.UNSUPPORTED_VERSION, "base_offset": -1,
+                {"index": p["index"], "error_code": E.NOT_LEADER_OR_FOLLOWER, "base_offset": -1,
                  "error_message": "this endpoint serves reads only"}
                 for p in t["partition_data"]]}
             for t in body["topic_data"]]}

@@ -4,10 +4,10 @@ RLM. Metadata lists the bucket's topics (their ids from the object keys) and par
 by this node at the lineage's last leader epoch; ListOffsets and Fetch answer from the
 bucket's segments and indexes; the high watermark is the end of the last segment.
 
-Kafka's Fetch limits are kept as ReadBroker keeps them: a partition reads at most its
-`partition_max_bytes`; the first partition with data is returned whole even past the
-response's `max_bytes`, later ones get the whole batches that fit what is left. The
-partitions of a request are read at once (BucketReplica.read_many).
+Kafka's Fetch limits are kept as ReadBroker keeps them (KIP-74: a partition reads at most
+min(its `partition_max_bytes`, the response bytes left), only the first batch of the response
+may pass `max_bytes`), and so is its answer to a remote read past its wait (no error, no
+records). The partitions of a request are read at once (BucketReplica.read_many).
 DescribeConfigs is not served: the bucket holds no topic configs.
 """
 
@@ -78,10 +78,18 @@ class BucketBroker(ReadBroker):
                    version: int, file_regions: bool = False) -> tuple[list, int]:
         """One pass over the requested partitions: (responses, record bytes). Records are
         views of the chunks read (`file_regions` has no effect: nothing is a local file)."""
-        responses, requests, slots = self.fetch_requests(targets)
+        responses, requests, slots = self.fetch_requests(targets, max_bytes)
         total = 0
         for (row, _), request, result in zip(slots, requests,
                                              self.replica.read_many(requests, read_committed)):
+            if isinstance(result, Exception) and E.is_expired_remote_read(result):
+                # no error, no records: the consumer fetches again
+                part = self.replica.get_log(*request[:2])
+                if part is None:  # gone with a refresh since the read began
+                    row["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    self._fill_offsets(row, part)
+                continue
             if isinstance(result, Exception):
                 row["error_code"] = E.error_code(result)
                 log.log(logging.WARNING if row["error_code"] == E.UNKNOWN_SERVER_ERROR
@@ -89,7 +97,8 @@ class BucketBroker(ReadBroker):
                 continue
             self._fill_offsets(row, result.partition)
             total = self.add_records(row, result.records, result.aborted_transactions,
-                                     total, max_bytes, read_committed)
+                                     total, min(request[3], max_bytes - total),
+                                     read_committed)
         return responses, total
 
     @staticmethod

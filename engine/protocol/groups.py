@@ -27,13 +27,23 @@ Everything runs on the server's event loop; only the store's writes go to the I/
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 
 from engine.protocol import errors as E
-from engine.protocol.offsets_store import CommittedOffset, OffsetsStore
+from engine.protocol.group_model import (
+    COMPLETING,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    Group,
+    Member,
+    now_ms,
+)
+from engine.protocol.group_offsets import OffsetApis
+from engine.protocol.offsets_store import OffsetsStore
 
 __all__ = ["GroupCoordinator"]
 
@@ -41,53 +51,12 @@ log = logging.getLogger(__name__)
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 _KEY_TYPE_GROUP = 0
 #: how often session expiry and offset retention are checked
 _TICK_S = 0.1
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(eq=False)
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list  # [(name, metadata bytes)]
-    assignment: bytes = b""
-    last_heartbeat: float = field(default_factory=time.monotonic)
-    join: asyncio.Future | None = None
-    sync: asyncio.Future | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next((m for n, m in self.protocols if n == protocol), b"")
-
-
-@dataclass(eq=False)
-class Group:
-    group_id: str
-    state: str = EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict = field(default_factory=dict)
-    #: member ids given with MEMBER_ID_REQUIRED -> when they expire unless used to join
-    pending: dict = field(default_factory=dict)
-    rebalance: asyncio.Task | None = None
-    joined: asyncio.Event = field(default_factory=asyncio.Event)
-    empty_since_ms: int = field(default_factory=_now_ms)
-
-
-class GroupCoordinator:
+class GroupCoordinator(OffsetApis):
     api_keys = frozenset({FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
                           OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS})
 
@@ -98,7 +67,13 @@ class GroupCoordinator:
         self.max_session_ms = config["group.max.session.timeout.ms"]
         self.initial_delay_s = config["group.initial.rebalance.delay.ms"] / 1000.0
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
-        self.groups: dict[str, Group] = {}
+        self.metadata_max_bytes = config["offset.metadata.max.bytes"]
+        self.max_size = config["group.max.size"]
+        self.groups: dict[str, Group] = {
+            group_id: Group.from_record(group_id, record)
+            for group_id, record in store.group_metadata().items()}
+        # group metadata is written by one thread, in the order the changes were made
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, "group-metadata")
         self._ticker: asyncio.Task | None = None
         self._closed = False
 
@@ -116,6 +91,7 @@ class GroupCoordinator:
         for group in self.groups.values():
             if group.rebalance is not None:
                 group.rebalance.cancel()
+        self._writer.shutdown(wait=True)
         self.store.close()
 
     async def handle(self, req, session: dict, server):
@@ -162,49 +138,118 @@ class GroupCoordinator:
     async def _join(self, body, v, session, server):
         group_id, member_id = body["group_id"], body["member_id"]
         if not group_id:
-            return self._join_error(E.INVALID_GROUP_ID)
+            return self._join_error(E.INVALID_GROUP_ID, member_id)
         if not session["allowed"]("read", "group", group_id):
-            return self._join_error(E.GROUP_AUTHORIZATION_FAILED)
+            return self._join_error(E.GROUP_AUTHORIZATION_FAILED, member_id)
         if not self.min_session_ms <= body["session_timeout_ms"] <= self.max_session_ms:
-            return self._join_error(E.INVALID_SESSION_TIMEOUT)
+            return self._join_error(E.INVALID_SESSION_TIMEOUT, member_id)
         group = self._group(group_id, create=True)
         protocols = [(p["name"], bytes(p["metadata"])) for p in body["protocols"]]
-        if not protocols or (group.members and body["protocol_type"] != group.protocol_type):
-            return self._join_error(E.INCONSISTENT_GROUP_PROTOCOL)
-        names = {n for n, _ in protocols}
-        if group.members and not any(all(n in {x for x, _ in m.protocols} for m in
-                                         group.members.values()) for n in names):
-            return self._join_error(E.INCONSISTENT_GROUP_PROTOCOL)
-        pending = group.pending.pop(member_id, None) if member_id else None
-        if member_id and member_id not in group.members and pending is None:
-            return self._join_error(E.UNKNOWN_MEMBER_ID, member_id)
+        known = member_id in group.members or member_id in group.pending
+        if not known and len(group.members) >= self.max_size:
+            group.pending.pop(member_id, None)
+            return self._join_error(E.GROUP_MAX_SIZE_REACHED)
+        if not group.supports(body["protocol_type"], protocols):
+            return self._join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if not member_id:
-            member_id = f"{session['client_id'] or 'client'}-{uuid.uuid4()}"
-            if v >= 4:  # the client must rejoin with this id (KIP-394)
-                group.pending[member_id] = time.monotonic() + body["session_timeout_ms"] / 1e3
-                return self._join_error(E.MEMBER_ID_REQUIRED, member_id)
-        rebalance_ms = body["rebalance_timeout_ms"]
-        member = group.members.get(member_id)
-        if member is None:
-            member = group.members[member_id] = Member(
-                member_id, body["group_instance_id"], session["client_id"] or "",
-                f"/{session['peer'][0]}" if session.get("peer") else "",
-                body["session_timeout_ms"],
-                rebalance_ms if rebalance_ms > 0 else body["session_timeout_ms"],
-                body["protocol_type"], protocols)
-        else:
-            member.protocols = protocols
-            member.session_timeout_ms = body["session_timeout_ms"]
+            return await self._join_new(group, body, v, session, protocols)
+        if group.pending.pop(member_id, None) is not None:
+            return await self._add_and_join(group, member_id, body, session, protocols)
+        error = self._member_error(group, member_id, body["group_instance_id"])
+        if error:
+            return self._join_error(error, member_id)
+        member = group.members[member_id]
+        member.last_heartbeat = time.monotonic()
+        unchanged = member.protocols == protocols
+        if unchanged and (group.state == COMPLETING
+                          or (group.state == STABLE and member_id != group.leader)):
+            # a retried or needless join: the current generation, no rebalance
+            return self._join_answer(group, member, with_members=group.state == COMPLETING)
+        group.set_protocols(member, protocols)
+        member.session_timeout_ms = body["session_timeout_ms"]
+        member.rebalance_timeout_ms = self._rebalance_ms(body)
+        return await self._await_join(group, member)
+
+    async def _join_new(self, group: Group, body, v, session, protocols):
+        instance_id = body["group_instance_id"]
+        member_id = f"{instance_id or session['client_id'] or 'client'}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old_id = group.static_members.get(instance_id)
+            if old_id is not None:
+                return await self._replace_static(group, old_id, member_id, body, v,
+                                                  protocols)
+        elif v >= 4:  # a dynamic member must rejoin with this id (KIP-394)
+            group.pending[member_id] = time.monotonic() + body["session_timeout_ms"] / 1e3
+            return self._join_error(E.MEMBER_ID_REQUIRED, member_id)
+        return await self._add_and_join(group, member_id, body, session, protocols)
+
+    @staticmethod
+    def _rebalance_ms(body) -> int:
+        ms = body["rebalance_timeout_ms"]
+        return ms if ms > 0 else body["session_timeout_ms"]
+
+    async def _add_and_join(self, group: Group, member_id: str, body, session, protocols):
+        member = Member(member_id, body["group_instance_id"], session["client_id"] or "",
+                        f"/{session['peer'][0]}" if session.get("peer") else "",
+                        body["session_timeout_ms"], self._rebalance_ms(body),
+                        body["protocol_type"], protocols)
+        group.add(member)
         if group.leader is None:
             group.leader = member_id
         group.protocol_type = body["protocol_type"]
+        return await self._await_join(group, member)
+
+    async def _await_join(self, group: Group, member: Member):
         member.last_heartbeat = time.monotonic()
         if member.join is not None and not member.join.done():
-            member.join.set_result(self._join_error(E.REBALANCE_IN_PROGRESS, member_id))
+            member.join.set_result(self._join_error(E.REBALANCE_IN_PROGRESS,
+                                                    member.member_id))
         member.join = asyncio.get_running_loop().create_future()
+        group.joining.add(member.member_id)
         self._prepare_rebalance(group)
         group.joined.set()
         return await member.join
+
+    async def _replace_static(self, group: Group, old_id: str, new_id: str, body, v,
+                              protocols):
+        """KIP-345: a known group.instance.id joining without a member id takes over its
+        old member (which is fenced with FENCED_INSTANCE_ID) and keeps its assignment; in a
+        Stable group whose protocol does not change, with no rebalance and the same
+        generation."""
+        old = group.remove(old_id)
+        for fut, answer in ((old.join, self._join_error(E.FENCED_INSTANCE_ID, old_id)),
+                            (old.sync, {"error_code": E.FENCED_INSTANCE_ID,
+                                        "assignment": b""})):
+            if fut is not None and not fut.done():
+                fut.set_result(answer)
+        member = Member(new_id, old.group_instance_id, old.client_id, old.client_host,
+                        body["session_timeout_ms"], self._rebalance_ms(body),
+                        old.protocol_type, protocols, old.assignment)
+        group.add(member)
+        previous_leader = group.leader
+        if group.leader == old_id:
+            group.leader = new_id
+        log.info("Group %s: static member %s replaces member %s with %s", group.group_id,
+                 member.group_instance_id, old_id, new_id)
+        if group.state == STABLE and group.choose_protocol() == group.protocol:
+            await self._persist_now(group)
+            if v >= 9:
+                return self._join_answer(group, member, with_members=True,
+                                         skip_assignment=new_id == group.leader)
+            return {**self._join_answer(group, member, with_members=False),
+                    "leader": previous_leader}
+        return await self._await_join(group, member)
+
+    def _join_answer(self, group: Group, member: Member, *, with_members: bool,
+                     skip_assignment: bool = False) -> dict:
+        everyone = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                     "metadata": m.metadata_for(group.protocol or "")}
+                    for m in group.members.values()] \
+            if with_members and member.member_id == group.leader else []
+        return {"error_code": E.NONE, "generation_id": group.generation,
+                "protocol_type": group.protocol_type, "protocol_name": group.protocol,
+                "leader": group.leader, "member_id": member.member_id,
+                "skip_assignment": skip_assignment, "members": everyone}
 
     def _prepare_rebalance(self, group: Group) -> None:
         if group.state == PREPARING:
@@ -222,7 +267,7 @@ class GroupCoordinator:
             await asyncio.sleep(delay)
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         deadline = time.monotonic() + timeout / 1000.0
-        while any(m.join is None for m in group.members.values()):
+        while len(group.joining) < len(group.members):
             group.joined.clear()
             left = deadline - time.monotonic()
             if left <= 0:
@@ -231,51 +276,46 @@ class GroupCoordinator:
                 await asyncio.wait_for(group.joined.wait(), left)
             except TimeoutError:
                 break
-        for mid in [mid for mid, m in group.members.items() if m.join is None]:
+        for mid in [mid for mid in group.members if mid not in group.joining]:
             log.info("Group %s: member %s did not rejoin within the rebalance timeout",
                      group.group_id, mid)
-            del group.members[mid]
+            group.remove(mid)
         group.rebalance = None
+        group.joining.clear()
         if not group.members:
+            group.generation += 1
             self._become_empty(group)
             return
         group.generation += 1
-        group.protocol = self._choose_protocol(group)
+        group.protocol = group.choose_protocol()
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.state = COMPLETING
-        everyone = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                     "metadata": m.metadata_for(group.protocol)}
-                    for m in group.members.values()]
         for m in group.members.values():
             m.last_heartbeat = time.monotonic()
             m.sync = None
             if m.join is not None and not m.join.done():
-                m.join.set_result({
-                    "error_code": E.NONE, "generation_id": group.generation,
-                    "protocol_type": group.protocol_type, "protocol_name": group.protocol,
-                    "leader": group.leader, "member_id": m.member_id,
-                    "members": everyone if m.member_id == group.leader else []})
+                m.join.set_result(self._join_answer(group, m, with_members=True))
             m.join = None
 
-    @staticmethod
-    def _choose_protocol(group: Group) -> str:
-        candidates = set.intersection(*({n for n, _ in m.protocols}
-                                        for m in group.members.values()))
-        votes: dict[str, int] = {}
-        for m in group.members.values():
-            first = next(n for n, _ in m.protocols if n in candidates)
-            votes[first] = votes.get(first, 0) + 1
-        return max(sorted(votes), key=lambda n: votes[n])
+    def _persist(self, group: Group) -> asyncio.Future:
+        """Writes the group's metadata (Stable or Empty) on the writer thread, in order."""
+        record = group.to_record() if group.members or group.protocol_type else None
+        return asyncio.get_running_loop().run_in_executor(
+            self._writer, self.store.store_group_metadata, group.group_id, record)
+
+    async def _persist_now(self, group: Group) -> None:
+        await self._persist(group)
 
     def _become_empty(self, group: Group) -> None:
         group.state = EMPTY
         group.leader = None
         group.protocol = None
-        group.empty_since_ms = _now_ms()
+        group.empty_since_ms = now_ms()
+        self._persist(group)
 
     def _remove_member(self, group: Group, member_id: str, why: str) -> None:
-        member = group.members.pop(member_id, None)
+        member = group.remove(member_id)
         if member is None:
             return
         log.info("Group %s: member %s removed (%s)", group.group_id, member_id, why)
@@ -287,24 +327,25 @@ class GroupCoordinator:
         if group.leader == member_id:
             group.leader = next(iter(group.members), None)
         if not group.members and group.state != PREPARING:
-            self._become_empty(group)
             group.generation += 1
+            self._become_empty(group)
         elif group.members:
             self._prepare_rebalance(group)
         group.joined.set()
 
-    def _check_member(self, group: Group | None, member_id: str, generation: int) -> int:
-        if group is None or member_id not in group.members:
+    def _check_member(self, group: Group | None, body) -> int:
+        if group is None:
             return E.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return E.ILLEGAL_GENERATION
-        return E.NONE
+        error = self._member_error(group, body["member_id"], body.get("group_instance_id"))
+        if error:
+            return error
+        return E.ILLEGAL_GENERATION if body["generation_id"] != group.generation else E.NONE
 
     async def _sync(self, body, v, session, server):
         if not session["allowed"]("read", "group", body["group_id"]):
             return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "assignment": b""}
         group = self._group(body["group_id"])
-        error = self._check_member(group, body["member_id"], body["generation_id"])
+        error = self._check_member(group, body)
         out = {"protocol_type": group.protocol_type if group else None,
                "protocol_name": group.protocol if group else None}
         if error:
@@ -321,6 +362,8 @@ class GroupCoordinator:
             group.state = STABLE
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
+            await self._persist(group)  # the assignment is durable before it is answered
+            for m in group.members.values():
                 if m.sync is not None and not m.sync.done():
                     m.sync.set_result({"error_code": E.NONE, "assignment": m.assignment})
         result = await member.sync
@@ -330,7 +373,7 @@ class GroupCoordinator:
         if not session["allowed"]("read", "group", body["group_id"]):
             return {"error_code": E.GROUP_AUTHORIZATION_FAILED}
         group = self._group(body["group_id"])
-        error = self._check_member(group, body["member_id"], body["generation_id"])
+        error = self._check_member(group, body)
         if error:
             return {"error_code": error}
         group.members[body["member_id"]].last_heartbeat = time.monotonic()
@@ -343,17 +386,31 @@ class GroupCoordinator:
         group = self._group(body["group_id"])
         leaving = ([{"member_id": body["member_id"], "group_instance_id": None}] if v < 3
                    else body["members"])
-        rows = []
-        for m in leaving:
-            known = group is not None and m["member_id"] in group.members
-            if known:
-                self._remove_member(group, m["member_id"], "left the group")
-            rows.append({"member_id": m["member_id"],
-                         "group_instance_id": m.get("group_instance_id"),
-                         "error_code": E.NONE if known else E.UNKNOWN_MEMBER_ID})
+        rows = [{"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
+                 "error_code": self._leave_one(group, m["member_id"],
+                                               m.get("group_instance_id"))}
+                for m in leaving]
         if v < 3:
             return {"error_code": rows[0]["error_code"]}
         return {"error_code": E.NONE, "members": rows}
+
+    def _leave_one(self, group: Group | None, member_id: str, instance_id: str | None) -> int:
+        """Kafka's LeaveGroup of one member: by instance id alone (an admin removing a
+        static member), a pending member, or a member validated as for any request."""
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        if not member_id:
+            if instance_id is None or instance_id not in group.static_members:
+                return E.UNKNOWN_MEMBER_ID
+            member_id = group.static_members[instance_id]
+        elif group.pending.pop(member_id, None) is not None:
+            return E.NONE
+        else:
+            error = self._member_error(group, member_id, instance_id)
+            if error:
+                return error
+        self._remove_member(group, member_id, "left the group")
+        return E.NONE
 
     async def _tick(self) -> None:
         """Session expiry and offset retention, every _TICK_S until close()."""
@@ -373,152 +430,3 @@ class GroupCoordinator:
             if now - last_retention >= 1.0:
                 last_retention = now
                 await self._expire_offsets()
-
-    async def _expire_offsets(self) -> None:
-        now_ms = _now_ms()
-        for group_id in self.store.groups():
-            group = self.groups.get(group_id)
-            if group is not None and group.state != EMPTY:
-                continue
-            offsets = self.store.get(group_id)
-            newest = max((c.commit_ms for c in offsets.values()), default=0)
-            since = max(newest, group.empty_since_ms if group is not None else 0)
-            if now_ms - since > self.retention_ms:
-                log.info("Group %s: offsets expired (offsets.retention.minutes)", group_id)
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.store.delete_group, group_id)
-                if group is not None and not group.members:
-                    self.groups.pop(group_id, None)
-
-    # -- offsets -----------------------------------------------------------------------------
-
-    async def _commit(self, body, v, session, server):
-        group_id = body["group_id"]
-        generation = body["generation_id_or_member_epoch"]
-        group = self._group(group_id)
-        allowed = session["allowed"]
-        if not group_id:
-            error = E.INVALID_GROUP_ID
-        elif not allowed("read", "group", group_id):
-            error = E.GROUP_AUTHORIZATION_FAILED
-        elif generation < 0 and not body["member_id"] and (group is None
-                                                           or group.state == EMPTY):
-            error = E.NONE  # a commit from outside any group (assign() consumers, admins)
-        elif group is not None and group.state == PREPARING and \
-                body["member_id"] in group.members:
-            error = E.REBALANCE_IN_PROGRESS
-        else:
-            error = self._check_member(group, body["member_id"], generation)
-        now = _now_ms()
-        rows, accepted = [], {}
-        for t in body["topics"]:
-            parts = []
-            for p in t["partitions"]:
-                code = error
-                if not code and not allowed("read", "topic", t["name"]):
-                    code = E.TOPIC_AUTHORIZATION_FAILED
-                if not code and self.log_manager.get_log(t["name"],
-                                                         p["partition_index"]) is None:
-                    code = E.UNKNOWN_TOPIC_OR_PARTITION
-                if not code:
-                    accepted[(t["name"], p["partition_index"])] = CommittedOffset(
-                        p["committed_offset"], p["committed_leader_epoch"],
-                        p["committed_metadata"], now)
-                parts.append({"partition_index": p["partition_index"], "error_code": code})
-            rows.append({"name": t["name"], "partitions": parts})
-        if accepted:
-            await server.run_blocking(self.store.commit, group_id, accepted)
-            group = self._group(group_id, create=True)
-            if group.state == EMPTY:
-                group.empty_since_ms = now
-        return {"topics": rows}
-
-    def _offsets_of(self, group_id: str, topics, allowed) -> list:
-        stored = self.store.get(group_id)
-        if topics is None:
-            names: dict[str, list[int]] = {}
-            for (t, p) in sorted(stored):
-                if allowed("describe", "topic", t):
-                    names.setdefault(t, []).append(p)
-            topics = [{"name": t, "partition_indexes": ps} for t, ps in names.items()]
-        out = []
-        for t in topics:
-            parts = []
-            permitted = allowed("describe", "topic", t["name"])
-            for p in t["partition_indexes"]:
-                c = stored.get((t["name"], p)) if permitted else None
-                parts.append({"partition_index": p,
-                              "committed_offset": c.offset if c else -1,
-                              "committed_leader_epoch": c.leader_epoch if c else -1,
-                              "metadata": (c.metadata if c else "") or "",
-                              "error_code": E.NONE if permitted
-                              else E.TOPIC_AUTHORIZATION_FAILED})
-            out.append({"name": t["name"], "partitions": parts})
-        return out
-
-    async def _fetch_offsets(self, body, v, session, server):
-        allowed = session["allowed"]
-
-        def one(group_id, topics):
-            if not allowed("describe", "group", group_id):
-                return [], E.GROUP_AUTHORIZATION_FAILED
-            return self._offsets_of(group_id, topics, allowed), E.NONE
-
-        if v < 8:
-            topics, error = one(body["group_id"], body["topics"])
-            if error and v < 2:  # no top-level error before v2: on every partition asked
-                topics = [{"name": t["name"], "partitions": [
-                    {"partition_index": p, "committed_offset": -1, "error_code": error}
-                    for p in t["partition_indexes"]]} for t in body["topics"] or ()]
-            return {"topics": topics, "error_code": error}
-        out = []
-        for g in body["groups"]:
-            topics, error = one(g["group_id"], g["topics"])
-            out.append({"group_id": g["group_id"], "topics": topics, "error_code": error})
-        return {"groups": out}
-
-    # -- ListGroups, DescribeGroups ------------------------------------------------------------
-
-    def _known_groups(self) -> dict[str, Group]:
-        known = dict(self.groups)
-        for group_id in self.store.groups():
-            known.setdefault(group_id, Group(group_id))
-        return known
-
-    async def _list(self, body, v, session, server):
-        states = set(body["states_filter"] or ())
-        types = {t.lower() for t in body["types_filter"] or ()}
-        rows = []
-        for group_id, g in sorted(self._known_groups().items()):
-            if (states and g.state not in states) or (types and "classic" not in types):
-                continue
-            if not session["allowed"]("describe", "group", group_id):
-                continue
-            rows.append({"group_id": group_id, "protocol_type": g.protocol_type or "",
-                         "group_state": g.state, "group_type": "classic"})
-        return {"error_code": E.NONE, "groups": rows}
-
-    async def _describe(self, body, v, session, server):
-        known = self._known_groups()
-        rows = []
-        for group_id in body["groups"]:
-            g = known.get(group_id)
-            if not session["allowed"]("describe", "group", group_id):
-                rows.append({"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": group_id,
-                             "group_state": "", "protocol_type": "", "protocol_data": "",
-                             "members": []})
-                continue
-            if g is None:
-                rows.append({"error_code": E.NONE, "group_id": group_id, "group_state": DEAD,
-                             "protocol_type": "", "protocol_data": "", "members": []})
-                continue
-            rows.append({
-                "error_code": E.NONE, "group_id": group_id, "group_state": g.state,
-                "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
-                "members": [{"member_id": m.member_id,
-                             "group_instance_id": m.group_instance_id,
-                             "client_id": m.client_id, "client_host": m.client_host,
-                             "member_metadata": m.metadata_for(g.protocol or ""),
-                             "member_assignment": m.assignment}
-                            for m in g.members.values()]})
-        return {"groups": rows}

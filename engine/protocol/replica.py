@@ -183,6 +183,8 @@ class BucketReplica:
                                                            thread_name_prefix="bucket-read")
         #: last segment id -> last stable offset from its producer snapshot
         self._lso: dict = {}
+        #: what `_report` warned about already
+        self._reported: set[str] = set()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -191,11 +193,11 @@ class BucketReplica:
     # -- partitions ---------------------------------------------------------------------
 
     def refresh(self) -> int:
-        """Lists the bucket again; returns how many partitions it holds. ConfigError when a
-        topic has objects under two topic ids (nothing is swapped then)."""
+        """Lists the bucket again; returns how many partitions it holds (stray objects
+        skipped: `_listed_partitions`)."""
         with self._refresh_lock:
             self.bucket.refresh()
-            tips = self.bucket.partitions()
+            tips = self._listed_partitions()
             old = self._partitions
             fresh: dict[tuple[str, int], ReplicaPartition] = {}
             for key, tip in tips.items():
@@ -211,6 +213,41 @@ class BucketReplica:
                      if p.chain}
             self._lso = {k: v for k, v in self._lso.items() if k in lasts}
             return len(fresh)
+
+    def _listed_partitions(self) -> dict[tuple[str, int], TopicIdPartition]:
+        """The bucket's partitions, what does not belong skipped and reported once: keys
+        that are no segment's object, and a partition with objects under two topic ids
+        (served under the id the topic's other partitions have, else not served), so one
+        stray object never stops the others being served."""
+        listing = self.bucket.listing()
+        for name in listing.unparsed:
+            self._report(name, "key %s is not a segment object: skipped", name)
+        try:
+            return self.bucket.partitions()
+        except ConfigError:
+            pass
+        by_key: dict[tuple[str, int], list[TopicIdPartition]] = {}
+        for tip in listing.partitions:
+            by_key.setdefault((tip.topic, tip.partition), []).append(tip)
+        clean = {(k[0], tips[0].topic_id) for k, tips in by_key.items() if len(tips) == 1}
+        out = {}
+        for key, tips in sorted(by_key.items()):
+            live = [t for t in tips if (key[0], t.topic_id) in clean]
+            if len(tips) == 1 or len(live) == 1:
+                out[key] = live[0] if live else tips[0]
+            ids = sorted(str(t.topic_id) for t in tips)
+            if len(tips) > 1:
+                self._report(f"{key}{ids}", "%s-%s has objects under topic ids %s: %s",
+                             *key, ", ".join(ids),
+                             f"serving {live[0].topic_id} (the topic's other partitions' id)"
+                             if len(live) == 1 else "not served")
+        return out
+
+    def _report(self, what: str, message: str, *args) -> None:
+        """A warning about the bucket's content, once per process for each `what`."""
+        if what not in self._reported:
+            self._reported.add(what)
+            log.warning("bucket %s: " + message, self.url, *args)
 
     def _state(self, view: PartitionView) -> ReplicaPartition:
         chain = tuple(view.chain)

@@ -12,7 +12,16 @@ Credentials live in a JSON file (`engine.sasl.credentials.file`), salted, never 
 (PLAIN's entry is PBKDF2-HMAC-SHA-512 of the password.) `credential()` computes an entry from
 a password; `write_credentials()` writes a file (temp file, fsync, rename, mode 0600).
 A failed authentication answers SASL_AUTHENTICATION_FAILED without saying whether the user
-exists, and the connection is closed; no secret is ever logged.
+exists, and the connection is closed; no secret is ever logged. An unknown user costs what a
+known one does: PLAIN hashes the password with PBKDF2 over a made-up salt and the default
+iteration count, SCRAM answers a made-up salt (the same for the same name) and fails at the
+proof, as a wrong password does.
+
+SCRAM's client-first message follows Kafka's rules (ScramMessages): gs2 header `n,,` or
+`n,a=AUTHZID,` (no channel binding; the authzid must be the username), `n=` a saslname
+(`,` and `=` escaped as `=2C` and `=3D`, no other `=`), `r=` the nonce, then extensions
+`,key=value`: `tokenauth=true` (delegation-token authentication) is refused, as serve has
+no tokens; other extensions are ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 
 from engine.config import ConfigError
@@ -34,6 +44,15 @@ __all__ = ["MECHANISMS", "Credentials", "SaslAuthenticationError", "credential",
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 _MIN_ITERATIONS = 4096  # Kafka's ScramMechanism minimum
+_DEFAULT_ITERATIONS = 8192
+#: keys the made-up credentials of unknown users derive from (one per process)
+_MOCK_SECRET = secrets.token_bytes(32)
+#: ScramMessages' grammar: a saslname is 7-bit characters but `,` and `=`, or =2C / =3D
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_CLIENT_FIRST = re.compile(
+    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,"
+    rf"(?P<bare>n=(?P<saslname>{_SASLNAME}),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?P<extensions>(?:,[A-Za-z]+=[\x01-\x2b\x2d-\x7f]+)*))")
 _PLAIN_HASH = "sha512"
 
 
@@ -41,7 +60,7 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def credential(mechanism: str, password: str, iterations: int = 8192,
+def credential(mechanism: str, password: str, iterations: int = _DEFAULT_ITERATIONS,
                salt: bytes | None = None) -> dict:
     """The stored entry of `password` for `mechanism` (a random salt unless given)."""
     if mechanism not in MECHANISMS:
@@ -87,6 +106,21 @@ class Credentials:
         return None if entry is None else entry.get(mechanism)
 
 
+def _mock_salt(user: str, mechanism: str) -> bytes:
+    """The salt answered for an unknown user: the same each time the name is tried."""
+    return hmac.new(_MOCK_SECRET, f"{mechanism}\0{user}".encode(), "sha256").digest()
+
+
+def _mock_scram(user: str, mechanism: str) -> dict:
+    """A SCRAM credential no password matches, for an unknown user: its keys are made up
+    (no PBKDF2: a known user's exchange runs none either)."""
+    name = _HASHES[mechanism]
+    key = hmac.new(_MOCK_SECRET, f"{mechanism}\0{user}\0keys".encode(), name).digest()
+    return {"salt": _b64(_mock_salt(user, mechanism)), "iterations": _DEFAULT_ITERATIONS,
+            "stored_key": _b64(hashlib.new(name, key).digest()),
+            "server_key": _b64(hmac.new(key, b"Server Key", name).digest())}
+
+
 def _fail(mechanism: str):
     raise SaslAuthenticationError(
         "Authentication failed during authentication due to invalid credentials with SASL "
@@ -111,11 +145,13 @@ class PlainServer:
             raise SaslAuthenticationError("Authentication failed: Client requested an "
                                           "authorization id that is different from username")
         entry = self.credentials.get(user, "PLAIN")
-        if entry is None:
-            _fail(self.mechanism)
-        digest = hashlib.pbkdf2_hmac(_PLAIN_HASH, password.encode(),
-                                     base64.b64decode(entry["salt"]), entry["iterations"])
-        if not hmac.compare_digest(digest, base64.b64decode(entry["hash"])):
+        if entry is None:  # the same hashing as a known user's, then the same failure
+            salt, iterations, expected = _mock_salt(user, "PLAIN"), _DEFAULT_ITERATIONS, b""
+        else:
+            salt, iterations = base64.b64decode(entry["salt"]), entry["iterations"]
+            expected = base64.b64decode(entry["hash"])
+        digest = hashlib.pbkdf2_hmac(_PLAIN_HASH, password.encode(), salt, iterations)
+        if not hmac.compare_digest(digest, expected) or entry is None:
             _fail(self.mechanism)
         self.principal = user
         return b""
@@ -129,6 +165,11 @@ def _attributes(message: str) -> dict[str, str]:
             raise SaslAuthenticationError(f"Invalid SCRAM message attribute {item[:20]!r}")
         out.setdefault(key, value)
     return out
+
+
+def _username(saslname: str) -> str:
+    """A saslname unescaped (=2C is `,`, =3D is `=`; the grammar allows no other `=`)."""
+    return saslname.replace("=2C", ",").replace("=3D", "=")
 
 
 class ScramServer:
@@ -154,25 +195,25 @@ class ScramServer:
         raise SaslAuthenticationError("Unexpected SCRAM message after completion")
 
     def _first(self, text: str) -> bytes:
-        gs2, sep, bare = text.partition(",")
-        authz, sep2, bare = bare.partition(",")
-        if not sep or not sep2 or gs2 not in ("n", "y") or (authz and
-                                                            not authz.startswith("a=")):
-            raise SaslAuthenticationError("Invalid SCRAM client first message")
-        attrs = _attributes(bare)
-        if "n" not in attrs or "r" not in attrs:
-            raise SaslAuthenticationError("Invalid SCRAM client first message")
-        user = attrs["n"].replace("=2C", ",").replace("=3D", "=")
-        if authz and authz[2:] != user:
+        match = _CLIENT_FIRST.fullmatch(text)
+        if match is None:
+            raise SaslAuthenticationError("Invalid SCRAM client first message format")
+        user = _username(match["saslname"])
+        authz = match["authzid"]
+        if authz is not None and _username(authz) != user:
             raise SaslAuthenticationError("Authentication failed: Client requested an "
                                           "authorization id that is different from username")
-        self._entry = self.credentials.get(user, self.mechanism)
-        if self._entry is None:
-            _fail(self.mechanism)
-        self._user = user
-        self._gs2 = f"{gs2},{authz},"
-        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
-        self._client_first_bare = bare
+        extensions = {key: value for key, _, value in
+                      (item.partition("=") for item in match["extensions"].split(",")[1:])}
+        if extensions.get("tokenauth", "").lower() == "true":
+            raise SaslAuthenticationError("Token authentication failed: serve has no "
+                                          "delegation tokens")
+        entry = self.credentials.get(user, self.mechanism)
+        self._entry = _mock_scram(user, self.mechanism) if entry is None else entry
+        self._user = user if entry is not None else None
+        self._gs2 = text[:match.start("bare")]
+        self._nonce = match["nonce"] + secrets.token_urlsafe(24)
+        self._client_first_bare = match["bare"]
         self._server_first = (f"r={self._nonce},s={self._entry['salt']},"
                               f"i={self._entry['iterations']}")
         self._state = "final"
@@ -198,7 +239,8 @@ class ScramServer:
         if len(client_proof) != len(signature):
             _fail(self.mechanism)
         client_key = bytes(a ^ b for a, b in zip(client_proof, signature))
-        if not hmac.compare_digest(hashlib.new(self.hash, client_key).digest(), stored_key):
+        if not hmac.compare_digest(hashlib.new(self.hash, client_key).digest(), stored_key) \
+                or self._user is None:
             _fail(self.mechanism)
         server_key = base64.b64decode(self._entry["server_key"])
         verifier = hmac.new(server_key, auth_message.encode(), self.hash).digest()

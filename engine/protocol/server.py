@@ -8,19 +8,26 @@ go out with sendfile on plain TCP listeners (the response's bytes before them fi
 the file range: engine.records.file_region), as their views on TLS ones. The framing is
 Kafka's: a 4-byte big-endian size, then the request; a size above
 `socket.request.max.bytes` (or negative) closes the connection before anything is allocated
-for it. Blocking work (reads of the log,
-ListOffsets, the offsets store) runs on a bounded pool of I/O threads (`num.io.threads`),
-never on the event loop.
+for it. On a SASL listener, until authentication succeeds, the bound is Kafka's
+`sasl.server.max.receive.size` (the handshake and its tokens are small), so an
+unauthenticated peer holds no more than that. Blocking work (reads of the log, ListOffsets,
+the offsets store, password hashing) runs on a bounded pool of I/O threads
+(`num.io.threads`), never on the event loop.
 
 What Kafka does with what it cannot serve is kept: a request it cannot parse, an unknown API
 key or an unsupported version closes the connection, except ApiVersions, which answers
 UNSUPPORTED_VERSION in v0 with the versions this broker speaks so the client can pick one.
-More than `max.connections` connections are closed at accept; a connection with no request
-for `connections.max.idle.ms` is closed.
+More than `max.connections` connections, or than `max.connections.per.ip` from one
+address, are closed at accept (engine.protocol.quotas). `connections.max.idle.ms` bounds
+every wait on the peer: a whole request (size prefix and body) must arrive within it, and a
+response that makes no progress for that long (a client that does not read) closes the
+connection.
 
 Fetch long polling: when a pass returns fewer than `min_bytes`, the handler waits (on the
-event loop, holding no thread) until a requested partition's visible end moves or
-`max_wait_ms` passes, then reads again.
+event loop, holding no thread, costing nothing while it waits) on an event until
+`max_wait_ms` passes; whoever may have moved the data (the bucket listed again, the
+housekeeping between waits) calls `data_changed()`, and each waiting Fetch reads again if
+one of its partitions' visible end moved.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from engine.errors import ListenerBindError
 from engine.protocol import codec, sasl
 from engine.protocol import errors as E
 from engine.protocol.broker import ReadBroker
+from engine.protocol.quotas import ConnectionQuotas
 from engine.records.file_region import FileRegion
 
 __all__ = ["KafkaServer", "Listener", "ListenerBindError", "parse_listeners"]
@@ -46,13 +54,14 @@ __all__ = ["KafkaServer", "Listener", "ListenerBindError", "parse_listeners"]
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-#: how often a long-polling Fetch looks at the end offsets it waits on
-_POLL_INTERVAL_S = 0.05
 #: listeners whose sockets take sendfile (TLS ones write the record views instead)
 _SENDFILE_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 #: parts larger than this are flushed one by one (await drain), so a connection never holds
 #: more than one such part in its transport buffer
 _DRAIN_EVERY = 256 * 1024
+#: a FileRegion is sent in pieces of this size, each a step that must end within
+#: connections.max.idle.ms (a peer must take that much per idle period)
+_SENDFILE_CHUNK = 8 << 20
 API_VERSIONS_KEY, PRODUCE, FETCH, LIST_OFFSETS, METADATA, DESCRIBE_CONFIGS = 18, 0, 1, 2, 3, 32
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
@@ -113,6 +122,15 @@ class _Closed(Exception):
     """The connection is to be closed (a request Kafka would not answer)."""
 
 
+async def _progress(step, idle_s: float | None) -> None:
+    """Awaits one step of sending a response (a drain, a sendfile chunk); one that the peer
+    lets stall for `idle_s` closes the connection."""
+    try:
+        await asyncio.wait_for(step, idle_s)
+    except TimeoutError:
+        raise _Closed("the response made no progress for connections.max.idle.ms") from None
+
+
 class KafkaServer:
     """Serves `broker` (a ReadBroker) and, when given, a group coordinator on the
     listeners; SASL listeners authenticate against `credentials` (sasl.Credentials), and
@@ -127,12 +145,17 @@ class KafkaServer:
         self.coordinator = coordinator
         self.max_request_bytes = config["socket.request.max.bytes"]
         self.idle_s = config["connections.max.idle.ms"] / 1000.0
-        self.max_connections = config["max.connections"]
+        self.max_auth_bytes = config["sasl.server.max.receive.size"]
+        self.fetch_max_bytes = config["fetch.max.bytes"]
+        self.quotas = ConnectionQuotas(config["max.connections"],
+                                       config["max.connections.per.ip"])
         self.pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=config["num.io.threads"], thread_name_prefix="serve-io")
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
+        #: set (and replaced) by data_changed(): what long-polling Fetches wait on
+        self._new_data = asyncio.Event()
         self.refused_connections = 0
         #: listener name -> the endpoint Metadata and FindCoordinator give its clients
         self.endpoints: dict = {}
@@ -184,47 +207,49 @@ class KafkaServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    def data_changed(self) -> None:
+        """Wakes the long-polling Fetches to look at their partitions' ends again. Called on
+        the event loop after anything that may have moved them."""
+        event, self._new_data = self._new_data, asyncio.Event()
+        event.set()
+
     async def run_blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _serve_connection(self, listener: Listener, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        if len(self._connections) >= self.max_connections:
-            self.refused_connections += 1
-            log.info("Refusing connection from %s: max.connections (%d) reached", peer,
-                     self.max_connections)
-            writer.transport.abort()
-            return
-        self._connections.add(writer)
-        self._tasks.add(asyncio.current_task())
-        writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
+    def _session(self, listener: Listener, peer) -> dict:
         sasl = listener.protocol.startswith("SASL_")
         session = {"peer": peer, "client_id": None, "listener": listener.name,
                    "sendfile": listener.protocol in _SENDFILE_PROTOCOLS,
                    "authenticated": not sasl, "sasl_listener": sasl, "sasl": None,
                    "principal": "User:ANONYMOUS", "close": False}
         session["allowed"] = functools.partial(self.allowed, session)
+        return session
+
+    async def _serve_connection(self, listener: Listener, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) else None
+        refused = self.quotas.acquire(ip)
+        if refused:
+            self.refused_connections += 1
+            log.info("Refusing connection from %s: %s", peer, refused)
+            writer.transport.abort()
+            return
+        self._connections.add(writer)
+        self._tasks.add(asyncio.current_task())
+        writer.transport.set_write_buffer_limits(high=_DRAIN_EVERY)
+        session = self._session(listener, peer)
         try:
             while not writer.is_closing():  # one request, then its answer, at a time
-                try:
-                    head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
-                except TimeoutError:
-                    log.debug("Closing %s: idle for connections.max.idle.ms", peer)
+                frame = await self._read_request(reader, session)
+                if frame is None:
                     return
-                size = _SIZE.unpack(head)[0]
-                if size < 0 or size > self.max_request_bytes:
-                    log.info("Closing %s: request size %d is outside [0, "
-                             "socket.request.max.bytes=%d]", peer, size,
-                             self.max_request_bytes)
-                    return
-                frame = await reader.readexactly(size)
                 parts = await self._respond(frame, session)
                 if parts is None:
                     continue
-                await self._send(writer, parts, session["sendfile"])
+                await self._send(writer, parts, session["sendfile"], self.idle_s)
                 if session["close"]:
                     log.info("Closing %s: %s", peer, session["close"])
                     return
@@ -238,30 +263,60 @@ class KafkaServer:
         except asyncio.CancelledError:
             log.debug("Closing %s: the server is stopping", peer)  # close() awaits us
         finally:
+            self.quotas.release(ip)
             self._connections.discard(writer)
             self._tasks.discard(asyncio.current_task())
             writer.transport.abort()
 
+    async def _read_request(self, reader: asyncio.StreamReader, session: dict):
+        """The next request's bytes, or None when the connection is idle: the whole request
+        (size prefix and body) must arrive within `connections.max.idle.ms`. A size outside
+        the bound (`sasl.server.max.receive.size` before SASL authentication, else
+        `socket.request.max.bytes`) closes the connection before its body is read."""
+        if session["authenticated"]:
+            limit, key = self.max_request_bytes, "socket.request.max.bytes"
+        else:
+            limit, key = self.max_auth_bytes, "sasl.server.max.receive.size"
+        try:
+            async with asyncio.timeout(self.idle_s):
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size < 0 or size > limit:
+                    raise _Closed(f"request size {size} is outside [0, {key}={limit}]")
+                return await reader.readexactly(size)
+        except TimeoutError:
+            log.debug("Closing %s: no whole request within connections.max.idle.ms",
+                      session["peer"])
+            return None
+
     @staticmethod
-    async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool) -> None:
+    async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool,
+                    idle_s: float | None = None) -> None:
         """Writes a response: buffers through the transport (a drain after each large one),
-        FileRegions with sendfile once the bytes before them are out (`sendfile`), else as
-        their views. Every FileRegion is closed, however the send ends."""
+        FileRegions with sendfile once the bytes before them are out (`sendfile`, in
+        _SENDFILE_CHUNK pieces), else as their views. Each of these waits must end within
+        `idle_s` (a peer that takes none of the response meanwhile closes the connection).
+        Every FileRegion is closed, however the send ends."""
+        loop = asyncio.get_running_loop()
+        progress = functools.partial(_progress, idle_s=idle_s)
         try:
             for part in parts:
                 if isinstance(part, FileRegion):
                     if sendfile:
-                        await writer.drain()
-                        if writer.transport.is_closing():  # loop.sendfile would refuse it
-                            raise ConnectionResetError("the connection closed mid-response")
-                        await asyncio.get_running_loop().sendfile(
-                            writer.transport, part.file, part.position, part.nbytes)
+                        await progress(writer.drain())
+                        for pos in range(part.position, part.position + part.nbytes,
+                                         _SENDFILE_CHUNK):
+                            if writer.transport.is_closing():  # loop.sendfile refuses it
+                                raise ConnectionResetError("the connection closed "
+                                                           "mid-response")
+                            count = min(_SENDFILE_CHUNK, part.position + part.nbytes - pos)
+                            await progress(loop.sendfile(writer.transport, part.file, pos,
+                                                         count))
                         continue
                     part = part.view
                 writer.write(part)
                 if memoryview(part).nbytes >= _DRAIN_EVERY:
-                    await writer.drain()
-            await writer.drain()
+                    await progress(writer.drain())
+            await progress(writer.drain())
         finally:
             _close_regions(parts)
 
@@ -288,9 +343,10 @@ class KafkaServer:
         return self.authorizer is None or self.authorizer.allowed(
             session["principal"], operation, resource_type, name)
 
-    def _sasl(self, key: int, v: int, body: dict, session: dict) -> dict:
+    async def _sasl(self, key: int, v: int, body: dict, session: dict) -> dict:
         """SaslHandshake v1 and SaslAuthenticate: a failed step answers
-        SASL_AUTHENTICATION_FAILED and closes the connection after the answer."""
+        SASL_AUTHENTICATION_FAILED and closes the connection after the answer. Steps run on
+        the I/O threads (PLAIN hashes the password with PBKDF2)."""
         if key == SASL_HANDSHAKE:
             if not session["sasl_listener"] or session["authenticated"]:
                 return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
@@ -305,7 +361,7 @@ class KafkaServer:
             return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": None,
                     "auth_bytes": b""}
         try:
-            reply = server.step(bytes(body["auth_bytes"]))
+            reply = await self.run_blocking(server.step, bytes(body["auth_bytes"]))
         except sasl.SaslAuthenticationError as exc:
             session["close"] = f"SASL authentication failed ({server.mechanism})"
             return {"error_code": E.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
@@ -321,7 +377,7 @@ class KafkaServer:
         if key == API_VERSIONS_KEY:
             return ReadBroker.api_versions(self.api_keys)
         if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-            return self._sasl(key, v, body, session)
+            return await self._sasl(key, v, body, session)
         if not session["authenticated"]:
             raise _Closed(f"API key {key} before SASL authentication")
         if key == METADATA:
@@ -346,8 +402,14 @@ class KafkaServer:
             return {"error_code": error, "session_id": 0, "responses": []}
         broker = self.broker
         read_committed = body["isolation_level"] == 1
+        # what a response holds is the broker's bound (fetch.max.bytes), whatever the
+        # request asks, for the response and for each partition
+        max_bytes = min(max(0, body["max_bytes"]), self.fetch_max_bytes)
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                p["partition_max_bytes"] = min(p["partition_max_bytes"],
+                                               self.fetch_max_bytes)
         targets = broker.fetch_targets(body, version, allowed)
-        max_bytes = max(0, body["max_bytes"])
         deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000.0
         min_bytes = body["min_bytes"]
         responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
@@ -356,12 +418,20 @@ class KafkaServer:
         # or the deadline (every pass waits, so the loop is bounded by max_wait_ms)
         while (total < min_bytes and time.monotonic() < deadline
                and not any(p["error_code"] for t in responses for p in t["partitions"])):
-            ends = broker.end_offsets(targets, read_committed)
-            while time.monotonic() < deadline:
-                await asyncio.sleep(min(_POLL_INTERVAL_S, deadline - time.monotonic()))
-                if broker.end_offsets(targets, read_committed) != ends:
-                    break
+            await self._wait_for_data(targets, read_committed, deadline)
             _close_regions(p["records"] for t in responses for p in t["partitions"])
             responses, total = await self.run_blocking(broker.fetch_once, targets, max_bytes,
                                                        read_committed, version, file_regions)
         return {"error_code": E.NONE, "session_id": 0, "responses": responses}
+
+    async def _wait_for_data(self, targets, read_committed: bool, deadline: float) -> None:
+        """Returns once a target's visible end moved (looked at on each data_changed()) or
+        at `deadline` (time.monotonic())."""
+        ends = self.broker.end_offsets(targets, read_committed)
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(self._new_data.wait(), left)
+            except TimeoutError:
+                return
+            if self.broker.end_offsets(targets, read_committed) != ends:
+                return

@@ -745,12 +745,12 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
     def _release(self) -> None:
         if self._store is None:
             return
+        self._store.close()  # first: reads still running end now, the pools wait for none
         self._reader.close()
         self._transform_pool.shutdown(wait=True, cancel_futures=True)
         self._manifest_pool.shutdown(wait=True, cancel_futures=True)
         if self._chunk_cache is not None:
             self._chunk_cache.close()
-        self._store.close()
 
     def close(self) -> None:
         if not self._closed:

@@ -60,6 +60,7 @@ from engine.errors import (
     redact_userinfo,
 )
 from engine.remote.objectstore.config_values import ConfigValues
+from engine.remote.objectstore.loops import Calls, CallsClosed, StoreLoop, thread_loop
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
 
 if TYPE_CHECKING:  # obstore's config dicts are TypedDicts of its stubs only
@@ -284,60 +285,6 @@ class ObjectInfo:
     etag: str | None = None
 
 
-#: how long `_Loop.close` leaves obstore's threads to finish calling into Python
-_SETTLE_S = 0.02
-
-
-class _Loop:
-    """One asyncio event loop on a daemon thread, for obstore's async calls."""
-
-    def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coro) -> concurrent.futures.Future:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self.loop.close()
-        # obstore's runtime thread that resolved the last call may still be on its way back
-        # from waking this loop and wait for the GIL: if the interpreter finalizes first,
-        # CPython ends that foreign thread with pthread_exit, which aborts the process. A
-        # blocking pause hands it the GIL (seen as exit status -6 right after a last LIST)
-        time.sleep(_SETTLE_S)
-
-
-_THREAD = threading.local()
-
-
-class _ThreadLoop:
-    """A thread's own event loop, closed when the thread ends (its thread-local dies)."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-
-    def __del__(self):
-        if not self.loop.is_closed() and not self.loop.is_running():
-            self.loop.close()
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    holder = _THREAD.__dict__.get("holder")
-    if holder is None or holder.loop.is_closed():
-        holder = _THREAD.holder = _ThreadLoop()
-    return holder.loop
-
-
 _STATUS_RE = re.compile(r"status code: (\d{3})|\b(\d{3}) (?:Service Unavailable|Slow Down|"
                         r"Internal Server Error|Too Many Requests|Bad Gateway)")
 _ERRNO_RE = re.compile(r"Os \{\s*code: (\d+)")
@@ -360,7 +307,8 @@ class ObjectStore:
         self._store = _build_store(config)
         self._rate = None if config.upload_rate_limit is None else TokenBucket(
             config.upload_rate_limit, max(config.upload_rate_limit, MiB))
-        self._loop = _Loop(f"objectstore-{config.bucket}")
+        self._loop = StoreLoop(f"objectstore-{config.bucket}")
+        self._calls = Calls()
         self._call_timeout_s = config.call_timeout_ms / 1000.0
         self._secrets = config.secrets()
         self._closed = False
@@ -404,15 +352,43 @@ class ObjectStore:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            loop = _thread_loop()
+            loop = thread_loop()
             return loop.run_until_complete(coro)
-        return self._loop.submit(coro).result()
+        return self._submit(coro, op="call", key="").result()
+
+    def _submit(self, coro, *, op: str, key: str) -> concurrent.futures.Future:
+        try:
+            return self._loop.submit(coro)
+        except RuntimeError:  # the store closed
+            raise RemoteStorageError(f"{op} on a closed store", file=self.url(key)) from None
+
+    async def _obstore(self, call, *, op: str, key: str):
+        """Awaits `call()`, an obstore async call, kept in the store's calls until obstore's
+        runtime is done with it (see loops.py); on a closed store, or when closing cancels
+        it, a RemoteStorageError."""
+        return await self._await(self._start(call, op=op, key=key), op=op, key=key)
+
+    def _start(self, call, *, op: str, key: str, keep: object = None) -> asyncio.Future:
+        try:
+            return self._calls.start(call, keep)
+        except CallsClosed:
+            raise RemoteStorageError(f"{op} on a closed store", file=self.url(key)) from None
+
+    async def _await(self, fut: asyncio.Future, *, op: str, key: str):
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if fut.cancelled() and self._calls.closed and not (task and task.cancelling()):
+                raise RemoteStorageError(f"{op} cancelled: the store closed",
+                                         file=self.url(key)) from None
+            raise
 
     def call(self, coro, *, op: str, key: str, timeout_s: float | None = None):
         """Run a coroutine on the loop and wait at most `timeout_s` (default: the overall
         call timeout); past it the call is cancelled and a RemoteStorageError raised."""
         bound = self._call_timeout_s if timeout_s is None else timeout_s
-        fut = self._loop.submit(coro)
+        fut = self._submit(coro, op=op, key=key)
         try:
             return fut.result(timeout=bound)
         except concurrent.futures.TimeoutError:
@@ -431,7 +407,9 @@ class ObjectStore:
         the read's deadline, `get_range` at the call timeout)."""
         self.metrics.request("get_object_requests")
         try:
-            data = await obstore.get_range_async(self._store, key, start=start, end=end)
+            data = await self._obstore(
+                lambda: obstore.get_range_async(self._store, key, start=start, end=end),
+                op=f"GET bytes [{start}, {end})", key=key)
         except Exception as e:
             raise self._error(f"GET bytes [{start}, {end})", key, e) from e
         if len(data) != end - start:
@@ -452,13 +430,14 @@ class ObjectStore:
         refused before its body is read."""
         async def run():
             self.metrics.request("get_object_requests")
-            result = await obstore.get_async(self._store, key)
+            result = await self._obstore(lambda: obstore.get_async(self._store, key),
+                                         op="GET", key=key)
             size = result.meta["size"]
             if max_bytes is not None and size > max_bytes:
                 raise RemoteStorageError(
                     f"object is {size} bytes, more than the {max_bytes} allowed",
                     file=self.url(key))
-            data = await result.bytes_async()
+            data = await self._obstore(result.bytes_async, op="GET", key=key)
             if len(data) != size:
                 self.metrics.error("io")
                 raise RemoteStorageError(f"GET returned {len(data)} of {size} bytes",
@@ -469,7 +448,8 @@ class ObjectStore:
 
     def head(self, key: str) -> ObjectInfo:
         async def run():
-            meta = await obstore.head_async(self._store, key)
+            meta = await self._obstore(lambda: obstore.head_async(self._store, key),
+                                       op="HEAD", key=key)
             return ObjectInfo(meta["path"], meta["size"], meta.get("e_tag"))
         return self.call(run(), op="HEAD", key=key)
 
@@ -604,7 +584,8 @@ class ObjectStore:
 
             async def run(batch=batch):
                 self.metrics.request("delete_objects_requests")
-                await obstore.delete_async(self._store, batch)
+                await self._obstore(lambda: obstore.delete_async(self._store, batch),
+                                    op="DELETE", key=batch[0])
             try:
                 self.call(run(), op="DELETE", key=batch[0])
             except RemoteResourceNotFoundError:
@@ -614,14 +595,22 @@ class ObjectStore:
         """Objects under `prefix`, lazily, in batches of `page_size` (memory bounded by one
         listing page of the store: 1000 keys on S3); each batch is bounded by the call
         timeout."""
-        stream = obstore.list(self._store, prefix=prefix, chunk_size=page_size)
+        between_pages = [obstore.list(self._store, prefix=prefix, chunk_size=page_size)]
 
         async def next_page():
+            # while a page is in flight only its call holds the stream: abandoned (a
+            # timeout, a close), the stream and its pending request are dropped by the
+            # obstore thread that releases the call, inside obstore's runtime as they must be
             self.metrics.request("list_objects_requests")
+            stream = between_pages.pop()
+            fut = self._start(stream.__anext__, op="LIST", key=prefix, keep=stream)
+            del stream
             try:
-                return await stream.__anext__()
+                page = await self._await(fut, op="LIST", key=prefix)
             except StopAsyncIteration:
                 return None
+            between_pages.append(fut.keep)
+            return page
         for _ in range(1 << 40):  # bounded by the listing's length
             page = self.call(next_page(), op="LIST", key=prefix)
             if page is None:
@@ -630,7 +619,12 @@ class ObjectStore:
                 yield ObjectInfo(meta["path"], meta["size"], meta.get("e_tag"))
 
     def close(self) -> None:
+        """Refuses new calls, cancels those in flight (their callers get a
+        RemoteStorageError) and waits, bounded, until obstore's runtime is done with them
+        before the loop closes: an answer that came after the close (or after the interpreter
+        finalized) would print a traceback or panic."""
         self._closed = True
+        self._calls.close()
         self._loop.close()
 
     def __enter__(self) -> Self:

@@ -68,7 +68,11 @@ public final class PluginDriver {
                 kv.put(words[i].substring(0, eq), words[i].substring(eq + 1));
             }
             try {
-                System.out.println(run(rsm, words[0], kv));
+                long begin = System.nanoTime();
+                String result = run(rsm, words[0], kv);
+                long elapsed = System.nanoTime() - begin;
+                System.out.println(result.substring(0, result.length() - 1)
+                        + ",\"elapsed_ns\":" + elapsed + "}");
             } catch (Exception e) {
                 System.out.println(error(words[0], e));
             }
@@ -105,6 +109,22 @@ public final class PluginDriver {
                     }
                 }
                 return "{\"cmd\":\"fetch\",\"bytes\":" + total + "}";
+            }
+            case "ranges": {
+                // the segment in fetchLogSegment calls of `range` bytes, each read whole
+                RemoteLogSegmentMetadata md = metadata(kv);
+                int range = Integer.parseInt(kv.getOrDefault("range", "1048576"));
+                byte[] buf = new byte[range];
+                long total = 0;
+                for (int pos = 0; pos < md.segmentSizeInBytes(); pos += range) {
+                    int last = Math.min(md.segmentSizeInBytes(), pos + range) - 1;
+                    try (InputStream in = rsm.fetchLogSegment(md, pos, last)) {
+                        for (int n; (n = in.read(buf, 0, buf.length)) >= 0; ) {
+                            total += n;
+                        }
+                    }
+                }
+                return "{\"cmd\":\"ranges\",\"bytes\":" + total + "}";
             }
             case "index": {
                 byte[] bytes;

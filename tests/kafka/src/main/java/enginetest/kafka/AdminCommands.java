@@ -16,6 +16,7 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
@@ -36,12 +37,13 @@ import org.apache.kafka.common.config.ConfigResource;
  *  add-partitions --topic T --count N          (N: the new total)
  *  describe-topic --topic T
  *  delete-topic   --topic T
+ *  reassign       --topic T --partitions P --replicas 2,3   (the new replica list of P)
  *  </pre>
  *  Each waits at most --timeout-ms (default 60000) for the broker's answer. */
 final class AdminCommands {
     private static final Set<String> OPTIONS = Set.of("bootstrap", "property", "timeout-ms",
             "topic", "partitions", "spec", "isolation", "before-offset", "replication-factor",
-            "config", "broker", "set", "delete", "count");
+            "config", "broker", "set", "delete", "count", "replicas");
 
     private AdminCommands() {
     }
@@ -70,6 +72,9 @@ final class AdminCommands {
                     break;
                 case "add-partitions":
                     addPartitions(admin, args, timeout);
+                    break;
+                case "reassign":
+                    reassign(admin, args, timeout);
                     break;
                 default:
                     admin.deleteTopics(List.of(args.get("topic"))).all()
@@ -172,6 +177,16 @@ final class AdminCommands {
         admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(count))).all()
                 .get(timeout, TimeUnit.MILLISECONDS);
         Json.of("added-partitions").put("topic", topic).put("count", count).print();
+    }
+
+    private static void reassign(Admin admin, Args args, long timeout) throws Exception {
+        Map<TopicPartition, Optional<NewPartitionReassignment>> moves = new HashMap<>();
+        for (TopicPartition tp : partitions(args)) {
+            moves.put(tp, Optional.of(new NewPartitionReassignment(args.ints("replicas"))));
+        }
+        admin.alterPartitionReassignments(moves).all().get(timeout, TimeUnit.MILLISECONDS);
+        Json.of("reassigned").put("topic", args.get("topic"))
+                .put("replicas", args.ints("replicas")).print();
     }
 
     private static void describeTopic(Admin admin, Args args, long timeout) throws Exception {

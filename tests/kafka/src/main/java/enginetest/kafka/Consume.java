@@ -9,6 +9,7 @@ import java.util.Map;
 import java.util.Set;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
@@ -17,21 +18,24 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /** `consume --topic T (--partitions 0,1 | --subscribe) [--group G] [--group-instance-id I]
  *  [--isolation read_committed|read_uncommitted] [--from earliest|latest|OFFSET]
- *  [--max-records N] [--idle-ms MS] [--timeout-ms MS] [--commit]`: one "record" line per
- *  record consumed, then an "end" line (count, positions of the assigned partitions, and
- *  whether the overall timeout cut it short). It stops at N records, or once nothing
- *  arrived for the idle time while partitions were assigned. With --commit it commits its
- *  positions synchronously after every poll that returned records. */
+ *  [--max-records N] [--idle-ms MS] [--timeout-ms MS] [--poll-delay-ms MS] [--commit]`:
+ *  one "record" line per record consumed, and last an "end" line (count, positions of the
+ *  assigned partitions, and whether the overall timeout cut it short). It stops at N
+ *  records, or once nothing arrived for the idle time while partitions were assigned.
+ *  With --commit it commits its positions synchronously after every poll that returned
+ *  records and, subscribed, in onPartitionsRevoked (so a rebalance loses no progress).
+ *  Subscribed, it prints "assigned", "revoked" and "lost" lines as the group rebalances.
+ *  --poll-delay-ms sleeps after each poll that returned records (slow processing). */
 final class Consume {
     private static final Set<String> OPTIONS = Set.of("bootstrap", "property", "topic",
             "partitions", "group", "group-instance-id", "isolation", "from", "max-records",
-            "idle-ms", "timeout-ms");
+            "idle-ms", "timeout-ms", "poll-delay-ms");
     private static final Set<String> FLAGS = Set.of("subscribe", "commit");
 
     private Consume() {
     }
 
-    static void run(String[] argv) {
+    static void run(String[] argv) throws InterruptedException {
         Args args = new Args(argv, 1, OPTIONS, FLAGS);
         String topic = args.get("topic");
         String from = args.get("from", "earliest");
@@ -52,10 +56,11 @@ final class Consume {
         if (args.has("group-instance-id")) {
             props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, args.get("group-instance-id"));
         }
+        Json end;
         try (var consumer = new KafkaConsumer<>(props, new ByteArrayDeserializer(),
                 new ByteArrayDeserializer())) {
             if (subscribe) {
-                consumer.subscribe(List.of(topic));
+                consumer.subscribe(List.of(topic), new Listener(consumer, args.has("commit")));
             } else {
                 List<TopicPartition> tps = new ArrayList<>();
                 for (int p : args.ints("partitions")) {
@@ -64,8 +69,9 @@ final class Consume {
                 consumer.assign(tps);
                 seek(consumer, tps, from);
             }
-            loop(consumer, args);
+            end = loop(consumer, args);
         }
+        end.print();  // the last line, after what closing printed (a final "revoked")
     }
 
     private static void seek(KafkaConsumer<byte[], byte[]> consumer,
@@ -82,8 +88,11 @@ final class Consume {
         }
     }
 
-    private static void loop(KafkaConsumer<byte[], byte[]> consumer, Args args) {
+    /** Polls until done; the "end" line to print once the consumer is closed. */
+    private static Json loop(KafkaConsumer<byte[], byte[]> consumer, Args args)
+            throws InterruptedException {
         long maxRecords = args.getLong("max-records", Long.MAX_VALUE);
+        long pollDelayMs = args.getLong("poll-delay-ms", 0);
         long idleMs = args.getLong("idle-ms", 5000);
         long deadline = System.currentTimeMillis() + args.getLong("timeout-ms", 60000);
         boolean commit = args.has("commit");
@@ -101,11 +110,13 @@ final class Consume {
                 print(r);
                 count++;
             }
+            Json.flush();
             if (!records.isEmpty()) {
                 lastProgress = now;
                 if (commit) {
                     consumer.commitSync();
                 }
+                Thread.sleep(pollDelayMs);
             } else if (assigned && now - lastProgress >= idleMs) {
                 break;
             }
@@ -114,11 +125,10 @@ final class Consume {
         for (TopicPartition tp : consumer.assignment()) {
             positions.put(String.valueOf(tp.partition()), consumer.position(tp));
         }
-        Json.of("end")
+        return Json.of("end")
                 .put("count", count)
                 .put("positions", positions)
-                .put("timed_out", count < maxRecords && System.currentTimeMillis() >= deadline)
-                .print();
+                .put("timed_out", count < maxRecords && System.currentTimeMillis() >= deadline);
     }
 
     private static void print(ConsumerRecord<byte[], byte[]> r) {
@@ -132,6 +142,45 @@ final class Consume {
                 .put("headers", headers(r.headers()))
                 .put("leader_epoch", r.leaderEpoch().orElse(null))
                 .print();
+    }
+
+    /** Prints the group's decisions; commits before giving partitions up when asked to. */
+    private static final class Listener implements ConsumerRebalanceListener {
+        private final KafkaConsumer<byte[], byte[]> consumer;
+        private final boolean commit;
+
+        Listener(KafkaConsumer<byte[], byte[]> consumer, boolean commit) {
+            this.consumer = consumer;
+            this.commit = commit;
+        }
+
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+            if (commit && !partitions.isEmpty()) {
+                consumer.commitSync();
+            }
+            event("revoked", partitions);
+        }
+
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+            event("assigned", partitions);
+        }
+
+        @Override
+        public void onPartitionsLost(Collection<TopicPartition> partitions) {
+            event("lost", partitions);
+        }
+
+        private void event(String type, Collection<TopicPartition> partitions) {
+            List<Integer> ids = new ArrayList<>();
+            for (TopicPartition tp : partitions) {
+                ids.add(tp.partition());
+            }
+            ids.sort(null);
+            Json.of(type).put("partitions", ids).print();
+            Json.flush();
+        }
     }
 
     /** Headers as [name, base64 value or null] pairs, in record order. */

@@ -1,13 +1,23 @@
 package enginetest.kafka;
 
+import java.io.BufferedOutputStream;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
 import java.util.Base64;
 import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
 /** One JSON object per output line: strings, numbers, booleans, null, nested maps and
- *  lists; byte arrays as base64 (null stays null). */
+ *  lists; byte arrays as base64 (null stays null). Lines are buffered (a flush per line
+ *  would cost a write per record): callers flush after each batch, Main before exiting. */
 final class Json {
+    private static final PrintStream OUT = new PrintStream(
+            new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16),
+            false, StandardCharsets.UTF_8);
+
     private final Map<String, Object> fields = new LinkedHashMap<>();
 
     static Json of(String type) {
@@ -26,8 +36,11 @@ final class Json {
     void print() {
         StringBuilder out = new StringBuilder();
         write(out, fields);
-        System.out.println(out);
-        System.out.flush();
+        OUT.println(out);
+    }
+
+    static void flush() {
+        OUT.flush();
     }
 
     private static void write(StringBuilder out, Object v) {

@@ -8,7 +8,8 @@ import java.util.concurrent.ExecutionException;
  *  stdout line; any failure goes to stderr with exit status 1 (2 for bad arguments).
  *  <pre>
  *  produce | consume | list-offsets | delete-records | create-topic | alter-config |
- *  describe-topic | delete-topic | add-partitions   --bootstrap host:port [options]
+ *  describe-topic | delete-topic | add-partitions | reassign   --bootstrap host:port
+ *  [options]
  *  </pre>
  *  Every subcommand takes `--property k=v` (repeatable) for extra client configs. */
 public final class Main {
@@ -20,19 +21,21 @@ public final class Main {
             System.err.println("usage: <subcommand> --bootstrap host:port [options]");
             System.exit(2);
         }
+        int status = 0;
         try {
             run(argv[0], argv);
         } catch (IllegalArgumentException e) {
             System.err.println("error: " + e.getMessage());
-            System.exit(2);
+            status = 2;
         } catch (Throwable e) {
             Throwable cause = e instanceof ExecutionException && e.getCause() != null
                     ? e.getCause() : e;
             System.err.println("error: " + cause.getClass().getName() + ": " + cause.getMessage());
             cause.printStackTrace(System.err);
-            System.exit(1);
+            status = 1;
         }
-        System.exit(0);  // the client threads of a failed close must not keep the JVM up
+        Json.flush();  // what was printed before a failure is kept
+        System.exit(status);  // the client threads of a failed close must not keep the JVM up
     }
 
     private static void run(String command, String[] argv) throws Exception {
@@ -50,6 +53,7 @@ public final class Main {
             case "describe-topic":
             case "delete-topic":
             case "add-partitions":
+            case "reassign":
                 AdminCommands.run(command, argv);
                 break;
             default:

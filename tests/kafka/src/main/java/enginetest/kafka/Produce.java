@@ -82,6 +82,7 @@ final class Produce {
                 for (int j = 0; j < sent.size(); j++) {
                     print(sent.get(j), acks.get(j).get(), !abort, transactional ? txn : null);
                 }
+                Json.flush();
             }
         }
     }

@@ -1,0 +1,318 @@
+"""Side by side: a real Apache Kafka 4.1.1 broker with the engine as its RemoteStorageManager
+(the kafka-plugin jar, jep, the object-store tier on SeaweedFS on loopback), against the same
+broker without tiering, and the plugin's calls against the same engine calls from Python.
+
+    .venv/bin/python bench/compare_kafka_plugin.py                  # every section
+    .venv/bin/python bench/compare_kafka_plugin.py --sections c --mb 256
+
+Needs `bash scripts/setup.sh test` (the plugin, and Kafka's jars in tests/kafka/target/lib).
+Contenders alternate (A B A B ...), medians reported. CPU is user + system time of each
+process (/proc/<pid>/stat) over the measured span: the broker JVM (which hosts the engine),
+SeaweedFS, the client, each on its own line, per GiB moved.
+  (a) produce: Kafka's ProducerPerformance (1000-byte records, acks=all) into a topic with
+      remote.storage.enable=true (segments of 16 MiB uploaded by the plugin as they close,
+      local.retention.bytes=1) vs a topic without tiering, same broker. Target >= 0.9x.
+  (b) catch-up: Kafka's ConsumerPerformance from offset 0 of a tiered topic whose segments
+      left the broker's disk, vs the same records of a topic on local segments. Cold: the
+      chunk cache was emptied by a broker restart before the read (both topics read after
+      the same restart); warm: read again. Targets >= 0.5x cold, >= 0.8x warm. The broker's
+      peak RSS (VmHWM) over the tiered reads is reported beside the configured caches.
+  (c) crossing: the plugin jar (tests' PluginDriver) against the engine's RSM called from
+      Python over the same bucket: fetchLogSegment of 1 MiB ranges over a segment (warm:
+      chunks in the cache) vs read_range_into of the same ranges; copyLogSegmentData of a
+      --mb segment vs copy_log_segment_data. Target: <= 1.10x the time.
+  (d) threads: N Java threads fetching the whole segment at once through the plugin; the
+      overlap (sum of the calls' times / wall time) says how many fetches ran at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from kafka_cluster import KafkaCluster, java, kafka_classpath
+from kafka_plugin_support import VENV, copy_words, metadata_words, run_driver
+from kafka_tiered_support import broker_properties, wait_until
+from s3_server import S3Server
+
+from engine.common import Uuid
+from engine.remote.metadata import TopicIdPartition
+
+GiB = 1 << 30
+MiB = 1 << 20
+RECORD = 1000
+CACHE = 512 * MiB
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def tool(cluster: KafkaCluster, main: str, *args: str, timeout: float = 900) -> tuple[str, float]:
+    """Runs one of Kafka's perf tools; returns its stdout and its own CPU seconds."""
+    start = time.monotonic()
+    proc = subprocess.Popen([java(), "-Xmx512m", "-cp", kafka_classpath(), main, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{main} failed ({proc.returncode}): {err[-2000:]}")
+    return out, time.monotonic() - start
+
+
+def children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class Meter:
+    """Wall time and the CPU of the broker, SeaweedFS and the client tools over a span."""
+
+    def __init__(self, broker_pid: int, s3_pid: int):
+        self.pids = {"broker": broker_pid, "s3": s3_pid}
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        self.cpu0 = {k: proc_cpu(p) for k, p in self.pids.items()}
+        self.client0 = children_cpu()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.monotonic() - self.t0
+        self.cpu = {k: proc_cpu(p) - self.cpu0[k] for k, p in self.pids.items()}
+        self.cpu["client"] = children_cpu() - self.client0
+
+
+def create(cluster, topic: str, **configs) -> None:
+    args = ["create-topic", "--topic", topic]
+    for k, v in configs.items():
+        args += ["--config", f"{k}={v}"]
+    cluster.run_client(args, timeout=120)
+
+
+def produce(cluster, topic: str, records: int) -> float:
+    out, _ = tool(cluster, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                  "--num-records", str(records), "--record-size", str(RECORD),
+                  "--throughput", "-1", "--producer-props",
+                  f"bootstrap.servers={cluster.bootstrap}", "acks=all", "linger.ms=5",
+                  "batch.size=262144")
+    m = re.findall(r"records sent, [\d.]+ records/sec \(([\d.]+) MB/sec\)", out)
+    return float(m[-1])
+
+
+def consume(cluster, topic: str, records: int) -> float:
+    out, _ = tool(cluster, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                  cluster.bootstrap, "--topic", topic, "--messages", str(records),
+                  "--timeout", "120000", "--group", f"perf-{uuid.uuid4().hex[:6]}",
+                  "--consumer.config", "/dev/null")
+    row = [line for line in out.splitlines() if re.match(r"\d{4}-", line)][-1].split(",")
+    return float(row[3])  # MB.sec
+
+
+def offsets(cluster, topic: str, spec: str) -> int:
+    [o] = cluster.run_client(["list-offsets", "--topic", topic, "--partitions", "0",
+                              "--spec", spec], timeout=90)
+    return o["offset"]
+
+
+def line(label: str, meter: Meter, gib: float, mbps: float) -> str:
+    per = {k: v / gib for k, v in meter.cpu.items()}
+    return (f"  {label:<28} {mbps:8.1f} MB/s  wall {meter.wall:6.1f} s  CPU s/GiB: broker "
+            f"{per['broker']:6.1f}  s3 {per['s3']:5.1f}  client {per['client']:5.1f}")
+
+
+def section_a(cluster, s3, mb: int, rounds: int) -> None:
+    print(f"(a) produce {mb} MiB of {RECORD}-byte records, tiered topic vs plain topic")
+    records = mb * MiB // RECORD
+    ratios = []
+    for r in range(rounds):
+        results = {}
+        for kind in ("plain", "tiered"):
+            topic = f"produce-{kind}-{r}"
+            extra = {"remote.storage.enable": "true", "local.retention.bytes": "1"} \
+                if kind == "tiered" else {}
+            create(cluster, topic, **{"segment.bytes": str(16 * MiB), **extra})
+            with Meter(cluster.node(1).proc.pid, s3.proc.pid) as m:
+                results[kind] = produce(cluster, topic, records)
+            print(line(f"round {r} {kind}", m, mb / 1024, results[kind]))
+        ratios.append(results["tiered"] / results["plain"])
+    print(f"  tiered/plain: {', '.join(f'{x:.2f}' for x in ratios)}  median "
+          f"{statistics.median(ratios):.2f}x (target >= 0.9x)\n")
+
+
+def section_b(cluster, s3, mb: int) -> None:
+    print(f"(b) catch-up from offset 0 of {mb} MiB: tiered (segments gone from disk) vs local")
+    records = mb * MiB // RECORD
+    create(cluster, "catchup-local", **{"segment.bytes": str(16 * MiB)})
+    create(cluster, "catchup-tiered", **{"segment.bytes": str(16 * MiB),
+                                         "remote.storage.enable": "true",
+                                         "local.retention.bytes": "1"})
+    for topic in ("catchup-local", "catchup-tiered"):
+        produce(cluster, topic, records)
+    end = offsets(cluster, "catchup-tiered", "latest")
+    wait_until("the tiered topic to leave the broker's disk",
+               lambda: offsets(cluster, "catchup-tiered", "earliest-local") > end * 0.9,
+               timeout=600, interval=2)
+    cluster.restart(1)  # empties the chunk cache (memory) and the page cache's relevance
+    results = {}
+    for phase in ("cold", "warm"):
+        for topic in ("catchup-local", "catchup-tiered"):
+            with Meter(cluster.node(1).proc.pid, s3.proc.pid) as m:
+                results[(phase, topic)] = consume(cluster, topic, records)
+            print(line(f"{phase} {topic}", m, mb / 1024, results[(phase, topic)]))
+        ratio = results[(phase, "catchup-tiered")] / results[(phase, "catchup-local")]
+        target = 0.5 if phase == "cold" else 0.8
+        print(f"  {phase}: tiered/local {ratio:.2f}x (target >= {target}x)")
+    print(f"  broker peak RSS (VmHWM) since the restart: "
+          f"{peak_rss_mib(cluster.node(1).proc.pid):.0f} MiB (JVM heap -Xmx384m, chunk cache "
+          f"{CACHE // MiB} MiB, read-ahead window 16 MiB)\n")
+
+
+def section_c(s3, base: Path, mb: int, rounds: int) -> None:
+    from rsm_crash_writer import segment_metadata
+
+    from bench.segment import segment
+    from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
+    from engine.log.producer_state import write_snapshot
+    from engine.log.segment import LogSegment
+    from engine.remote import LogSegmentData
+    from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
+
+    print(f"(c) crossing cost: the plugin jar vs the engine from Python, {mb} MiB segment")
+    src = base / "segment"
+    src.mkdir(parents=True)
+    (src / f"{0:020d}.log").write_bytes(segment(mb * MiB))
+    seg = LogSegment.open(src, 0)
+    seg.resize_indexes(10 << 20)
+    seg.recover()
+    next_offset = seg.next_offset()
+    seg.on_become_inactive_segment()
+    seg.close()
+    write_snapshot(src / f"{next_offset:020d}.snapshot", [], sync=False)
+    epochs = LeaderEpochCheckpointFile(src / "epochs", create=False)
+    epochs.write([EpochEntry(0, 0)], sync=False)
+    data = LogSegmentData(src / f"{0:020d}.log", src / f"{0:020d}.index",
+                          src / f"{0:020d}.timeindex", None,
+                          src / f"{next_offset:020d}.snapshot", (src / "epochs").read_bytes())
+    size = data.log_segment.stat().st_size
+    tip = TopicIdPartition(Uuid.random(), "crossing", 0)
+    configs = dict(s3.config())
+    configs.update({"storage.backend.class": "io.aiven.kafka.tieredstorage.storage.s3."
+                                             "S3Storage",
+                    "key.prefix": f"crossing-{uuid.uuid4().hex[:6]}/",
+                    "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache."
+                                               "MemoryChunkCache",
+                    "fetch.chunk.cache.size": str(2 * mb * MiB)})
+    py_fetch, jar_fetch, py_copy, jar_copy = [], [], [], []
+    for r in range(rounds):
+        md = segment_metadata(tip, 0, next_offset - 1, size)
+        words = metadata_words(md)
+        out = run_driver(base / f"drv-{r}", {**configs, "engine.venv": str(VENV)},
+                         [f"copy {words} {copy_words(data)}", f"ranges {words}",
+                          f"ranges {words}", f"delete {words}"], timeout=900)
+        assert all("error" not in o for o in out), out
+        jar_copy.append(out[1]["elapsed_ns"] / 1e9)
+        jar_fetch.append(out[3]["elapsed_ns"] / 1e9)  # warm: the second pass
+        rsm = ObjectStorageRemoteStorageManager()
+        rsm.configure(configs)
+        try:
+            md = segment_metadata(tip, 0, next_offset - 1, size)
+            t = time.perf_counter()
+            rsm.copy_log_segment_data(md, data)
+            py_copy.append(time.perf_counter() - t)
+            buf = bytearray(MiB)
+            for _ in range(2):  # the second pass is warm, as the jar's
+                t = time.perf_counter()
+                for pos in range(0, size, MiB):
+                    n = min(MiB, size - pos)
+                    rsm.read_range_into(md, pos, memoryview(buf)[:n])
+                elapsed = time.perf_counter() - t
+            py_fetch.append(elapsed)
+            rsm.delete_log_segment_data(md)
+        finally:
+            rsm.close()
+    for label, jar, py in (("fetchLogSegment 1 MiB ranges (warm)", jar_fetch, py_fetch),
+                           ("copyLogSegmentData", jar_copy, py_copy)):
+        ratio = statistics.median(jar) / statistics.median(py)
+        print(f"  {label:<38} jar {statistics.median(jar) * 1e3:8.1f} ms  python "
+              f"{statistics.median(py) * 1e3:8.1f} ms  jar/python {ratio:.2f}x "
+              f"(target <= 1.10x)")
+    print()
+
+
+def section_d(s3, base: Path, mb: int, threads: tuple[int, ...]) -> None:
+    from rsm_crash_writer import make_segment, segment_metadata
+
+    print("(d) concurrent fetches through the plugin: overlap = sum of call times / wall")
+    data, last, size = make_segment(base / "conc", 0, batches=max(1, mb * MiB // 21_000),
+                                    records=100, value_size=200, seed=1)
+    tip = TopicIdPartition(Uuid.random(), "threads", 0)
+    md = segment_metadata(tip, 0, last, size)
+    words = metadata_words(md)
+    configs = dict(s3.config())
+    configs.update({"storage.backend.class": "io.aiven.kafka.tieredstorage.storage.s3."
+                                             "S3Storage",
+                    "key.prefix": f"threads-{uuid.uuid4().hex[:6]}/", "engine.venv": str(VENV)})
+    script = [f"copy {words} {copy_words(data)}"]
+    script += [f"parallel {words} threads={n} rounds=2" for n in threads]
+    out = run_driver(base / "drv-threads", configs, script, timeout=900)
+    for n, o in zip(threads, out[2:]):
+        print(f"  {n} threads: {o['bytes'] / o['wall_ns'] * 1e3:7.1f} MB/s  overlap "
+              f"{o['busy_ns'] / o['wall_ns']:.2f} (cold chunks: every fetch GETs)")
+    print()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default="abcd")
+    ap.add_argument("--mb", type=int, default=256, help="MiB per produce/catch-up/segment")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    model = Path("/proc/cpuinfo").read_text().split("model name")[1].split(":")[1]
+    print(f"machine: {os.cpu_count()} cores; {model.splitlines()[0].strip()}")
+    with tempfile.TemporaryDirectory(prefix="bench-plugin-") as tmp:
+        base = Path(tmp)
+        s3 = S3Server(base / "weed").start()
+        try:
+            if set(args.sections) & set("ab"):
+                props = broker_properties(s3.config(), f"bench-{uuid.uuid4().hex[:6]}/",
+                                          **{"rsm.config.fetch.chunk.cache.size": str(CACHE),
+                                             "rsm.config.chunk.size": str(4 * MiB),
+                                             "rsm.config.fetch.chunk.cache.prefetch.max.size":
+                                                 str(16 * MiB)})
+                with KafkaCluster(base / "kafka", brokers=1, server_properties=props) as c:
+                    if "a" in args.sections:
+                        section_a(c, s3, args.mb, args.rounds)
+                    if "b" in args.sections:
+                        section_b(c, s3, args.mb)
+            if "c" in args.sections:
+                section_c(s3, base / "c", args.mb, args.rounds)
+            if "d" in args.sections:
+                section_d(s3, base / "d", min(args.mb, 64), (1, 2, 4, 8))
+        finally:
+            s3.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,12 +21,16 @@ from kafka_tiered_support import (
     offsets,
     produced_view,
     record_view,
+    rlmm_segments,
+    segment_keys,
     tiered_cluster,
     tiered_segments,
     topic_objects,
     wait_all_tiered,
     wait_until,
 )
+
+from engine.remote.metadata import RemoteLogSegmentState
 
 #: about 10 KB a record: a 1 MiB segment holds about a hundred
 VALUE_SIZE = 10_000
@@ -87,7 +91,14 @@ def wait_deleted(broker, s3_server, topic: str, earliest: int, partition: int = 
         below = [s for s, nxt in zip(starts, starts[1:] + [None])
                  if nxt is not None and nxt <= earliest]
         return None if below else segments
-    return wait_until(f"{topic} to start at {earliest} in the log and the bucket", done)
+    segments = wait_until(f"{topic} to start at {earliest} in the log and the bucket", done)
+    # Kafka's RLMM agrees: the segments it still lists are the ones left in the bucket
+    wait_until(f"the RLMM of {topic} to list the bucket's segments", lambda: {
+        f"{p}/{m.start_offset:020d}-{m.remote_log_segment_id.id}"
+        for p, listed in rlmm_segments(broker, topic).items() for m in listed
+        if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+    } == set(segment_keys(s3_server, broker.key_prefix, topic)))
+    return segments
 
 
 def assert_reads_from(broker, produced, topic: str, earliest: int) -> None:

@@ -79,6 +79,12 @@ def log_sizes(broker, s3_server, topic: str) -> dict[tuple[int, int], int]:
             if tail.endswith(".log")}
 
 
+def leader_epoch(broker, topic: str) -> int:
+    [answer] = broker.run_client(["list-offsets", "--topic", topic, "--partitions", "0",
+                                  "--spec", "latest"])
+    return answer["leader_epoch"]
+
+
 def wait_deleted(broker, s3_server, topic: str, earliest: int, partition: int = 0) -> dict:
     """Waits until the log starts at `earliest` and no tiered segment wholly below it is
     left in the bucket; returns the bucket's segments then."""
@@ -168,7 +174,8 @@ def test_retention_size_deletes_the_oldest_segments_past_it(broker, s3_server):
 
 def test_delete_records_deletes_the_segments_below_the_log_start(broker, s3_server):
     """DeleteRecords to an offset inside the third tiered segment: the two segments wholly
-    below it leave the bucket, the third stays and is read from that offset on."""
+    below it leave the bucket, the third stays and is read from that offset on. Then again
+    in a later leader epoch, past every segment of the first one."""
     topic = "log-start"
     create(broker, topic)
     produced = produce(broker, topic, 500, 4)
@@ -184,6 +191,26 @@ def test_delete_records_deletes_the_segments_below_the_log_start(broker, s3_serv
     assert set(after) == {(0, s) for s in starts[2:]}
     assert all(s == OBJECTS for s in after.values()), after
     assert_reads_from(broker, produced, topic, target)
+
+    # a new leader epoch (the only replica restarts), more records, then DeleteRecords past
+    # every segment holding records of the old epoch: the tier starts in the new epoch
+    epoch = leader_epoch(broker, topic)
+    broker.restart(1)
+    assert leader_epoch(broker, topic) > epoch
+    more = produce(broker, topic, 300, 7)
+    wait_all_tiered(broker, topic, [0])
+    starts = sorted(s for _, s in tiered_segments(s3_server, broker.key_prefix, topic))
+    new_only = [s for s in starts if s >= min(r["offset"] for r in more)]
+    target = new_only[0] + 3
+    assert target < new_only[1]
+    broker.run_client(["delete-records", "--topic", topic, "--partitions", "0",
+                       "--before-offset", str(target)])
+    after = wait_deleted(broker, s3_server, topic, target)
+    assert set(after) == {(0, s) for s in new_only}
+    assert all(s == OBJECTS for s in after.values()), after
+    listed = rlmm_segments(broker, topic)[0]
+    assert listed and all(min(m.segment_leader_epochs) > epoch for m in listed), listed
+    assert_reads_from(broker, produced + more, topic, target)
 
 
 def test_topic_deletion_deletes_every_object_of_the_topic(broker, s3_server):

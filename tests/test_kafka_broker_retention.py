@@ -229,3 +229,21 @@ def test_topic_deletion_deletes_every_object_of_the_topic(broker, s3_server):
     wait_until(f"every object of {topic} to leave the bucket",
                lambda: not topic_objects(s3_server, broker.key_prefix, topic))
     assert topic_objects(s3_server, broker.key_prefix, neighbour) == kept
+
+
+def test_the_bucket_helpers_find_a_topic_whatever_its_id(s3_server):
+    """A topic's directory is `<topic>-<topic id>`, and ids hold `-` and `_` (URL-safe
+    base64), as topic names do: each directory is matched to its topic whole."""
+    import uuid
+
+    import obstore
+
+    prefix = f"helpers-{uuid.uuid4().hex[:8]}/"
+    dirs = {"a-b": "AAAA-AAAAAAAAAAAAAAAAA", "a": "b-AAAAAAAAAAAAAAAAAAAA",
+            "c": "A_AAAAAAAAAAAAAAAAAAA-"}
+    for topic, topic_id in dirs.items():
+        for suffix in OBJECTS:
+            obstore.put(s3_server.raw_store(),
+                        f"{prefix}{topic}-{topic_id}/0/{7:020d}-{topic_id}.{suffix}", b"x")
+    for topic in dirs:
+        assert tiered_segments(s3_server, prefix, topic) == {(0, 7): OBJECTS}, topic

@@ -38,7 +38,8 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `engine` impo
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.segment import segment
-from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, Uuid, fsync_dir
+from engine.common import Uuid, fsync_dir
+from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 from engine.log.producer_state import write_snapshot
 from engine.log.segment import LogSegment
 from engine.remote import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata

@@ -31,7 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.checksums import crc32c
-from engine.log.checkpoint import Uuid
+from engine.common import Uuid
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.metadata import (
     RemoteLogSegmentId,

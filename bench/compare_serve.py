@@ -56,8 +56,8 @@ PARTITION_MAX = 1 << 20
 def build(base: Path, records: int, tier: dict | None = None) -> str:
     """The topic, tiered; `tier`: the RSM's properties instead of the filesystem tier's."""
     from engine.cli.produce_demo import produce_partition
+    from engine.common import Uuid
     from engine.config import load_broker_config
-    from engine.log.checkpoint import Uuid
     from engine.log.log_manager import LogManager
     from engine.records import CompressionType
 

@@ -96,9 +96,9 @@ def build_reference(props: dict, ipc_dir: Path, max_bytes: int) -> int:
     input partition). Returns the number of partitions."""
     import pyarrow as pa
 
+    from engine.scan.schema import arrow_schema
+    from engine.scan.tasks import scan_ranges
     from engine.spark.options import parse_options
-    from engine.spark.scan import scan_ranges
-    from engine.spark.schema import arrow_schema
     from engine.spark.source import plan_scan
 
     opts = parse_options({**props, "subscribe": TOPIC, "includeHeaders": "true",
@@ -118,7 +118,7 @@ def reference_source():
     source with this schema)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from engine.spark.schema import spark_ddl
+    from engine.scan.schema import spark_ddl
 
     class Reader(DataSourceReader):
         def __init__(self, directory):

@@ -86,9 +86,9 @@ def in_process(sources: dict, max_bytes: int, server_pid: int) -> dict:
     """Per side: seconds of the driver's planning, and of every task's read + decode run
     one after the other in this process (no Spark, no JVM: the read path alone), with the
     CPU seconds of this process and of the S3 server meanwhile."""
+    from engine.scan.schema import arrow_schema
+    from engine.scan.tasks import scan_ranges
     from engine.spark.options import parse_options
-    from engine.spark.scan import scan_ranges
-    from engine.spark.schema import arrow_schema
     from engine.spark.source import plan_scan
 
     out = {}

@@ -11,7 +11,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from engine.log.checkpoint import Uuid
+from engine.common import Uuid
 from engine.records import RecordBatchBuilder
 from engine.remote.objectstore.store import ObjectStore, StoreConfig
 

@@ -21,7 +21,7 @@ import sys
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.log.checkpoint import Uuid
+from engine.common import Uuid
 from engine.remote.embedded_rlmm import EmbeddedRemoteLogMetadataManager
 from engine.remote.metadata import (
     RemoteLogSegmentId,

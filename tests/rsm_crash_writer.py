@@ -23,7 +23,8 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, Uuid
+from engine.common import Uuid
+from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 from engine.log.producer_state import write_snapshot
 from engine.log.segment import LogSegment
 from engine.log.transaction_index import AbortedTxn

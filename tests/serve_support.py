@@ -80,8 +80,8 @@ def build_tiered_broker(base: Path, extra: str = "") -> TieredBroker:
     """Produces and tiers the topic, then reads every reference (before any `serve`
     holds the log dirs)."""
     from engine.cli.produce_demo import produce_partition
+    from engine.common import Uuid
     from engine.config import load_broker_config
-    from engine.log.checkpoint import Uuid
     from engine.log.log_manager import LogManager
     from engine.records import CompressionType
 

@@ -148,7 +148,7 @@ class TieredCluster:
             manager.shutdown()
 
     def _topic_id(self, topic):
-        from engine.log.checkpoint import Uuid
+        from engine.common import Uuid
 
         return _TOPIC_IDS.setdefault((self.base, topic), Uuid.random())
 

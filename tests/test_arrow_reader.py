@@ -62,7 +62,7 @@ def test_a_bucket_source_equals_fetch_and_the_rlmm_lineage(cluster):
                     include_headers=True) as stream:
         got = arrow_rows(stream.read_all())
     assert got == fetched_rows(cluster)
-    from engine.spark.tier import Tier
+    from engine.scan.tier import Tier
 
     with Tier(cluster.props) as tier, Bucket(cluster.bucket_url, cluster.store) as bucket:
         for (topic, p), tip in tier.partitions().items():

@@ -193,7 +193,7 @@ def test_a_partition_with_only_a_half_deleted_segment_is_lost_data(hand):
 
 
 def synthetic_keys(prefix, topic_id, partitions, per_partition):
-    from engine.log.checkpoint import Uuid
+    from engine.common import Uuid
     from engine.remote.objectstore.store import ObjectInfo
 
     for p in range(partitions):
@@ -205,7 +205,7 @@ def synthetic_keys(prefix, topic_id, partitions, per_partition):
 
 
 def test_the_listing_parses_keys_as_the_layout_says():
-    from engine.log.checkpoint import Uuid
+    from engine.common import Uuid
     from engine.remote.bucket import group_listing
     from engine.remote.objectstore.keys import parse_object_key
     from engine.remote.objectstore.store import ObjectInfo
@@ -229,7 +229,7 @@ def test_the_listing_parses_keys_as_the_layout_says():
 def test_a_listing_of_many_segments_keeps_segments_not_pages():
     import tracemalloc
 
-    from engine.log.checkpoint import Uuid
+    from engine.common import Uuid
     from engine.remote.bucket import group_listing
 
     n = 100_000  # the size the issue names

@@ -37,8 +37,8 @@ from bucket_support import CHUNK, HandBucket, HandSegment, expected_rows
 from spark_support import REPO, arrow_rows
 
 from engine.arrow import read_topic
+from engine.common import Uuid
 from engine.errors import KafkaEngineError
-from engine.log.checkpoint import Uuid
 from engine.records import MemoryRecords
 from engine.remote.objectstore.manifest import VariableChunkIndex
 from engine.remote.objectstore.transforms import compress_chunk

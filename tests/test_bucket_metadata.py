@@ -148,7 +148,7 @@ def test_the_export_route_carries_the_metadata_to_the_bucket_reads(hand, tmp_pat
     import argparse
 
     from engine.cli.export import _arguments, _store_and_properties
-    from engine.spark.tier import tier_for_export
+    from engine.scan.tier import tier_for_export
 
     a = hand.segment(0, 9, [(0, 0)])
     hand.segment(10, 19, [(0, 0)])                     # not in the metadata

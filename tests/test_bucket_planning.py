@@ -10,7 +10,7 @@ import pytest
 from bucket_support import HandBucket
 from rsm_crash_writer import make_segment, segment_metadata
 
-from engine.log.checkpoint import Uuid
+from engine.common import Uuid
 from engine.log.offset_index import OffsetIndex
 from engine.remote.bucket import Bucket
 from engine.remote.metadata import TopicIdPartition

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.common import TopicPartition, Uuid, write_file_atomically
 from engine.errors import CorruptCheckpointError
 from engine.log.checkpoint import (
     CheckpointFile,
@@ -15,11 +16,8 @@ from engine.log.checkpoint import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
     PartitionMetadataFile,
-    TopicPartition,
-    Uuid,
     epoch_entries_in_range,
     epoch_for_offset,
-    write_file_atomically,
 )
 
 DATADIR = (Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
@@ -316,13 +314,3 @@ def test_leader_epoch_checkpoint_text_is_the_checkpoint_files_encoding(tmp_path)
     assert leader_epoch_checkpoint_text(entries, 30) == checkpoint.file.read_bytes()
     assert leader_epoch_checkpoint_text(entries, 31) == \
         LeaderEpochCheckpointFile.encode_entries(entries)
-
-
-def test_shared_basics_are_reexported_from_the_checkpoint_module():
-    """Uuid, TopicPartition and the atomic writes live in engine.common (layer 2); the
-    names engine.log.checkpoint has always exported are the same objects."""
-    from engine import common
-    from engine.log import checkpoint
-
-    for name in ("Uuid", "TopicPartition", "fsync_dir", "write_file_atomically"):
-        assert getattr(checkpoint, name) is getattr(common, name)

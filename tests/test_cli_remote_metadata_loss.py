@@ -14,7 +14,8 @@ import sys
 from test_cli_tiered import BROKER, ROOT, _fill
 
 from engine.cli import main
-from engine.log.checkpoint import OffsetCheckpointFile, TopicPartition
+from engine.common import TopicPartition
+from engine.log.checkpoint import OffsetCheckpointFile
 from engine.log.log_manager import LogManager
 from engine.remote.embedded_rlmm import METADATA_DIR_NAME
 

@@ -35,8 +35,9 @@ import time
 
 import pytest
 
+from engine.common import TopicPartition, Uuid
 from engine.config import load_broker_config
-from engine.log.checkpoint import OffsetCheckpointFile, TopicPartition, Uuid
+from engine.log.checkpoint import OffsetCheckpointFile
 from engine.log.log_manager import LogManager
 from engine.records import RecordBatchBuilder
 from engine.remote.embedded_rlmm import METADATA_DIR_NAME, EmbeddedRemoteLogMetadataManager

@@ -55,8 +55,8 @@ def fetched(cluster, partitions, headers=True):
 
 
 def tier_ends(cluster) -> dict[int, int]:
-    from engine.spark.planning import tier_bounds
-    from engine.spark.tier import Tier
+    from engine.scan.planning import tier_bounds
+    from engine.scan.tier import Tier
 
     with Tier(cluster.props) as tier:
         return {p: tier_bounds(tier.chain(tip))[1]

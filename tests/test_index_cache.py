@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from rsm_crash_writer import BASE_TS, make_segment, segment_metadata
 
+from engine.common import Uuid
 from engine.errors import RemoteStorageError
-from engine.log.checkpoint import Uuid
 from engine.log.offset_index import OffsetIndex
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import TransactionIndex

@@ -1,11 +1,14 @@
 """The layer rule of the architecture (README, "Layers"), enforced: every import of every module
 under engine/ (module level, function level, TYPE_CHECKING blocks alike, read with ast) goes
-to its own layer or a lower one, and no two modules import each other, directly or through
-others."""
+to its own layer or a lower one, no face (protocol, spark, arrow) imports another, and no
+two modules import each other, directly or through others."""
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +25,12 @@ LAYERS = {
     "engine.log": 4,
     "engine.remote": 5,
     "engine.rlm": 6,
-    "engine.protocol": 7, "engine.spark": 7, "engine.arrow": 7,
-    "engine.cli": 8, "engine.__main__": 8,
+    "engine.scan": 7,
+    "engine.protocol": 8, "engine.spark": 8, "engine.arrow": 8,
+    "engine.cli": 9, "engine.__main__": 9,
 }
+#: the faces (layer 8): each reads through the layers below it, never through another face
+FACES = ("engine.protocol", "engine.spark", "engine.arrow")
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -87,6 +93,63 @@ def test_no_module_imports_a_higher_layer(graph):
     assert upward == []
 
 
+def face_of(module: str) -> str | None:
+    return next((f for f in FACES if module == f or module.startswith(f + ".")), None)
+
+
+def test_no_face_imports_another(graph):
+    crossing = [f"{importer} imports {target}" for importer, targets in sorted(graph.items())
+                for target in sorted(targets)
+                if face_of(importer) and face_of(target) not in (None, face_of(importer))]
+    assert crossing == []
+
+
+def test_the_face_rule_sees_a_crossing():
+    assert face_of("engine.arrow.reader") == "engine.arrow"
+    assert face_of("engine.spark") == "engine.spark"
+    assert face_of("engine.scan.tier") is None and face_of("engine.sparkle") is None
+
+
+#: run in a fresh interpreter: pyspark unimportable, then every engine.scan module imported
+_IMPORT_WITHOUT_PYSPARK = """
+import importlib, sys
+
+class NoPyspark:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ImportError(f"{name} is made unimportable")
+
+sys.meta_path.insert(0, NoPyspark())
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+try:
+    importlib.import_module("engine.spark.source")  # the guard works: the face needs pyspark
+except ImportError:
+    print("ok")
+"""
+
+
+def test_the_scan_core_imports_without_pyspark():
+    """engine.scan is the pyspark-free core under the Spark and Arrow faces: no import of
+    pyspark anywhere in its files (function level too), and every module of it imports in
+    an interpreter where pyspark cannot be imported."""
+    modules = sorted(m for m in _modules() if m == "engine.scan" or m.startswith("engine.scan."))
+    assert len(modules) > 5
+    named = []
+    for module in modules:
+        path = _modules()[module]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            named += [f"{module}:{node.lineno}" for n in names if n.split(".")[0] == "pyspark"]
+    assert named == []
+    out = subprocess.run([sys.executable, "-c", _IMPORT_WITHOUT_PYSPARK, *modules], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok"]
+
+
 def test_the_native_layer_imports_nothing_above_it():
     """_native/*.pyx, .pxd and .pxi (compiled, so not in the graph) import only
     engine._native from the engine."""
@@ -146,3 +209,26 @@ def test_no_import_cycle_between_modules(graph):
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: the names of engine.common that modules above it once re-exported
+COMMON_NAMES = {"Uuid", "TopicPartition", "fsync_dir", "write_file_atomically"}
+
+
+def test_the_shared_basics_are_imported_from_engine_common():
+    """Uuid, TopicPartition and the atomic writes are engine.common's (layer 2): the engine,
+    the tests and the benchmarks import them from there, never through a module that happens
+    to use them (engine.log.checkpoint once re-exported them)."""
+    wrong = []
+    for folder in ("engine", "tests", "bench", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ImportFrom) or node.module == "engine.common":
+                    continue
+                if not node.level and not (node.module or "").startswith("engine"):
+                    continue
+                names = sorted({alias.name for alias in node.names} & COMMON_NAMES)
+                if names:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {names} "
+                                 f"from {'.' * node.level}{node.module or ''}")
+    assert wrong == []

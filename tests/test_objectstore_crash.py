@@ -40,8 +40,8 @@ import obstore
 
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
+from engine.common import Uuid
 from engine.config import load_broker_config
-from engine.log.checkpoint import Uuid
 from engine.log.log_manager import LogManager
 from engine.records import RecordBatchBuilder, scan_batches
 from engine.remote.embedded_rlmm import METADATA_DIR_NAME, EmbeddedRemoteLogMetadataManager

@@ -39,12 +39,13 @@ from s3_server import free_ports
 from test_objectstore_transforms import write_key_pair
 from test_tiered_scenarios import Broker, expected
 
+from engine.common import Uuid
 from engine.errors import (
     CorruptRecordError,
     CorruptRemoteObjectError,
     KafkaEngineError,
 )
-from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, Uuid
+from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 from engine.log.producer_state import write_snapshot
 from engine.log.segment import LogSegment
 from engine.records import MemoryRecords, RecordBatchBuilder

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zstandard
 
+from engine.common import Uuid
 from engine.errors import CorruptRemoteObjectError, RemoteStorageError
-from engine.log.checkpoint import Uuid
 from engine.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from engine.remote.objectstore.custom_metadata import (
     OBJECT_KEY,

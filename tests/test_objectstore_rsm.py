@@ -21,6 +21,7 @@ from fault_proxy import Fault
 from rsm_crash_writer import make_segment, segment_metadata
 from test_objectstore_transforms import write_key_pair
 
+from engine.common import Uuid
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import (
     CorruptRemoteObjectError,
@@ -29,7 +30,6 @@ from engine.errors import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from engine.log.checkpoint import Uuid
 from engine.remote import IndexType
 from engine.remote.factory import create_remote_storage_manager
 from engine.remote.metadata import TopicIdPartition

@@ -320,9 +320,9 @@ def test_fetch_to_end_fails_on_damage_below_the_high_watermark(tmp_path):
 
 
 def test_spark_tasks_refuse_a_damaged_base_offset(tmp_path):
-    from engine.spark.planning import SegmentRange
-    from engine.spark.scan import scan_range
-    from engine.spark.schema import arrow_schema
+    from engine.scan.decode import scan_range
+    from engine.scan.planning import SegmentRange
+    from engine.scan.schema import arrow_schema
 
     env = _tiered_env(tmp_path)
     try:
@@ -333,6 +333,32 @@ def test_spark_tasks_refuse_a_damaged_base_offset(tmp_path):
         r = SegmentRange(TOPIC, 0, md, 0, len(data), md.start_offset, md.end_offset + 1)
         with pytest.raises(CorruptRecordError, match="do not continue the log"):
             list(scan_range(data, r, arrow_schema(False)))
+    finally:
+        env.close()
+
+
+def test_a_range_names_damage_once_at_its_byte_in_the_segment(tmp_path):
+    """The decoding both scan faces share (a Spark task, engine.arrow) names the range once
+    and the damaged batch's byte in the segment, also for a range starting mid-segment."""
+    from engine.scan.decode import describe_range, scan_range
+    from engine.scan.planning import SegmentRange
+    from engine.scan.schema import arrow_schema
+
+    env = _tiered_env(tmp_path)
+    try:
+        md, path = _remote_log(env)
+        rows = _rows(path)
+        damaged = int(rows[2]["position"])
+        _patch(path, damaged, (int(rows[2]["base_offset"]) + 7).to_bytes(8, "big"))
+        start = int(rows[1]["position"])
+        data = path.read_bytes()
+        r = SegmentRange(TOPIC, 0, md, start, len(data), int(rows[1]["base_offset"]),
+                         md.end_offset + 1)
+        with pytest.raises(CorruptRecordError, match="do not continue the log") as err:
+            list(scan_range(data[start:], r, arrow_schema(False)))
+        assert str(err.value).count(describe_range(r)) == 1
+        assert err.value.position == damaged
+        assert f"at byte {damaged} " in str(err.value)
     finally:
         env.close()
 

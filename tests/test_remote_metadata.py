@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from engine.common import Uuid
 from engine.errors import CorruptRemoteLogMetadataError, RemoteResourceNotFoundError
-from engine.log.checkpoint import Uuid
 from engine.remote.metadata import (
     IllegalStateTransitionError,
     RemoteLogSegmentId,

@@ -14,9 +14,9 @@ import pytest
 from rsm_crash_writer import load_segment_data, make_segment, segment_metadata
 
 from engine.checksums import crc32c
+from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
-from engine.log.checkpoint import Uuid
 from engine.remote import IndexType, LogSegmentData
 from engine.remote.filesystem import (
     FILE_SUFFIXES,

@@ -13,7 +13,8 @@ import shutil
 import pytest
 from test_rlm_helpers import T0, TOPIC, Env
 
-from engine.log.checkpoint import OffsetCheckpointFile, TopicPartition
+from engine.common import TopicPartition
+from engine.log.checkpoint import OffsetCheckpointFile
 from engine.remote.metadata import RemoteLogSegmentState
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

@@ -8,9 +8,10 @@ import threading
 
 import pytest
 
+from engine.common import Uuid
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import RemoteLogReaderRejectedError
-from engine.log.checkpoint import EpochEntry, Uuid
+from engine.log.checkpoint import EpochEntry
 from engine.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import (
     CorruptRemoteLogMetadataError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from engine.log.checkpoint import Uuid
 from engine.remote import metadata_log
 from engine.remote.embedded_rlmm import METADATA_DIR_NAME, EmbeddedRemoteLogMetadataManager
 from engine.remote.metadata import (

@@ -199,6 +199,41 @@ def test_list_offsets_by_time_stop_at_the_last_stable_offset(open_transaction):
     assert set(offsets(2000, False)) == {(2000, 10)}
 
 
+# ------------------------------------------------------------------ ListOffsets v0
+
+def test_list_offsets_v0_answers_offsets_arrays_from_the_local_segments(broker, tiered):
+    """Kafka's v0 (legacyFetchOffsetsBefore): the local segments' base offsets and the log
+    end offset, highest first, at most max_num_offsets of them; earliest is the first
+    local offset (tiered records are not listed), unlike v1+ where it is the log start."""
+    unified = broker.log_manager.get_log(TOPIC, 0)
+    bases = [seg.base_offset for seg in unified.segments]
+    end = unified.high_watermark
+    assert len(bases) > 1 and end == unified.log_end_offset
+
+    def v0(timestamp, max_num):
+        body = {"replica_id": -1, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "timestamp": timestamp, "max_num_offsets": max_num}]}]}
+        [row] = _wire(LIST_OFFSETS, 0, body, lambda req: broker.list_offsets(req, 0)
+                      )["topics"][0]["partitions"]
+        return row["error_code"], row["old_style_offsets"]
+
+    earliest_local = tiered.offsets[0]["earliest-local"]
+    assert earliest_local == bases[0] > 0
+    assert v0(-2, 1) == v0(-2, 10) == (E.NONE, [earliest_local])
+    assert list_offsets(broker, 1, [{"partition_index": 0, "timestamp": -2}]
+                        )[0]["offset"] == 0  # v1+: the log start, in the tier
+    every = sorted({*bases, end}, reverse=True)
+    assert v0(-1, 1) == (E.NONE, [end])
+    assert v0(-1, 100) == (E.NONE, every)
+    assert v0(-1, 2) == (E.NONE, every[:2])
+    assert v0(-1, 0) == (E.NONE, [])
+    # by time: the segments modified at or before it (files are never older than 1 ms)
+    assert v0(1, 5) == (E.NONE, [])
+    assert v0(2**62, 100) == (E.NONE, every)
+    # only latest and earliest of the negative specs exist in v0
+    assert v0(-3, 1) == (E.UNSUPPORTED_VERSION, [])
+
+
 # ------------------------------------------------------------------ Metadata and ACLs
 
 def _acl(principal, resource_type, name, operation):

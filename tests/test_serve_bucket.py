@@ -267,6 +267,14 @@ def test_metadata_and_list_offsets_from_the_bucket(cluster, server, want):
         hit, miss = resp["topics"][0]["partitions"]
         assert (hit["offset"], hit["timestamp"]) == (first.offset, first.timestamp)
         assert (miss["offset"], miss["timestamp"]) == (-1, -1)
+        # v0 answers an offsets array: a bucket has no local segments to list, so the one
+        # offset of the later versions
+        resp = client.call(2, 0, {"replica_id": -1, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "timestamp": spec, "max_num_offsets": n}
+            for spec, n in ((-2, 5), (-1, 5), (-1, 0), (2**62, 1))]}]})
+        end = want[(False, 0)][-1].offset + 1
+        assert [row["old_style_offsets"] for row in resp["topics"][0]["partitions"]] == [
+            [0], [end], [], []]
         # a fetch past the end: OFFSET_OUT_OF_RANGE with no records
         end = want[(False, 0)][-1].offset + 1
         resp = client.call(1, 12, {
@@ -451,7 +459,7 @@ def test_stray_objects_are_reported_once_and_skipped(s3_server, tmp_path, caplog
     """A segment of partition 0 under another topic id, and a key that is no segment
     object: each is logged once, and every partition is still served (partition 0 under
     the id its topic's other partition has)."""
-    from engine.log.checkpoint import Uuid
+    from engine.common import Uuid
     from engine.protocol.replica import open_replica
 
     hand = HandBucket(s3_server)

@@ -1,5 +1,7 @@
-"""Committed offsets on `serve` with real clients: metadata larger than
-`offset.metadata.max.bytes` is refused per partition and stored nowhere."""
+"""Committed offsets on `serve`: metadata larger than `offset.metadata.max.bytes` is refused
+per partition and stored nowhere (with a real client); offsets expire as Kafka's
+coordinator expires them (`offsets.retention.minutes`, the coordinator's expiry pass with
+its clock set)."""
 
 from __future__ import annotations
 
@@ -50,3 +52,69 @@ def test_metadata_over_offset_metadata_max_bytes_is_refused_and_stored_nowhere(s
         c.close()
     assert {p: (o.offset, o.metadata) for p, o in got.items()} == {
         0: (5, "m" * 4096), 1: (6, "\U0001f600" * 2048), 2: (7, "ok")}
+
+
+# ------------------------------------------------------------------------- offset expiry
+
+_RETENTION_MS = 60_000  # offsets.retention.minutes=1
+
+
+def _coordinator(log_dir):
+    from engine.protocol.groups import GroupCoordinator
+    from engine.protocol.offsets_store import OffsetsStore
+
+    config = {"group.min.session.timeout.ms": 1000, "group.max.session.timeout.ms": 60000,
+              "group.initial.rebalance.delay.ms": 0, "offsets.retention.minutes": 1,
+              "offset.metadata.max.bytes": 4096, "group.max.size": 10}
+    return GroupCoordinator(config, OffsetsStore(log_dir), log_manager=None)
+
+
+def _expire_at(coordinator, monkeypatch, at_ms: int) -> dict:
+    """Runs one expiry pass with the clock at `at_ms`; the offsets left, by group."""
+    import asyncio
+
+    from engine.protocol import group_offsets
+
+    monkeypatch.setattr(group_offsets, "now_ms", lambda: at_ms)
+    asyncio.run(coordinator._expire_offsets())
+    return {g: sorted(p for _, p in coordinator.store.get(g))
+            for g in coordinator.store.groups()}
+
+
+def test_offsets_expire_as_kafka_expires_them(tmp_path, monkeypatch):
+    from engine.protocol.group_model import STABLE, Group, Member
+    from engine.protocol.offsets_store import CommittedOffset
+
+    t0 = 1_700_000_000_000
+    coordinator = _coordinator(tmp_path)
+    try:
+        def commit(group: str, partition: int, at_ms: int) -> None:
+            coordinator.store.commit(group, {(TOPIC, partition): CommittedOffset(
+                5, -1, None, at_ms)})
+
+        # a group that never had members (protocol type unset): each offset by its commit
+        for p, at in enumerate((t0, t0 + 30_000)):
+            commit("standalone", p, at)
+        # a consumer group that became Empty at t0: all its offsets from then, whenever
+        # they were committed
+        coordinator.groups["left"] = Group("left", protocol_type="consumer",
+                                           empty_since_ms=t0)
+        for p, at in enumerate((t0 - 10 * _RETENTION_MS, t0 + 50_000)):
+            commit("left", p, at)
+        # a Stable group's members keep its offsets (their metadata names no topics, so
+        # Kafka takes every topic for subscribed)
+        active = coordinator.groups["active"] = Group(
+            "active", state=STABLE, protocol_type="consumer", protocol="range")
+        active.add(Member("m", None, "c", "/h", 10000, 10000, "consumer",
+                          [("range", b"")]))
+        commit("active", 0, t0 - 10 * _RETENTION_MS)
+
+        assert _expire_at(coordinator, monkeypatch, t0 + _RETENTION_MS - 1) == {
+            "active": [0], "left": [0, 1], "standalone": [0, 1]}
+        assert _expire_at(coordinator, monkeypatch, t0 + _RETENTION_MS + 1) == {
+            "active": [0], "standalone": [1]}
+        assert "left" not in coordinator.groups  # nothing left of it
+        assert _expire_at(coordinator, monkeypatch, t0 + 30_000 + _RETENTION_MS + 1) == {
+            "active": [0]}
+    finally:
+        coordinator.close()

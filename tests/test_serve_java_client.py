@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from kafka_cluster import ClientError, ClientProcess, run_client, wait_until
+from kafka_cluster import ClientProcess, run_client, wait_until
 from serve_support import CODECS, TOPIC, Record, ServeProcess, build_tiered_broker
 
 
@@ -99,13 +99,6 @@ def test_java_admin_list_offsets_into_the_tier(tiered, server):
         assert found["offset"] == offset, (p, found)
 
 
-@pytest.mark.xfail(strict=True, raises=ClientError, reason=(
-    "serve answers an OffsetCommit from a member of the current generation with "
-    "REBALANCE_IN_PROGRESS (27) while the group is PreparingRebalance (Kafka accepts it): "
-    "the first member's commitSync in onPartitionsRevoked throws "
-    "RebalanceInProgressException, which poll() raises as KafkaException('User rebalance "
-    "callback throws an error'); the member drops out and the second re-reads records "
-    "from the last commit"))
 def test_java_group_rebalance_commits_on_revoke(tiered, server):
     """A second member joins while the first is consuming: the first commits in
     onPartitionsRevoked (the rebalance has begun: Kafka accepts a commit from the current

@@ -21,8 +21,8 @@ PARTITIONS = 20
 
 def _broker(base: Path) -> str:
     """TOPIC with PARTITIONS partitions of one batch each."""
+    from engine.common import Uuid
     from engine.config import load_broker_config
-    from engine.log.checkpoint import Uuid
     from engine.log.log_manager import LogManager
     from engine.records import RecordBatchBuilder
 

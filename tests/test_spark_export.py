@@ -14,7 +14,8 @@ import pyarrow.dataset as pads
 import pytest
 from spark_support import REPO, TieredCluster, arrow_rows, fetch_row, require_java, spark_env
 
-from engine.spark.export import STATE_FILE, ExportState, _clean, plan_round
+from engine.scan.export import ExportState, plan_round
+from engine.spark.export import STATE_FILE, _clean
 
 TOPIC = "exported"
 
@@ -74,8 +75,8 @@ def test_export_killed_and_resumed_writes_each_row_once(tmp_path):
     want = []
     for p in range(2):
         want += [fetch_row(TOPIC, p, r, headers=False) for r in cluster.fetch(TOPIC, p, 0)]
-    from engine.spark.planning import tier_bounds
-    from engine.spark.tier import Tier
+    from engine.scan.planning import tier_bounds
+    from engine.scan.tier import Tier
 
     with Tier(cluster.props) as tier:
         ends = {p: tier_bounds(tier.chain(tip))[1]
@@ -104,7 +105,7 @@ def test_rounds_take_whole_segments_and_refuse_a_gap():
     from test_spark_planning import seg
 
     from engine.errors import OffsetOutOfRangeError
-    from engine.spark.planning import lineage
+    from engine.scan.planning import lineage
 
     chain = lineage([seg(0, 99, {0: 0}, size=100), seg(100, 199, {0: 100}, size=100),
                      seg(200, 299, {0: 200}, size=100)])

@@ -46,9 +46,10 @@ def test_export_over_the_object_store_tier(tmp_path, s3_server):
     import pyarrow.dataset as pads
     from spark_support import REPO, require_java, spark_env
 
-    from engine.spark.export import STATE_FILE, ExportState
-    from engine.spark.planning import tier_bounds
-    from engine.spark.tier import Tier
+    from engine.scan.export import ExportState
+    from engine.scan.planning import tier_bounds
+    from engine.scan.tier import Tier
+    from engine.spark.export import STATE_FILE
 
     require_java()
     props = {"remote.log.storage.manager.class.name":

@@ -6,9 +6,9 @@ import pickle
 import numpy as np
 import pytest
 
+from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import OffsetOutOfRangeError
-from engine.log.checkpoint import Uuid
 from engine.log.offset_index import OFFSET_ENTRY_DTYPE
 from engine.remote.metadata import (
     RemoteLogSegmentId,
@@ -16,8 +16,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from engine.spark.options import EARLIEST, LATEST, parse_options
-from engine.spark.planning import (
+from engine.scan.planning import (
     end_position_for_offset,
     lineage,
     pack_ranges,
@@ -25,6 +24,7 @@ from engine.spark.planning import (
     position_for_offset,
     tier_bounds,
 )
+from engine.spark.options import EARLIEST, LATEST, parse_options
 
 TIP = TopicIdPartition(Uuid.random(), "events", 0)
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

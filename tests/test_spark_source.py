@@ -46,8 +46,8 @@ def expected(fetched, topic, partitions, lo=0, hi=None, committed=False, headers
 
 
 def tier_end(cluster, topic, partition):
-    from engine.spark.planning import tier_bounds
-    from engine.spark.tier import Tier
+    from engine.scan.planning import tier_bounds
+    from engine.scan.tier import Tier
 
     with Tier(cluster.props) as tier:
         return tier_bounds(tier.chain(tier.partitions()[(topic, partition)]))
@@ -79,7 +79,7 @@ def test_explicit_register_and_small_tasks_give_the_same_rows(spark, cluster, fe
     engine.spark.register(spark)
     options = dict(assign='{"events":[1]}', maxBytesPerPartition="20000",
                    startingOffsets='{"events":{"1":400}}', endingOffsets='{"events":{"1":1000}}')
-    from engine.spark.tier import Tier
+    from engine.scan.tier import Tier
 
     tasks = plan_scan(parse_options({"config": str(cluster.config), **options}))
     assert len(tasks) > 3

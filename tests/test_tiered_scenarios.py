@@ -24,9 +24,9 @@ import pytest
 from engine.cli._broker import open_broker
 from engine.cli.dump_log import RECORD_JSON_KEYS
 from engine.cli.fetch import ConsumerView
+from engine.common import Uuid
 from engine.config import ConfigError, TopicConfigStore, load_broker_config
 from engine.errors import OffsetOutOfRangeError
-from engine.log.checkpoint import Uuid
 from engine.log.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,

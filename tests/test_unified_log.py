@@ -10,6 +10,7 @@ import zlib
 
 import pytest
 
+from engine.common import Uuid
 from engine.errors import (
     CorruptRecordError,
     InvalidOffsetError,
@@ -23,7 +24,6 @@ from engine.log import (
     LeaderEpochFileCache,
     PartitionMetadataFile,
     UnifiedLog,
-    Uuid,
 )
 from engine.records import CompressionType, FileRecords, MemoryRecords, RecordBatchBuilder
 from engine.records.sample import sample_batches

@@ -1,7 +1,7 @@
 """The export job's Apache Iceberg target: a topic's tiered history appended to an Iceberg
 table (pyiceberg, a SQL catalog), resumable without duplicates, with no Spark.
 
-Rounds are the Parquet export's (`engine.spark.export.plan_round`: whole segments from each
+Rounds are the Parquet export's (`engine.scan.export.plan_round`: whole segments from each
 partition's next offset, about `max_bytes_per_round` remote bytes). A round's records are
 read with `engine.arrow.read_topic` and appended in one Iceberg commit whose snapshot summary
 also holds the export's state: the topic, the round number and every partition's next
@@ -13,7 +13,7 @@ the table rolls the export back with it). A concurrent writer makes the commit f
 (pyiceberg checks that the branch still points at the snapshot the round started from): the
 round is not committed and a rerun continues.
 
-The table's schema is Spark's Kafka source's (`engine.spark.schema`), headers included when
+The table's schema is Spark's Kafka source's (`engine.scan.schema`), headers included when
 asked; it is partitioned by Kafka partition and by day of the record timestamp, as the
 Parquet export's `partition=P/date=D` directories. A round is held in memory as one Arrow
 table before it is written (pyiceberg writes partitioned tables from whole tables only).
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from engine.config import ConfigError
 from engine.errors import KafkaEngineError
-from engine.spark.export import ExportState, plan_round
-from engine.spark.schema import COLUMNS
+from engine.scan.export import ExportState, next_round
+from engine.scan.schema import COLUMNS
 
 __all__ = ["DEFAULT_MAX_BYTES_PER_ROUND", "SUMMARY_OFFSETS", "SUMMARY_ROUND", "SUMMARY_TOPIC",
            "IcebergTarget", "committed_state", "export_to_iceberg", "table_schema"]
@@ -185,17 +185,11 @@ def export_to_iceberg(props: Mapping[str, str], config_path: str | None, topic: 
                       ) -> ExportState:
     """Exports every tiered record of `topic` not in the table yet (from the bucket alone
     when `bucket` is given). Returns the final state."""
-    from engine.spark.tier import UnknownTopicError, tier_for_export
-
     table = _open_table(target, include_headers)
     state = committed_state(table, topic)
     while True:
-        with tier_for_export(props, config_path, topic, bucket, store) as tier:
-            chains = tier.chains(topic)
-        if not chains:
-            raise UnknownTopicError(f"unknown topic {topic!r}: nothing of it is in the remote "
-                                    "tier")
-        plan = plan_round(chains, state.offsets, max_bytes_per_round)
+        plan = next_round(props, config_path, topic, bucket, store, state.offsets,
+                          max_bytes_per_round)
         if not plan:
             return state
         rows = _read_round(props, topic, plan, include_headers, bucket, store)

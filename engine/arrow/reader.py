@@ -11,14 +11,15 @@ Sources:
   `__remote_log_metadata` partitions or the embedded RLMM's files) only the segments that
   metadata lists COPY_SEGMENT_FINISHED at or above the log start offset are read.
 
-Planning is the Spark source's (`engine.spark.planning`): per partition, the segments of the
+Planning is the Spark source's (`engine.scan.planning`): per partition, the segments of the
 latest leader-epoch lineage within the offset bounds, cut into byte ranges of whole batches
 with the remote offset indexes. Each range is read through the shared remote-segment reading
-(`segment_access.RemoteSegmentReader`), its batches' offsets checked against the segment
-(`check_batches`) and their CRCs as they decode, and the records become Arrow batches of
-Spark's Kafka schema (`engine.spark.schema.arrow_schema`), building only the columns asked
-for: the bytes of keys, values and headers not asked for are never copied (the CRC check,
-which covers every byte of a batch, is what still reads them).
+(`segment_access.RemoteSegmentReader`) and decoded as a Spark task decodes it
+(`engine.scan.decode.scan_range`): its batches' offsets checked against the segment and
+their CRCs as they decode, the records Arrow batches of Spark's Kafka schema
+(`engine.scan.schema.arrow_schema`), building only the columns asked for: the bytes of keys,
+values and headers not asked for are never copied (the CRC check, which covers every byte
+of a batch, is what still reads them).
 
 With `views`, keys, values and headers come as Arrow view types (binary_view, string_view)
 pointing into the bytes read (uncompressed batches) or each batch's decompressed section:
@@ -47,17 +48,14 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-import numpy as np
-
 from engine.config import ConfigError, load_properties
-from engine.errors import CorruptRecordError, KafkaEngineError, RemoteStorageError
-from engine.records import MemoryRecords
+from engine.errors import KafkaEngineError, RemoteStorageError
 from engine.remote.bucket import Bucket, RemoteDataLossError
-from engine.remote.segment_access import RemoteSegmentReader, check_batches
-from engine.spark.planning import SegmentRange, plan_partition
-from engine.spark.scan import ARROW_BATCH_BYTES, aborted_batches, batch_runs, timestamp_us
-from engine.spark.schema import arrow_schema
-from engine.spark.tier import aborted_transactions, last_stable_offset
+from engine.remote.segment_access import RemoteSegmentReader
+from engine.scan.decode import describe_range, scan_range
+from engine.scan.planning import SegmentRange, plan_partition
+from engine.scan.schema import arrow_schema
+from engine.scan.tier import Tier, aborted_transactions, last_stable_offset
 
 __all__ = ["TopicStream", "read_topic", "record_batch_reader"]
 
@@ -97,8 +95,6 @@ class _TierSource:
     """The broker's remote tier: RLMM lineage, configured RSM."""
 
     def __init__(self, props: Mapping[str, str]):
-        from engine.spark.tier import Tier
-
         self.tier = Tier(props)
         self.rsm = self.tier.rsm
 
@@ -303,70 +299,14 @@ class TopicStream:
                 f"{sum(r.size for r in self.ranges)} bytes, columns={list(self.columns)})")
 
     def _range_batches(self, r: SegmentRange) -> Iterator:
-        seg = r.segment
-        where = (f"{r.topic}-{r.partition} remote segment {seg.remote_log_segment_id.id} "
-                 f"(offsets {seg.start_offset}-{seg.end_offset}, bytes {r.start_position}-"
-                 f"{r.end_position})")
+        where = describe_range(r)
         try:
-            data = RemoteSegmentReader(self._source.rsm, seg).read_exact(r.start_position,
-                                                                         r.end_position)
+            data = RemoteSegmentReader(self._source.rsm, r.segment).read_exact(
+                r.start_position, r.end_position)
         except KafkaEngineError as exc:  # its position is the object's own: kept as it is
             raise exc.with_context(where) from None
         if len(data) != r.size:
             raise RemoteStorageError(f"{where}: the remote segment returned {len(data)} "
                                      f"bytes, expected {r.size}")
-        try:
-            records = MemoryRecords(data)
-            headers = records.scan()
-            if records.partial_bytes:
-                raise CorruptRecordError(
-                    f"the range ends inside a batch: {records.partial_bytes} bytes after the "
-                    "last whole batch", position=records.valid_bytes)
-            check_batches(headers, where, crc=False, min_offset=seg.start_offset,
-                          max_offset=seg.end_offset)
-            keep = (headers["last_offset"] >= r.min_offset) \
-                & (headers["base_offset"] < r.max_offset) & ~headers["is_control"]
-            if self.start_timestamp is not None:
-                keep &= headers["max_timestamp"] >= self.start_timestamp
-            if r.aborted:  # whole batches: a batch holds one transaction's records
-                keep &= ~aborted_batches(headers, r.aborted)
-            for a, b in batch_runs(keep, headers["size"], ARROW_BATCH_BYTES):
-                cols = records.decode_columns(a, b, min_offset=r.min_offset,
-                                              max_offset=r.max_offset, include_control=False,
-                                              verify_crc=True, **self._decoded)
-                if cols.num_records == 0:
-                    continue
-                batch = self._to_arrow(cols, r)
-                if batch.num_rows:
-                    yield batch
-        except KafkaEngineError as exc:  # positions in the range's bytes: made the segment's
-            if exc.reason.startswith(where):
-                raise
-            raise exc.with_context(where, position_base=r.start_position) from None
-
-    def _to_arrow(self, cols, r: SegmentRange):
-        import pyarrow as pa
-
-        n = cols.num_records
-        build = {
-            "key": cols.keys,
-            "value": cols.values,
-            "topic": lambda: pa.repeat(pa.scalar(r.topic, pa.string()), n),
-            "partition": lambda: pa.repeat(pa.scalar(r.partition, pa.int32()), n),
-            "offset": lambda: pa.array(cols.offset),
-            "timestamp": lambda: timestamp_us(cols.timestamp),
-            "timestampType": lambda: pa.array(cols.timestamp_type.astype(np.int32)),
-            "headers": cols.header_lists,
-        }
-        batch = pa.RecordBatch.from_arrays([build[name]() for name in self.columns],
-                                           schema=self.schema)
-        lo, hi = self.start_timestamp, self.end_timestamp
-        if lo is None and hi is None:
-            return batch
-        ts = cols.timestamp
-        mask = np.ones(n, dtype=bool)
-        if lo is not None:
-            mask &= ts >= lo
-        if hi is not None:
-            mask &= ts < hi
-        return batch if mask.all() else batch.filter(pa.array(mask))
+        yield from scan_range(data, r, self.schema, decode=self._decoded,
+                              timestamps=(self.start_timestamp, self.end_timestamp))

@@ -8,13 +8,8 @@ import os
 import tempfile
 import time
 
-from engine.log import (
-    EpochEntry,
-    LeaderEpochCheckpointFile,
-    PartitionMetadataFile,
-    Uuid,
-    rebuild_indexes,
-)
+from engine.common import Uuid
+from engine.log import EpochEntry, LeaderEpochCheckpointFile, PartitionMetadataFile, rebuild_indexes
 from engine.log.index_rebuild import write_offset_index, write_time_index
 from engine.records import CompressionType, MemoryRecords, scan_batches
 from engine.records.sample import sample_batches

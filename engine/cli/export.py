@@ -108,10 +108,10 @@ def _store_and_properties(args) -> tuple[dict[str, str], dict[str, str]]:
 def run(args) -> int:
     from engine.config import ConfigError
     from engine.errors import KafkaEngineError
+    from engine.scan.export import ExportState
     from engine.spark.export import (
         DEFAULT_MAX_BYTES_PER_ROUND,
         STATE_FILE,
-        ExportState,
         run_export,
         spark_session,
     )
@@ -122,7 +122,7 @@ def run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # bad configuration or topic fails here, before a Spark session is started
-        from engine.spark.tier import UnknownTopicError, tier_for_export
+        from engine.scan.tier import UnknownTopicError, tier_for_export
 
         with tier_for_export(props, args.config, args.topic, args.bucket, store) as tier:
             topics = sorted({t for t, _ in tier.partitions()})

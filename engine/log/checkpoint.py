@@ -24,7 +24,7 @@ mismatch, a count mismatch or a malformed line raises CorruptCheckpointError.
 newline; readers split each line on `:` plus whitespace.
 
 `Uuid`, `TopicPartition` and the atomic writes live in `engine.common` (layer 2, shared with
-the remote tier) and are re-exported here.
+the remote tier): import them from there.
 
 Thread-safety: each file object serializes its reads and writes on a lock; the functions are
 pure.
@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from engine.common import TopicPartition, Uuid, fsync_dir, write_file_atomically
+from engine.common import TopicPartition, Uuid, write_file_atomically
 from engine.errors import CorruptCheckpointError
 
 __all__ = [
@@ -56,13 +56,9 @@ __all__ = [
     "OffsetCheckpointFile",
     "PartitionMetadata",
     "PartitionMetadataFile",
-    "TopicPartition",
-    "Uuid",
     "epoch_entries_in_range",
     "epoch_for_offset",
-    "fsync_dir",
     "leader_epoch_checkpoint_text",
-    "write_file_atomically",
 ]
 
 LEADER_EPOCH_CHECKPOINT_FILENAME = "leader-epoch-checkpoint"

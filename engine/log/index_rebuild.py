@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from engine._native.index import rebuild_entries
+from engine.common import write_file_atomically
 from engine.errors import InvalidOffsetError
 from engine.log._abstract_index import DEFAULT_MAX_INDEX_SIZE, INT32_MAX
-from engine.log.checkpoint import write_file_atomically
 from engine.log.offset_index import OFFSET_ENTRY_DTYPE, OFFSET_INDEX_FILE_DTYPE
 from engine.log.time_index import TIME_ENTRY_DTYPE, TIME_INDEX_FILE_DTYPE
 

@@ -68,6 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from engine.common import TopicPartition, Uuid, fsync_dir, write_file_atomically
 from engine.config import BrokerConfig, TopicConfig
 from engine.errors import (
     CorruptCheckpointError,
@@ -76,13 +77,7 @@ from engine.errors import (
     KafkaStorageError,
     UnknownTopicOrPartitionError,
 )
-from engine.log.checkpoint import (
-    OffsetCheckpointFile,
-    TopicPartition,
-    Uuid,
-    fsync_dir,
-    write_file_atomically,
-)
+from engine.log.checkpoint import OffsetCheckpointFile
 from engine.log.topic_ids import agreed_topic_id
 from engine.log.unified_log import UnifiedLog
 

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.common import fsync_dir
+from engine.common import fsync_dir, write_file_atomically
 from engine.errors import CorruptSnapshotError
-from engine.log.checkpoint import write_file_atomically
 from engine.log.transaction_index import AbortedTxn
 
 __all__ = [

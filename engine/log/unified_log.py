@@ -42,17 +42,12 @@ from typing import Any
 import numpy as np
 
 from engine._native import records as _records
+from engine.common import Uuid, write_file_atomically
 from engine.config import BrokerConfig, TopicConfig
 from engine.errors import (
     OffsetOutOfRangeError,
 )
-from engine.log.checkpoint import (
-    EpochEntry,
-    LeaderEpochCheckpointFile,
-    PartitionMetadataFile,
-    Uuid,
-    write_file_atomically,
-)
+from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, PartitionMetadataFile
 from engine.log.leader_epoch import LeaderEpochFileCache
 from engine.log.local_log import _NO_TIMESTAMP, LocalLog
 from engine.log.log_loader import (

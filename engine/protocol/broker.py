@@ -23,8 +23,10 @@ Kafka's behaviours kept here:
   closes that one); an incremental fetch gets FETCH_SESSION_ID_NOT_FOUND;
 - read_uncommitted answers null aborted transactions; read_committed stops at the last
   stable offset and lists the aborted transactions of what it returns;
+- ListOffsets v0 answers offsets arrays as Kafka's legacy path does: from the local
+  segments' base offsets and the log end offset, at most max_num_offsets, highest first;
 - DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
-  shows them;
+  shows them, and its declared type (engine.config.definitions: INT, LONG, ...);
 - a write (Produce) is answered NOT_LEADER_OR_FOLLOWER for every partition, as Kafka's
   read-only replica answers it (acks=0 gets no answer). Produce stays advertised: librdkafka
   derives its message format v2 feature from Produce v3 in ApiVersions, and without it its
@@ -36,11 +38,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 import struct
+import time
 from dataclasses import dataclass
 
+from engine.common import Uuid
+from engine.config.definitions import TOPIC_CONFIGS
 from engine.errors import UnknownTopicOrPartitionError
-from engine.log.checkpoint import Uuid
 from engine.protocol import errors as E
 from engine.protocol.acl import CLUSTER_NAME, authorized_operations
 from engine.protocol.messages import API_VERSIONS
@@ -63,7 +68,8 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 #: DescribeConfigsResponse.ConfigSource and ConfigType codes
 _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
-_CONFIG_TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6, "list": 7}
+_CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                 "LIST": 7, "CLASS": 8, "PASSWORD": 9}
 
 
 def _config_text(value) -> str | None:
@@ -320,8 +326,7 @@ class ReadBroker:
                 topic, partition, p["timestamp"],
                 self._list_offset(topic, partition, p["timestamp"], read_committed),
                 read_committed, client)
-            row.update(timestamp=ts, offset=offset, leader_epoch=epoch,
-                       old_style_offsets=[offset] if offset >= 0 else [])
+            row.update(timestamp=ts, offset=offset, leader_epoch=epoch)
         except Exception as exc:  # noqa: BLE001 - one partition fails alone
             row["error_code"] = E.error_code(exc)
             if row["error_code"] == E.KAFKA_STORAGE_ERROR:  # damage: the error names it
@@ -330,14 +335,66 @@ class ReadBroker:
                 log.warning("ListOffsets %s-%s failed: %s", topic, partition, exc)
         return row
 
+    def _legacy_offsets_row(self, topic: str, p: dict, read_committed: bool,
+                            client: bool) -> dict:
+        """A ListOffsets v0 partition: only latest (-1) and earliest (-2) of the negative
+        specs, answered with an offsets array (`legacy_offsets`)."""
+        row = {"partition_index": p["partition_index"], "error_code": E.NONE,
+               "old_style_offsets": []}
+        if p["timestamp"] < EARLIEST:
+            row["error_code"] = E.UNSUPPORTED_VERSION
+            return row
+        try:
+            row["old_style_offsets"] = self.legacy_offsets(
+                topic, p["partition_index"], p["timestamp"], p["max_num_offsets"], client)
+        except Exception as exc:  # noqa: BLE001 - one partition fails alone
+            row["error_code"] = E.error_code(exc)
+            if row["error_code"] in (E.KAFKA_STORAGE_ERROR, E.UNKNOWN_SERVER_ERROR):
+                log.warning("ListOffsets v0 %s-%s failed: %s", topic, p["partition_index"],
+                            exc)
+        return row
+
+    def legacy_offsets(self, topic: str, partition: int, timestamp: int, max_num: int,
+                       client: bool) -> list[int]:
+        """Kafka's ListOffsets v0 (legacyFetchOffsetsBefore), from the local segments only:
+        each segment's base offset (at least the log start offset) with its `.log`
+        modification time, then the log end offset (now) if the last segment holds data.
+        Earliest picks the first of them, latest the last, a timestamp the last one modified
+        at or before it; the answer is the picked one and those before it, at most
+        `max_num`, highest first. For a consumer, offsets past the high watermark give way
+        to the high watermark."""
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
+        segments = unified.segments
+        start = unified.log_start_offset
+        points = [(max(seg.base_offset, start), os.stat(seg.log_file).st_mtime_ns // 1_000_000)
+                  for seg in segments]
+        if segments[-1].size_in_bytes > 0:
+            points.append((unified.log_end_offset, int(time.time() * 1000)))
+        if timestamp == LATEST:
+            picked = len(points) - 1
+        elif timestamp == EARLIEST:
+            picked = 0
+        else:
+            picked = max((i for i, (_, mtime) in enumerate(points) if mtime <= timestamp),
+                         default=-1)
+        count = max(0, min(max_num, picked + 1))
+        offsets = [offset for offset, _ in points[picked + 1 - count:picked + 1]][::-1]
+        if client:
+            hw = unified.high_watermark
+            if any(o > hw for o in offsets):
+                offsets = [hw] + [o for o in offsets if o <= hw]
+        return offsets
+
     def list_offsets(self, body: dict, version: int, allowed=_allow_all) -> dict:
         read_committed = body["isolation_level"] == 1
         client = body["replica_id"] == -1
+        row_of = self._legacy_offsets_row if version == 0 else self._list_offsets_row
         topics = []
         for t in body["topics"]:
             if allowed("describe", "topic", t["name"]):
-                rows = [self._list_offsets_row(t["name"], p, read_committed, client)
-                        for p in t["partitions"]]
+                rows = [row_of(t["name"], p, read_committed, client) for p in t["partitions"]]
             else:
                 rows = [{"partition_index": p["partition_index"],
                          "error_code": E.TOPIC_AUTHORIZATION_FAILED}
@@ -509,7 +566,8 @@ class ReadBroker:
                     "name": name, "value": value, "read_only": False,
                     "is_default": resolved.source.name == "DEFAULT_CONFIG",
                     "config_source": source, "is_sensitive": False, "synonyms": synonyms,
-                    "config_type": _CONFIG_TYPES.get(type(resolved.value).__name__, 0),
+                    # the config's declared type: an INT such as segment.bytes is no LONG
+                    "config_type": _CONFIG_TYPES.get(TOPIC_CONFIGS[name].type.name, 0),
                     "documentation": None})
         return {"results": results}
 

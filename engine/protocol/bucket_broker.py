@@ -64,6 +64,14 @@ class BucketBroker(ReadBroker):
                      read_committed: bool) -> tuple[int, int, int]:
         return self.replica.list_offset(topic, partition, spec, read_committed)
 
+    def legacy_offsets(self, topic: str, partition: int, timestamp: int, max_num: int,
+                       client: bool) -> list[int]:
+        """ListOffsets v0: a bucket has no local segments to list, so the one offset the
+        later versions give (as a consumer sees it), if any and `max_num` allows."""
+        _, offset, _ = self._fetchable(topic, partition, timestamp, self._list_offset(
+            topic, partition, timestamp, False), False, client)
+        return [offset] if offset >= 0 and max_num > 0 else []
+
     def end_offsets(self, targets, read_committed: bool) -> list:
         ends = []
         for _, name, parts in targets:

@@ -9,7 +9,9 @@ CompletingRebalance -> Stable as in Kafka:
   every known member has rejoined, or when the longest rebalance timeout passes (members that
   did not rejoin are removed). The first rebalance of an Empty group waits
   `group.initial.rebalance.delay.ms` for more members. JoinGroup v4+ without a member id gets
-  MEMBER_ID_REQUIRED and a fresh id to rejoin with;
+  MEMBER_ID_REQUIRED and a fresh id to rejoin with. `group.max.size` bounds the members
+  (those awaiting a join while a rebalance is prepared): a join past it is answered
+  GROUP_MAX_SIZE_REACHED;
 - the protocol is the one every member supports that most members list first; the leader
   (the first member to join) gets every member's metadata, computes the assignment and
   sends it in its SyncGroup; the others' SyncGroup waits for it;
@@ -145,9 +147,10 @@ class GroupCoordinator(OffsetApis):
             return self._join_error(E.INVALID_SESSION_TIMEOUT, member_id)
         group = self._group(group_id, create=True)
         protocols = [(p["name"], bytes(p["metadata"])) for p in body["protocols"]]
-        known = member_id in group.members or member_id in group.pending
-        if not known and len(group.members) >= self.max_size:
+        if not self._accepts(group, member_id):
             group.pending.pop(member_id, None)
+            if member_id in group.members:
+                self._remove_member(group, member_id, "group.max.size reached")
             return self._join_error(E.GROUP_MAX_SIZE_REACHED)
         if not group.supports(body["protocol_type"], protocols):
             return self._join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
@@ -169,6 +172,16 @@ class GroupCoordinator(OffsetApis):
         member.session_timeout_ms = body["session_timeout_ms"]
         member.rebalance_timeout_ms = self._rebalance_ms(body)
         return await self._await_join(group, member)
+
+    def _accepts(self, group: Group, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember: group.max.size counts the members awaiting a join
+        while the group prepares a rebalance (a member given an id with MEMBER_ID_REQUIRED
+        is not one yet), the members otherwise; an Empty group takes anyone."""
+        if group.state == EMPTY:
+            return True
+        if group.state == PREPARING:
+            return member_id in group.joining or len(group.joining) < self.max_size
+        return member_id in group.members or len(group.members) < self.max_size
 
     async def _join_new(self, group: Group, body, v, session, protocols):
         instance_id = body["group_instance_id"]

@@ -34,9 +34,9 @@ import os
 import re
 import secrets
 
+from engine.common import write_file_atomically
 from engine.config import ConfigError
 from engine.errors import SaslAuthenticationError
-from engine.log.checkpoint import write_file_atomically
 
 __all__ = ["MECHANISMS", "Credentials", "SaslAuthenticationError", "credential", "new_server",
            "write_credentials"]

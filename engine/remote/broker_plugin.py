@@ -8,13 +8,13 @@ CPython; every blocking call of the engine releases the GIL).
 
 Every decision stays here: which tier (`storage.backend.class`, the Aiven plugin's key,
 selects the object store in the plugin's bucket format; `dirs` alone, the engine's filesystem
-tier), layout, chunks, transforms, caches, read-ahead, retries. The Java side converts
-Kafka's metadata objects to the lists `_segment_metadata` reads, pulls `.log` ranges into
-its stream's direct buffer with `plugin_read_into`, maps the three exception types below to
-Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the others ->
-RemoteStorageException; `PluginConfigError` at `configure`), and exposes `plugin_metrics`
-over JMX. Messages are the engine's own (object key, chunk, errno); the engine never puts a
-secret in one.
+tier), layout, chunks, transforms, caches, read-ahead, retries. The Java side describes
+Kafka's metadata objects in one line each (`_segment_metadata` reads it), pulls `.log`
+ranges into its stream's direct buffer with `plugin_read_into`, maps the three exception
+types below to Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the
+others -> RemoteStorageException; `PluginConfigError` at `configure`), and exposes
+`plugin_metrics` over JMX. Messages are the engine's own (object key, chunk, errno); the
+engine never puts a secret in one.
 
 Log records of the engine are queued (bounded) and drained by the Java side into the
 broker's log, so no engine thread ever calls into the JVM.
@@ -54,7 +54,6 @@ __all__ = [
     "plugin_fetch_index",
     "plugin_metrics",
     "plugin_open",
-    "plugin_read_forward",
     "plugin_read_into",
 ]
 
@@ -76,7 +75,7 @@ BACKEND_KEY = "storage.backend.class"
 #: the filesystem tier's key
 DIRS_KEY = "dirs"
 _PREFIX = "rsm.config."
-#: metadata objects built from the Java side's lists, by segment id, state and size
+#: metadata objects parsed from the Java side's segment descriptions, by description
 _METADATA_CACHE_SIZE = 4096
 #: engine log records waiting for the Java side; older ones are dropped (and counted) beyond
 _LOG_QUEUE_SIZE = 10_000
@@ -96,41 +95,44 @@ class _Plugin:
         self._metadata: collections.OrderedDict = collections.OrderedDict()
         self._metadata_lock = threading.Lock()
 
-    def metadata(self, fields: Sequence) -> RemoteLogSegmentMetadata:
-        key = (str(fields[3]), int(fields[12]), int(fields[9]), int(fields[5]))
+    def metadata(self, segment: str) -> RemoteLogSegmentMetadata:
+        """The metadata the Java side described (`_segment_metadata`), parsed once."""
         with self._metadata_lock:
-            found = self._metadata.get(key)
+            found = self._metadata.get(segment)
             if found is not None:
-                self._metadata.move_to_end(key)
+                self._metadata.move_to_end(segment)
                 return found
-        found = _segment_metadata(fields)
+        found = _segment_metadata(segment)
         with self._metadata_lock:
-            self._metadata[key] = found
+            self._metadata[segment] = found
             if len(self._metadata) > _METADATA_CACHE_SIZE:
                 self._metadata.popitem(last=False)
         return found
 
 
-def _segment_metadata(fields: Sequence) -> RemoteLogSegmentMetadata:
-    """Kafka's RemoteLogSegmentMetadata as the Java side lists it: topic id, topic,
-    partition, segment id, start offset, end offset, max timestamp, broker id, event
-    timestamp, size, the leader epochs as alternating epoch and start offset, custom
-    metadata (or None), state id, whether the transaction index is empty."""
-    (topic_id, topic, partition, segment_id, start, end, max_ts, broker_id, event_ts, size,
-     epochs, custom, state, txn_empty) = fields
-    flat = [int(v) for v in epochs]
-    tip = TopicIdPartition(Uuid.from_string(str(topic_id)), str(topic), int(partition))
-    return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tip, Uuid.from_string(str(segment_id))), int(start), int(end),
-        int(max_ts), int(broker_id), int(event_ts), int(size),
-        dict(zip(flat[0::2], flat[1::2])),
-        None if custom is None else _java_bytes(custom), RemoteLogSegmentState(int(state)),
-        bool(txn_empty))
+def _segment_metadata(segment: str) -> RemoteLogSegmentMetadata:
+    """Kafka's RemoteLogSegmentMetadata as the Java side words it, space-separated: topic
+    id, topic, partition, segment id, start offset, end offset, max timestamp, broker id,
+    event timestamp, size, state id, whether the transaction index is empty, the leader
+    epochs (`epoch:start offset`, comma-separated) and the custom metadata in hex (`-` for
+    none)."""
+    try:
+        (topic_id, topic, partition, segment_id, start, end, max_ts, broker_id, event_ts, size,
+         state, txn_empty, epochs, custom) = str(segment).split(" ")
+        tip = TopicIdPartition(Uuid.from_string(topic_id), topic, int(partition))
+        return RemoteLogSegmentMetadata(
+            RemoteLogSegmentId(tip, Uuid.from_string(segment_id)), int(start), int(end),
+            int(max_ts), int(broker_id), int(event_ts), int(size),
+            {int(e): int(o) for e, o in (pair.split(":") for pair in epochs.split(","))},
+            None if custom == "-" else bytes.fromhex(custom), RemoteLogSegmentState(int(state)),
+            txn_empty == "true")
+    except ValueError as exc:
+        raise PluginStorageError(f"segment metadata {segment!r} does not parse: {exc}") from exc
 
 
 def _java_bytes(array) -> bytes:
-    """A Java byte[] (signed bytes, no buffer protocol through jep) as bytes: only small
-    ones cross this way (custom metadata, the leader-epoch checkpoint)."""
+    """A Java byte[] (signed bytes, no buffer protocol through jep) as bytes: only a small
+    one crosses this way (the leader-epoch checkpoint)."""
     return bytes(v & 0xFF for v in array)
 
 
@@ -185,7 +187,7 @@ def plugin_open(settings: Sequence) -> int:
     return handle
 
 
-def plugin_copy(handle: int, fields: Sequence, log_segment: str, offset_index: str,
+def plugin_copy(handle: int, segment: str, log_segment: str, offset_index: str,
                 time_index: str, transaction_index: str | None, producer_snapshot: str,
                 leader_epoch_index) -> bytes | None:
     """copyLogSegmentData: uploads the segment's files (paths in the broker's log dir);
@@ -193,7 +195,7 @@ def plugin_copy(handle: int, fields: Sequence, log_segment: str, offset_index: s
     from pathlib import Path
 
     plugin = _plugin(handle)
-    metadata = plugin.metadata(fields)
+    metadata = plugin.metadata(segment)
     data = LogSegmentData(
         Path(log_segment), Path(offset_index), Path(time_index),
         None if transaction_index is None else Path(transaction_index),
@@ -201,37 +203,33 @@ def plugin_copy(handle: int, fields: Sequence, log_segment: str, offset_index: s
     return _storage_call(plugin.rsm.copy_log_segment_data, metadata, data)
 
 
-def plugin_read_forward(handle: int, fields: Sequence) -> None:
-    """A stream over the segment's `.log` was opened: its reads go forward (read-ahead)."""
-    plugin = _plugin(handle)
-    if plugin.rsm.reads_ahead:
-        _storage_call(plugin.rsm.read_forward, plugin.metadata(fields), None)
-
-
-def plugin_read_into(handle: int, fields: Sequence, position: int, buffer,
-                     length: int) -> int:
+def plugin_read_into(handle: int, segment: str, position: int, buffer, length: int,
+                     first: bool = False) -> int:
     """Fills the first `length` bytes of `buffer` (the Java stream's direct buffer, seen as
-    a numpy array) with `.log` bytes from `position`; returns `length`."""
+    a numpy array) with `.log` bytes from `position`; returns `length`. The `first` read of
+    a stream also says that its reads go forward (the store's read-ahead follows them)."""
     plugin = _plugin(handle)
+    metadata = plugin.metadata(segment)
+    if first and plugin.rsm.reads_ahead:
+        _storage_call(plugin.rsm.read_forward, metadata, None)
     view = memoryview(buffer).cast("B")[:int(length)]
     try:
-        return _storage_call(plugin.rsm.read_range_into, plugin.metadata(fields),
-                             int(position), view)
+        return _storage_call(plugin.rsm.read_range_into, metadata, int(position), view)
     finally:
         view.release()
 
 
-def plugin_fetch_index(handle: int, fields: Sequence, index_type: str) -> bytes:
+def plugin_fetch_index(handle: int, segment: str, index_type: str) -> bytes:
     """fetchIndex: one whole index file (`index_type` is Kafka's IndexType name)."""
     plugin = _plugin(handle)
-    return _storage_call(plugin.rsm.fetch_index_bytes, plugin.metadata(fields),
+    return _storage_call(plugin.rsm.fetch_index_bytes, plugin.metadata(segment),
                          IndexType[str(index_type)])
 
 
-def plugin_delete(handle: int, fields: Sequence) -> None:
+def plugin_delete(handle: int, segment: str) -> None:
     """deleteLogSegmentData: every object of the segment (nothing there is no error)."""
     plugin = _plugin(handle)
-    _storage_call(plugin.rsm.delete_log_segment_data, plugin.metadata(fields))
+    _storage_call(plugin.rsm.delete_log_segment_data, plugin.metadata(segment))
 
 
 #: engine metric -> (JMX domain, type) under the Aiven plugin's names; cache metrics take

@@ -59,14 +59,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import KafkaEngineError, RemoteDataLossError, RemoteEncryptionKeyError
-from engine.log.checkpoint import (
-    EpochEntry,
-    LeaderEpochCheckpointFile,
-    Uuid,
-    epoch_entries_in_range,
-)
+from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, epoch_entries_in_range
 from engine.log.offset_index import OffsetIndex
 from engine.log.time_index import TimeIndex
 from engine.remote.metadata import (

@@ -26,7 +26,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engine.config import ConfigError, load_properties
+from engine.config import ConfigError
+from engine.scan.tier_options import TierOptions, option_bool, parse_tier_options
 
 __all__ = ["DEFAULT_MAX_BYTES_PER_PARTITION", "EARLIEST", "LATEST", "ScanOptions", "parse_options"]
 
@@ -35,14 +36,6 @@ LATEST = -1
 #: Tuned with bench/compare_spark.py: large enough that per-task overhead (a Python worker
 #: round trip, one range read) is small, small enough that a few segments give every core work.
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 << 20
-
-_ENGINE_OPTIONS = {"config", "maxbytesperpartition", "readcommitted", "includeheaders",
-                   "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
-                   "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
-                   "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
-                   "failondataloss", "decodeahead", "minpartitions",
-                   "maxoffsetspertrigger", "path", "bucket", "remotelogmetadatapath"}
-
 
 @dataclass(frozen=True)
 class Bound:
@@ -66,16 +59,29 @@ class ScanOptions:
     include_headers: bool
     read_committed: bool
     max_bytes_per_partition: int
-    broker_properties: Mapping[str, str]
+    #: where the scan reads: the broker properties, or a bucket with its remote-log metadata
+    #: files and failOnDataLoss
+    tier: TierOptions
     starting_by_timestamp_strategy: str = "error"
-    fail_on_data_loss: bool = True
     decode_ahead: bool = True
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
-    bucket: str | None = None
-    #: with `bucket`: remote-log metadata files (Kafka's __remote_log_metadata partitions or
-    #: the embedded RLMM's directory), comma-separated; only what they list is read
-    remote_log_metadata: str | None = None
+
+    @property
+    def broker_properties(self) -> Mapping[str, str]:
+        return self.tier.broker_properties
+
+    @property
+    def bucket(self) -> str | None:
+        return self.tier.bucket
+
+    @property
+    def remote_log_metadata(self) -> str | None:
+        return self.tier.remote_log_metadata
+
+    @property
+    def fail_on_data_loss(self) -> bool:
+        return self.tier.fail_on_data_loss
 
     def selects(self, topic: str) -> bool:
         if self.subscribe is not None:
@@ -88,16 +94,6 @@ class ScanOptions:
         if self.assign is not None:
             return (topic, partition) in self.assign
         return self.selects(topic)
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigError(name, raw, "must be true or false")
-    return text == "true"
 
 
 def _json(name: str, raw: str):
@@ -225,41 +221,6 @@ def _topics(opts: dict) -> tuple[tuple[str, ...] | None, str | None,
     return subscribe, pattern, assign
 
 
-def _engine_properties(opts: dict) -> tuple[dict[str, str], str | None]:
-    """The broker properties the scan reads with (the config file, then dotted options; or
-    a bucket's object-store RSM settings) and the bucket option."""
-    props: dict[str, str] = {}
-    config_path = opts.get("config")
-    if config_path:
-        try:
-            props.update(load_properties(config_path))
-        except FileNotFoundError:
-            raise ConfigError("config", config_path, "file not found") from None
-        except OSError as exc:
-            raise ConfigError("config", config_path, f"cannot be read: {exc}") from None
-    dotted = {key: str(value) for key, value in opts.items()
-              if "." in key and key not in _ENGINE_OPTIONS}
-    bucket = opts.get("bucket")
-    if bucket:
-        # a bucket alone: its store's settings are options under the plugin's names (or the
-        # file's rsm.config.* keys); tasks build the object-store RSM from these properties
-        from engine.remote.bucket import bucket_configs
-
-        rsm_prefix = "rsm.config."
-        settings = {k: v for k, v in dotted.items() if not k.startswith(rsm_prefix)}
-        props.update({k: v for k, v in dotted.items() if k.startswith(rsm_prefix)})
-        configs = bucket_configs(str(bucket), settings, props)
-        props = {"remote.log.storage.manager.class.name":
-                 "engine.remote.ObjectStorageRemoteStorageManager",
-                 **{f"{rsm_prefix}{k}": v for k, v in configs.items()}}
-    props.update({} if bucket else dotted)
-    if not props:
-        raise ConfigError("config", None, "the engine's configuration is missing: give the "
-                                          "option config=<properties file> or the broker "
-                                          "properties (log.dirs, rsm.config.dirs, ...) as options")
-    return props, bucket
-
-
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ScanOptions:
     """Validated options. Names are case-insensitive (Spark lower-cases them). Raises
     ConfigError naming the option and what is wrong."""
@@ -275,25 +236,17 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sca
         raise ConfigError("startingOffsetsByTimestampStrategy", strategy,
                           "must be error or latest")
 
-    props, bucket = _engine_properties(opts)
-    metadata = opts.get("remotelogmetadatapath")
-    if metadata and not bucket:
-        raise ConfigError("remoteLogMetadataPath", metadata, "only with the bucket option "
-                                                             "(a broker's tier reads its RLMM)")
-
+    tier = parse_tier_options(opts)
     return ScanOptions(
         subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=_bound(opts, "starting", LATEST if streaming else EARLIEST, streaming),
         ending=_bound(opts, "ending", LATEST, streaming),
-        include_headers=_bool(opts, "includeHeaders", False),
-        read_committed=_bool(opts, "readCommitted", False),
+        include_headers=option_bool(opts, "includeHeaders", False),
+        read_committed=option_bool(opts, "readCommitted", False),
         max_bytes_per_partition=max_bytes,
-        broker_properties=props,
+        tier=tier,
         starting_by_timestamp_strategy=strategy,
-        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        decode_ahead=_bool(opts, "decodeAhead", True),
+        decode_ahead=option_bool(opts, "decodeAhead", True),
         min_partitions=min_partitions,
         max_offsets_per_trigger=max_offsets,
-        bucket=str(bucket) if bucket else None,
-        remote_log_metadata=str(metadata) if metadata else None,
     )

@@ -28,11 +28,11 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from engine.errors import OffsetOutOfRangeError
-from engine.spark.options import ScanOptions, parse_options
-from engine.spark.planning import pack_ranges, plan_partition, tier_bounds
-from engine.spark.scan import scan_ranges
-from engine.spark.schema import arrow_schema, spark_ddl
-from engine.spark.tier import open_tier, resolve_bound
+from engine.scan.planning import pack_ranges, plan_partition, tier_bounds
+from engine.scan.schema import arrow_schema, spark_ddl
+from engine.scan.tasks import scan_ranges
+from engine.scan.tier import Tier, open_tier
+from engine.spark.options import EARLIEST, LATEST, ScanOptions, parse_options
 
 __all__ = [
     "KafkaTieredDataSource",
@@ -150,7 +150,7 @@ def plan_scan(opts: ScanOptions, pushed: PushedFilters | None = None) -> list[Sc
     """Driver-side planning of a batch query."""
     pushed = pushed or PushedFilters()
     planned = []  # (topic, partition, chain, lo, hi, aborted)
-    with open_tier(opts) as tier:
+    with open_tier(opts.tier) as tier:
         for topic, partition, tip in tier.select(opts):
             if not pushed.keeps(topic, partition):
                 continue
@@ -206,6 +206,42 @@ def _check_in_tier(topic, partition, chain, start, end) -> None:
             f"{topic}-{partition}: offsets [{start}, {end}) are outside the remote tier: {span}",
             offset=bad, log_start_offset=None if bounds is None else bounds[0],
             log_end_offset=None if bounds is None else bounds[1])
+
+
+def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, starting: bool,
+                  strategy: str = "error") -> int:
+    """An absolute offset for a starting/ending Bound of one partition."""
+    bounds = tier_bounds(chain)
+    earliest, latest = bounds if bounds is not None else (None, None)
+    name = "starting" if starting else "ending"
+    ts = bound.timestamp
+    if bound.timestamps is not None:
+        ts = bound.timestamps.get((topic, partition))
+    if ts is not None:
+        if bounds is None:
+            return _special(bound.default, topic, partition, None, None, name)
+        found = tier.offset_for_timestamp(topic, partition, chain, ts)
+        if found is not None:
+            return found
+        if starting and strategy == "error":
+            raise OffsetOutOfRangeError(
+                f"{topic}-{partition}: no tiered record has a timestamp at or after {ts} "
+                f"(the remote tier holds offsets [{earliest}, {latest})); set "
+                "startingOffsetsByTimestampStrategy=latest to start at the end instead",
+                log_start_offset=earliest, log_end_offset=latest)
+        return latest
+    spec = bound.offsets.get((topic, partition), bound.default)
+    return _special(spec, topic, partition, earliest, latest, name)
+
+
+def _special(spec: int, topic, partition, earliest, latest, name) -> int:
+    if spec in (EARLIEST, LATEST):
+        if earliest is None:
+            raise OffsetOutOfRangeError(
+                f"{topic}-{partition}: nothing of this partition is tiered yet, so the "
+                f"{name} offset {'earliest' if spec == EARLIEST else 'latest'} has no value")
+        return earliest if spec == EARLIEST else latest
+    return spec
 
 
 #: The pyspark worker module that plans a read with filter pushdown (pyspark 4.1 to 4.3).
@@ -282,7 +318,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """{topic: {partition: (earliest, end)}} of the tier now (end: the tier's last
         stable offset with readCommitted)."""
         out: dict = {}
-        with open_tier(self.opts) as tier:
+        with open_tier(self.opts.tier) as tier:
             for topic, partition, tip in tier.select(self.opts):
                 chain = tier.chain(tip)
                 bounds = tier_bounds(chain)
@@ -300,7 +336,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def initialOffset(self) -> dict:
         out: dict = {}
-        with open_tier(self.opts) as tier:
+        with open_tier(self.opts.tier) as tier:
             for topic, partition, tip in tier.select(self.opts):
                 chain = tier.chain(tip)
                 if tier_bounds(chain) is None:
@@ -328,7 +364,7 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def partitions(self, start: dict, end: dict):
         ranges = []
-        with open_tier(self.opts) as tier:
+        with open_tier(self.opts.tier) as tier:
             known = tier.partitions()
             for topic, parts in sorted(end.items()):
                 for p, hi in sorted(parts.items(), key=lambda kv: int(kv[0])):

@@ -8,10 +8,11 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
-import java.util.Arrays;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.StringJoiner;
 
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.config.ConfigException;
@@ -118,20 +119,26 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
         return handle;
     }
 
-    /** Kafka's segment metadata as the bridge reads it (broker_plugin._segment_metadata). */
-    static List<Object> fields(RemoteLogSegmentMetadata m) {
+    /**
+     * Kafka's segment metadata as one line of words (broker_plugin._segment_metadata reads
+     * it): one string crosses into Python per call, and the engine keeps the parsed metadata
+     * by that string. Topic names hold no spaces (Kafka's legal characters).
+     */
+    static String describe(RemoteLogSegmentMetadata m) {
         TopicIdPartition tip = m.remoteLogSegmentId().topicIdPartition();
-        long[] epochs = new long[m.segmentLeaderEpochs().size() * 2];
-        int i = 0;
+        StringJoiner epochs = new StringJoiner(",");
         for (Map.Entry<Integer, Long> e : m.segmentLeaderEpochs().entrySet()) {
-            epochs[i++] = e.getKey();
-            epochs[i++] = e.getValue();
+            epochs.add(e.getKey() + ":" + e.getValue());
         }
-        byte[] custom = m.customMetadata().map(CustomMetadata::value).orElse(null);
-        return Arrays.asList(tip.topicId().toString(), tip.topic(), tip.partition(),
-                m.remoteLogSegmentId().id().toString(), m.startOffset(), m.endOffset(),
-                m.maxTimestampMs(), m.brokerId(), m.eventTimestampMs(), m.segmentSizeInBytes(),
-                epochs, custom, (int) m.state().id(), m.isTxnIdxEmpty());
+        String custom = m.customMetadata().map(c -> HexFormat.of().formatHex(c.value()))
+                .orElse("-");
+        return String.join(" ", tip.topicId().toString(), tip.topic(),
+                Integer.toString(tip.partition()), m.remoteLogSegmentId().id().toString(),
+                Long.toString(m.startOffset()), Long.toString(m.endOffset()),
+                Long.toString(m.maxTimestampMs()), Integer.toString(m.brokerId()),
+                Long.toString(m.eventTimestampMs()), Integer.toString(m.segmentSizeInBytes()),
+                Integer.toString(m.state().id()), Boolean.toString(m.isTxnIdxEmpty()),
+                epochs.toString(), custom);
     }
 
     @Override
@@ -141,7 +148,7 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
         ByteBuffer epochs = data.leaderEpochIndex().duplicate();
         byte[] epochBytes = new byte[epochs.remaining()];
         epochs.get(epochBytes);
-        Object custom = call("plugin_copy", handle, fields(metadata),
+        Object custom = call("plugin_copy", handle, describe(metadata),
                 data.logSegment().toString(), data.offsetIndex().toString(),
                 data.timeIndex().toString(),
                 data.transactionIndex().map(Path::toString).orElse(null),
@@ -152,21 +159,24 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
     @Override
     public InputStream fetchLogSegment(RemoteLogSegmentMetadata metadata, int startPosition)
             throws RemoteStorageException {
-        return fetchLogSegment(metadata, startPosition, metadata.segmentSizeInBytes() - 1);
+        return open(metadata, startPosition, metadata.segmentSizeInBytes() - 1, false);
     }
 
     @Override
     public InputStream fetchLogSegment(RemoteLogSegmentMetadata metadata, int startPosition,
                                        int endPosition) throws RemoteStorageException {
+        return open(metadata, startPosition, endPosition, true);
+    }
+
+    private InputStream open(RemoteLogSegmentMetadata metadata, int startPosition,
+                             int endPosition, boolean bounded) throws RemoteStorageException {
         int size = metadata.segmentSizeInBytes();
         if (startPosition < 0 || startPosition > size || endPosition < startPosition - 1) {
             throw new RemoteStorageException("positions [" + startPosition + ", " + endPosition
                     + "] outside " + metadata.remoteLogSegmentId() + " of " + size + " bytes");
         }
-        List<Object> fields = fields(metadata);
-        call("plugin_read_forward", handle, fields);
-        SegmentInputStream stream = new SegmentInputStream(this, fields, startPosition,
-                Math.min((long) endPosition + 1, size));
+        SegmentInputStream stream = new SegmentInputStream(this, describe(metadata), startPosition,
+                Math.min((long) endPosition + 1, size), bounded);
         try {
             stream.start();
         } catch (RemoteStorageException e) {
@@ -179,7 +189,7 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
     @Override
     public InputStream fetchIndex(RemoteLogSegmentMetadata metadata, IndexType indexType)
             throws RemoteStorageException {
-        byte[] bytes = (byte[]) call("plugin_fetch_index", handle, fields(metadata),
+        byte[] bytes = (byte[]) call("plugin_fetch_index", handle, describe(metadata),
                 indexType.name());
         return new ByteArrayInputStream(bytes);
     }
@@ -187,7 +197,7 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
     @Override
     public void deleteLogSegmentData(RemoteLogSegmentMetadata metadata)
             throws RemoteStorageException {
-        call("plugin_delete", handle, fields(metadata));
+        call("plugin_delete", handle, describe(metadata));
     }
 
     @Override

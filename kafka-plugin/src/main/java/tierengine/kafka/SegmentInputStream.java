@@ -3,7 +3,6 @@ package tierengine.kafka;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
-import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
 
 import jep.DirectNDArray;
@@ -13,8 +12,10 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * A segment's {@code .log} bytes [start, end), pulled lazily from the engine a range at a
  * time into a direct buffer the engine writes straight into (its chunk cache, coalesced GETs
  * and read-ahead serve the range): one copy per fetched range, never the whole segment.
- * Ranges start small and double, so a reader that wants one batch pays for little more,
- * and a reader walking on is served in 1 MiB ranges.
+ * A stream with no end position (Kafka's reader asks for one from a position on) starts with a
+ * small range and doubles it, so a reader that wants one batch pays for little more, and a
+ * reader walking on is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB)
+ * at once.
  */
 final class SegmentInputStream extends InputStream {
     static final int FIRST_RANGE = 64 * 1024;
@@ -29,19 +30,21 @@ final class SegmentInputStream extends InputStream {
     }
 
     private final EngineRemoteStorageManager rsm;
-    private final List<Object> fields;
+    private final String segment;
     private final long end;
     private long position;
-    private int nextRange = FIRST_RANGE;
+    private int nextRange;
+    private boolean first = true;
     private Buffer buffer;
     private boolean closed;
 
-    SegmentInputStream(EngineRemoteStorageManager rsm, List<Object> fields, long start,
-                       long end) {
+    SegmentInputStream(EngineRemoteStorageManager rsm, String segment, long start,
+                       long end, boolean bounded) {
         this.rsm = rsm;
-        this.fields = fields;
+        this.segment = segment;
         this.position = start;
         this.end = end;
+        this.nextRange = bounded ? MAX_RANGE : FIRST_RANGE;
     }
 
     @Override
@@ -82,7 +85,7 @@ final class SegmentInputStream extends InputStream {
      */
     void start() throws RemoteStorageException {
         if (position < end) {
-            fill(FIRST_RANGE);
+            fill(nextRange);
         }
     }
 
@@ -96,7 +99,8 @@ final class SegmentInputStream extends InputStream {
         int n = (int) Math.min(end - position, Math.min(MAX_RANGE, Math.max(nextRange, wanted)));
         buffer.bytes.clear();
         try {
-            rsm.call("plugin_read_into", rsm.handle(), fields, position, buffer.array, n);
+            rsm.call("plugin_read_into", rsm.handle(), segment, position, buffer.array, n, first);
+            first = false;
         } catch (RemoteStorageException e) {
             buffer.bytes.limit(0);
             throw e;

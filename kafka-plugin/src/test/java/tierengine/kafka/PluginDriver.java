@@ -116,15 +116,19 @@ public final class PluginDriver {
                 int range = Integer.parseInt(kv.getOrDefault("range", "1048576"));
                 byte[] buf = new byte[range];
                 long total = 0;
+                long opening = 0;
                 for (int pos = 0; pos < md.segmentSizeInBytes(); pos += range) {
                     int last = Math.min(md.segmentSizeInBytes(), pos + range) - 1;
+                    long begin = System.nanoTime();
                     try (InputStream in = rsm.fetchLogSegment(md, pos, last)) {
+                        opening += System.nanoTime() - begin;
                         for (int n; (n = in.read(buf, 0, buf.length)) >= 0; ) {
                             total += n;
                         }
                     }
                 }
-                return "{\"cmd\":\"ranges\",\"bytes\":" + total + "}";
+                return "{\"cmd\":\"ranges\",\"bytes\":" + total + ",\"open_ns\":" + opening
+                        + "}";
             }
             case "index": {
                 byte[] bytes;

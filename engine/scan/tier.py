@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from engine.errors import UnknownTopicOrPartitionError
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
@@ -21,7 +21,8 @@ from engine.remote.segment_access import (
     index_bytes,
 )
 from engine.remote.storage import IndexType
-from engine.spark.planning import ChainLink, lineage, position_for_offset, tier_bounds
+from engine.scan.planning import ChainLink, lineage, position_for_offset, tier_bounds
+from engine.scan.tier_options import TierOptions, parse_tier_options
 
 __all__ = ["BucketTier", "Tier", "UnknownTopicError", "aborted_transactions", "broker_config",
            "create_rsm", "last_stable_offset", "open_tier", "tier_for_export"]
@@ -217,7 +218,7 @@ class BucketTier(Tier):
     `remoteLogMetadataPath` when given, indexes and records through the object-store RSM.
     Offsets missing between a partition's segments follow `failOnDataLoss`."""
 
-    def __init__(self, opts):
+    def __init__(self, opts: TierOptions):
         from engine.remote.bucket import Bucket
         from engine.remote.metadata_files import RemoteLogMetadataFiles
 
@@ -285,7 +286,7 @@ def last_stable_offset(rsm, chain) -> int | None:
     return max(bounds[0], min([bounds[1], *firsts]))
 
 
-def open_tier(opts) -> Tier:
+def open_tier(opts: TierOptions) -> Tier:
     """The remote tier the options name: a bucket alone, or the broker's (RLMM + RSM)."""
     if opts.bucket:
         return BucketTier(opts)
@@ -298,48 +299,7 @@ def tier_for_export(props: Mapping[str, str], config_path: str | None, topic: st
     the export's scans take, so both list the same segments)."""
     if bucket is None:
         return Tier(props)
-    from engine.spark.options import parse_options
-
-    options = {"subscribe": topic, "bucket": bucket, **(store or {})}
+    options = {"bucket": bucket, **(store or {})}
     if config_path is not None:
         options["config"] = config_path
-    return open_tier(parse_options(options))
-
-
-def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, starting: bool,
-                  strategy: str = "error") -> int:
-    """An absolute offset for a starting/ending Bound of one partition."""
-    bounds = tier_bounds(chain)
-    earliest, latest = bounds if bounds is not None else (None, None)
-    name = "starting" if starting else "ending"
-    ts = bound.timestamp
-    if bound.timestamps is not None:
-        ts = bound.timestamps.get((topic, partition))
-    if ts is not None:
-        if bounds is None:
-            return _special(bound.default, topic, partition, None, None, name)
-        found = tier.offset_for_timestamp(topic, partition, chain, ts)
-        if found is not None:
-            return found
-        if starting and strategy == "error":
-            raise OffsetOutOfRangeError(
-                f"{topic}-{partition}: no tiered record has a timestamp at or after {ts} "
-                f"(the remote tier holds offsets [{earliest}, {latest})); set "
-                "startingOffsetsByTimestampStrategy=latest to start at the end instead",
-                log_start_offset=earliest, log_end_offset=latest)
-        return latest
-    spec = bound.offsets.get((topic, partition), bound.default)
-    return _special(spec, topic, partition, earliest, latest, name)
-
-
-def _special(spec: int, topic, partition, earliest, latest, name) -> int:
-    from engine.spark.options import EARLIEST, LATEST
-
-    if spec in (EARLIEST, LATEST):
-        if earliest is None:
-            raise OffsetOutOfRangeError(
-                f"{topic}-{partition}: nothing of this partition is tiered yet, so the "
-                f"{name} offset {'earliest' if spec == EARLIEST else 'latest'} has no value")
-        return earliest if spec == EARLIEST else latest
-    return spec
-
+    return open_tier(parse_tier_options(options))

@@ -166,8 +166,13 @@ def _tail(text: str, n: int) -> str:
 
 
 def new_cluster_id() -> str:
-    """A Kafka Uuid as its tools print it: 16 random bytes, URL-safe base64 unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka Uuid as its tools print it: 16 random bytes, URL-safe base64 unpadded. Like
+    Kafka's Uuid.randomUuid, never one starting with `-`, which the storage tool would take
+    for an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass

@@ -17,6 +17,9 @@ import obstore
 from kafka_cluster import KafkaCluster
 from kafka_plugin_support import INSTALLED_JAR, RSM_CLASS
 
+from engine.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from engine.remote.metadata_topic import RemoteLogMetadataTopic, is_metadata_partition_dir
+
 S3_BACKEND = "io.aiven.kafka.tieredstorage.storage.s3.S3Storage"
 SEGMENT_BYTES = 1 << 20  # Kafka 4's smallest segment.bytes
 #: a topic whose closed segments tier at once and leave the broker's disk at once
@@ -121,14 +124,98 @@ def bucket_keys(s3_server, prefix: str) -> list[str]:
                   for m in page)
 
 
+_TOPIC_ID_CHARS = 22  # a Kafka Uuid as text: 16 bytes, URL-safe base64 unpadded
+
+
+def topic_objects(s3_server, prefix: str, topic: str) -> dict[str, int]:
+    """The topic's objects, `<partition>/<file name>` -> size. The topic's directory is
+    `<topic>-<topic id>`, and a topic id (22 characters of URL-safe base64) may itself hold
+    a `-`, so the name is what precedes the id."""
+    out = {}
+    for page in obstore.list(s3_server.raw_store(), prefix=prefix):
+        for meta in page:
+            topic_dir, _, tail = meta["path"][len(prefix):].partition("/")
+            if (topic_dir[:-_TOPIC_ID_CHARS - 1] == topic
+                    and topic_dir[-_TOPIC_ID_CHARS - 1:-_TOPIC_ID_CHARS] == "-"):
+                out[tail] = meta["size"]
+    return out
+
+
 def segment_keys(s3_server, prefix: str, topic: str) -> dict[str, set[str]]:
     """The topic's objects by segment (`<partition>/<offset>-<segment id>`) -> suffixes."""
     out: dict[str, set[str]] = {}
-    for key in bucket_keys(s3_server, prefix):
-        rest = key[len(prefix):]
-        topic_dir, _, tail = rest.partition("/")
-        if topic_dir.rsplit("-", 1)[0] != topic:
-            continue
+    for tail in topic_objects(s3_server, prefix, topic):
         stem, _, suffix = tail.rpartition(".")
         out.setdefault(stem, set()).add(suffix)
     return out
+
+
+def tiered_segments(s3_server, prefix: str, topic: str) -> dict[tuple[int, int], set[str]]:
+    """`segment_keys` by (partition, start offset) -> suffixes."""
+    out: dict[tuple[int, int], set[str]] = {}
+    for stem, suffixes in segment_keys(s3_server, prefix, topic).items():
+        partition, _, name = stem.partition("/")
+        key = (int(partition), int(name.split("-", 1)[0]))
+        assert key not in out, f"two tiered segments start at {key}: {stem}"
+        out[key] = suffixes
+    return out
+
+
+def local_segments(cluster: KafkaCluster, topic: str, partition: int, node: int = 1
+                   ) -> list[int]:
+    """The base offsets of the partition's segments on the node's disk (files renamed
+    `.deleted` are gone already)."""
+    path = cluster.node(node).data_dir / f"{topic}-{partition}"
+    return sorted(int(f.name.split(".")[0]) for f in path.glob("*.log"))
+
+
+def wait_all_tiered(cluster: KafkaCluster, topic: str, partitions, node: int = 1,
+                    timeout: float = 180) -> dict[int, int]:
+    """Waits until every closed segment of the partitions is tiered and gone from the node's
+    disk (a topic with local.retention.bytes=1 that nobody writes to): one local segment,
+    the active one, where the local log starts, right after the last tiered offset. Returns
+    the active segment's base offset by partition."""
+    def done():
+        got = offsets(cluster, topic, partitions, "earliest-local", "latest-tiered")
+        bases = {}
+        for p in partitions:
+            local = local_segments(cluster, topic, p, node)
+            if (len(local) != 1 or got[("earliest-local", p)] != local[0]
+                    or got[("latest-tiered", p)] != local[0] - 1):
+                return None
+            bases[p] = local[0]
+        return bases
+    return wait_until(f"every closed segment of {topic} to be tiered", done, timeout)
+
+
+def rlmm_segments(cluster: KafkaCluster, topic: str, node: int = 1
+                  ) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    """What Kafka's own RLMM holds for the topic's partitions, read from the node's
+    `__remote_log_metadata` partitions (committed records: up to the high watermark the
+    broker last checkpointed): partition -> segments not deleted, by start offset."""
+    dirs = sorted(d for d in cluster.node(node).data_dir.iterdir()
+                  if is_metadata_partition_dir(d))
+    state = RemoteLogMetadataTopic(dirs).load()
+    return {tip.partition: cache.list_all_remote_log_segments()
+            for tip, cache in state.caches.items() if tip.topic == topic}
+
+
+def wait_rlmm_finished(cluster: KafkaCluster, topic: str, below: dict[int, int],
+                       node: int = 1, timeout: float = 60) -> dict[int, list]:
+    """Waits until the RLMM's COPY_SEGMENT_FINISHED segments of each partition cover the
+    offsets [0, below[p]) without a gap; returns them by partition."""
+    def done():
+        finished = {}
+        for p, segments in rlmm_segments(cluster, topic, node).items():
+            finished[p] = [m for m in segments
+                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        for p, end in below.items():
+            nxt = 0
+            for m in finished.get(p, []):
+                if m.start_offset <= nxt:
+                    nxt = max(nxt, m.end_offset + 1)
+            if nxt < end:
+                return None
+        return finished
+    return wait_until(f"the RLMM of {topic} to hold finished copies below {below}", done,
+                      timeout)

@@ -158,6 +158,18 @@ def test_run_client_needs_a_command_it_knows():
     assert e.value.returncode == 2 and "unknown subcommand fly" in e.value.stderr
 
 
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):
+    """Kafka's storage tool takes `--cluster-id -x...` for an option; like Kafka's own
+    Uuid.randomUuid, such ids are drawn again (0xf8 encodes to a leading `-`)."""
+    import uuid
+
+    import kafka_cluster
+
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x04" + bytes(15))])
+    monkeypatch.setattr(kafka_cluster.uuid, "uuid4", lambda: next(draws))
+    assert kafka_cluster.new_cluster_id() == "BAAAAAAAAAAAAAAAAAAAAA"
+
+
 def test_a_port_taken_before_start_is_replaced(tmp_path):
     cluster = KafkaCluster(tmp_path)
     taken = cluster.node(1).port
@@ -168,4 +180,3 @@ def test_a_port_taken_before_start_is_replaced(tmp_path):
             assert cluster.node(1).port != taken and cluster.node(1).running()
             [created] = cluster.run_client(["create-topic", "--topic", "t"])
             assert created["topic"] == "t"
-

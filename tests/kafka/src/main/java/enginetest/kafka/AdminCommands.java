@@ -15,6 +15,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
+import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
@@ -33,6 +34,7 @@ import org.apache.kafka.common.config.ConfigResource;
  *  delete-records --topic T --partitions 0,1 --before-offset O
  *  create-topic   --topic T [--partitions N] [--replication-factor R] [--config k=v...]
  *  alter-config   (--topic T | --broker ID) [--set k=v...] [--delete k...]
+ *  add-partitions --topic T --count N          (N: the new total)
  *  describe-topic --topic T
  *  delete-topic   --topic T
  *  reassign       --topic T --partitions P --replicas 2,3   (the new replica list of P)
@@ -41,7 +43,7 @@ import org.apache.kafka.common.config.ConfigResource;
 final class AdminCommands {
     private static final Set<String> OPTIONS = Set.of("bootstrap", "property", "timeout-ms",
             "topic", "partitions", "spec", "isolation", "before-offset", "replication-factor",
-            "config", "broker", "set", "delete", "replicas");
+            "config", "broker", "set", "delete", "count", "replicas");
 
     private AdminCommands() {
     }
@@ -67,6 +69,9 @@ final class AdminCommands {
                     break;
                 case "describe-topic":
                     describeTopic(admin, args, timeout);
+                    break;
+                case "add-partitions":
+                    addPartitions(admin, args, timeout);
                     break;
                 case "reassign":
                     reassign(admin, args, timeout);
@@ -164,6 +169,14 @@ final class AdminCommands {
         admin.incrementalAlterConfigs(Map.of(resource, ops)).all()
                 .get(timeout, TimeUnit.MILLISECONDS);
         Json.of("altered-config").put("resource", resource.name()).print();
+    }
+
+    private static void addPartitions(Admin admin, Args args, long timeout) throws Exception {
+        String topic = args.get("topic");
+        int count = Integer.parseInt(args.get("count"));
+        admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(count))).all()
+                .get(timeout, TimeUnit.MILLISECONDS);
+        Json.of("added-partitions").put("topic", topic).put("count", count).print();
     }
 
     private static void reassign(Admin admin, Args args, long timeout) throws Exception {

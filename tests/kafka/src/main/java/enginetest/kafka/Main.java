@@ -8,7 +8,8 @@ import java.util.concurrent.ExecutionException;
  *  stdout line; any failure goes to stderr with exit status 1 (2 for bad arguments).
  *  <pre>
  *  produce | consume | list-offsets | delete-records | create-topic | alter-config |
- *  describe-topic | delete-topic   --bootstrap host:port [options]
+ *  describe-topic | delete-topic | add-partitions | reassign   --bootstrap host:port
+ *  [options]
  *  </pre>
  *  Every subcommand takes `--property k=v` (repeatable) for extra client configs. */
 public final class Main {
@@ -51,6 +52,7 @@ public final class Main {
             case "alter-config":
             case "describe-topic":
             case "delete-topic":
+            case "add-partitions":
             case "reassign":
                 AdminCommands.run(command, argv);
                 break;

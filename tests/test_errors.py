@@ -22,7 +22,9 @@ from engine.errors import (
 
 #: public exceptions that are control flow, not errors: a read that would block on the RSM,
 #: caught by the RLM's read planning (which is to return a plain result type instead)
-_INTERNAL = {"engine.remote.segment_access.WouldBlock"}
+#: control flow between the modules of one package, caught there and never raised to callers
+_INTERNAL = {"engine.remote.segment_access.WouldBlock",
+             "engine.remote.objectstore.loops.CallsClosed"}
 
 
 def _engine_modules():

@@ -10,11 +10,11 @@ Every decision stays here: which tier (`storage.backend.class`, the Aiven plugin
 selects the object store in the plugin's bucket format; `dirs` alone, the engine's filesystem
 tier), layout, chunks, transforms, caches, read-ahead, retries. The Java side describes
 Kafka's metadata objects in one line each (`_segment_metadata` reads it), pulls `.log`
-ranges into its stream's direct buffer with `plugin_read_into`, maps the three exception
-types below to Kafka's (`PluginResourceNotFound` -> RemoteResourceNotFoundException, the
-others -> RemoteStorageException; `PluginConfigError` at `configure`), and exposes
-`plugin_metrics` over JMX. Messages are the engine's own (object key, chunk, errno); the
-engine never puts a secret in one.
+ranges into its stream's direct buffer with `plugin_read_into`, maps the engine's errors to Kafka's
+(RemoteResourceNotFoundError -> RemoteResourceNotFoundException, ConfigError at `configure`
+-> ConfigException, every other -> RemoteStorageException: `_storage_call` raises only
+those), and exposes `plugin_metrics` over JMX. Messages are the engine's own (object key,
+chunk, errno); the engine never puts a secret in one.
 
 Log records of the engine are queued (bounded) and drained by the Java side into the
 broker's log, so no engine thread ever calls into the JVM.
@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from engine.common import Uuid
 from engine.config import ConfigError
-from engine.errors import RemoteResourceNotFoundError
+from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.metadata import (
     RemoteLogSegmentId,
@@ -44,9 +44,6 @@ from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 __all__ = [
-    "PluginConfigError",
-    "PluginResourceNotFound",
-    "PluginStorageError",
     "plugin_close",
     "plugin_copy",
     "plugin_delete",
@@ -56,18 +53,6 @@ __all__ = [
     "plugin_open",
     "plugin_read_into",
 ]
-
-
-class PluginConfigError(Exception):
-    """A bad `rsm.config.*` setting: the message names the key."""
-
-
-class PluginResourceNotFound(Exception):
-    """The object asked for does not exist."""
-
-
-class PluginStorageError(Exception):
-    """Any other failure of the tier."""
 
 
 #: the key the Aiven plugin selects its storage backend with; present -> the object store
@@ -127,7 +112,7 @@ def _segment_metadata(segment: str) -> RemoteLogSegmentMetadata:
             None if custom == "-" else bytes.fromhex(custom), RemoteLogSegmentState(int(state)),
             txn_empty == "true")
     except ValueError as exc:
-        raise PluginStorageError(f"segment metadata {segment!r} does not parse: {exc}") from exc
+        raise RemoteStorageError(f"segment metadata {segment!r} does not parse: {exc}") from exc
 
 
 def _java_bytes(array) -> bytes:
@@ -139,20 +124,24 @@ def _java_bytes(array) -> bytes:
 def _plugin(handle: int) -> _Plugin:
     plugin = _plugins.get(int(handle))
     if plugin is None:
-        raise PluginStorageError(f"the remote storage manager (handle {handle}) is closed")
+        raise RemoteStorageError(f"the remote storage manager (handle {handle}) is closed")
     return plugin
 
 
 def _storage_call(fn, *args):
-    """`fn(*args)` with the engine's errors turned into the two types the Java side maps."""
+    """`fn(*args)`, raising exactly RemoteResourceNotFoundError for a missing resource (the
+    name the Java side maps to Kafka's not-found) and RemoteStorageError for every other
+    failure, each with the whole message of the error it replaces (jep passes an
+    exception's first argument on, not its `str`, which adds the file and position)."""
     try:
         return fn(*args)
     except RemoteResourceNotFoundError as exc:
-        raise PluginResourceNotFound(str(exc)) from exc
-    except (PluginResourceNotFound, PluginStorageError):
-        raise
+        raise RemoteResourceNotFoundError(str(exc)) from exc
+    except RemoteStorageError as exc:
+        kind = "" if type(exc) is RemoteStorageError else f"{type(exc).__name__}: "
+        raise RemoteStorageError(f"{kind}{exc}") from exc
     except Exception as exc:
-        raise PluginStorageError(f"{type(exc).__name__}: {exc}") from exc
+        raise RemoteStorageError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def plugin_open(settings: Sequence) -> int:
@@ -167,19 +156,19 @@ def plugin_open(settings: Sequence) -> int:
     elif DIRS_KEY in configs:
         cls = FileSystemRemoteStorageManager
     else:
-        raise PluginConfigError(
-            f"{_PREFIX}{BACKEND_KEY} (the object store in the Aiven plugin's format) or "
-            f"{_PREFIX}{DIRS_KEY} (the engine's filesystem tier) must be set")
+        raise ConfigError(_PREFIX + BACKEND_KEY, None,
+                          f"must be set (the object store in the Aiven plugin's format), "
+                          f"or {_PREFIX}{DIRS_KEY} (the engine's filesystem tier)")
     rsm = cls()
     try:
         rsm.configure(configs)
     except ConfigError as exc:
         rsm.close()
         key = exc.key if exc.key is None or exc.key.startswith(_PREFIX) else _PREFIX + exc.key
-        raise PluginConfigError(str(ConfigError(key, exc.value, exc.rule))) from exc
-    except Exception as exc:
+        raise ConfigError(key, exc.value, exc.rule, file=exc.file) from exc
+    except BaseException:
         rsm.close()
-        raise PluginConfigError(f"{type(exc).__name__}: {exc}") from exc
+        raise
     plugin = _Plugin(rsm)
     with _lock:
         handle = next(_handles)

@@ -19,22 +19,31 @@ final class EngineException extends Exception {
         return kind;
     }
 
-    /** jep words a Python exception as {@code <class 'module.Name'>: message}. */
+    /**
+     * jep words a Python exception as {@code <class 'module.Name'>: message}. The bridge
+     * raises the engine's errors only: engine.errors.RemoteResourceNotFoundError is Kafka's
+     * not-found, engine.errors.ConfigError a bad setting, any other a storage failure (named
+     * by its class when it is not the plain RemoteStorageError).
+     */
     static EngineException of(JepException e) {
         String text = String.valueOf(e.getMessage());
-        String prefix = "<class '" + EngineRuntime.BRIDGE + ".";
-        Kind kind = Kind.STORAGE;
-        String message = text;
-        if (text.startsWith(prefix)) {
-            int end = text.indexOf("'>", prefix.length());
-            String name = end < 0 ? "" : text.substring(prefix.length(), end);
-            message = end < 0 ? text : text.substring(end + 2).replaceFirst("^:\\s*", "");
-            if (name.equals("PluginResourceNotFound")) {
-                kind = Kind.NOT_FOUND;
-            } else if (name.equals("PluginConfigError")) {
-                kind = Kind.CONFIG;
-            }
+        String prefix = "<class '";
+        int end = text.startsWith(prefix) ? text.indexOf("'>", prefix.length()) : -1;
+        if (end < 0) {
+            return new EngineException(Kind.STORAGE, text);
         }
-        return new EngineException(kind, message);
+        String name = text.substring(prefix.length(), end);
+        String message = text.substring(end + 2).replaceFirst("^:\\s*", "");
+        switch (name) {
+            case "engine.errors.RemoteResourceNotFoundError":
+                return new EngineException(Kind.NOT_FOUND, message);
+            case "engine.errors.ConfigError":
+                return new EngineException(Kind.CONFIG, message);
+            case "engine.errors.RemoteStorageError":
+                return new EngineException(Kind.STORAGE, message);
+            default:
+                return new EngineException(Kind.STORAGE,
+                        name.substring(name.lastIndexOf('.') + 1) + ": " + message);
+        }
     }
 }

@@ -8,23 +8,47 @@ isolation levels; the group's commits hold; Admin.listOffsets answers into the t
 from __future__ import annotations
 
 import base64
+import socket
 
 import pytest
-from kafka_cluster import ClientProcess, run_client, wait_until
+from kafka_cluster import ClientError, ClientProcess, run_client, wait_until
 from serve_support import CODECS, TOPIC, Record, ServeProcess, build_tiered_broker
 
 
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory):
-    return build_tiered_broker(tmp_path_factory.mktemp("serve"))
+    # a fixed port: the Java clients reconnect to the same address after serve restarts
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return build_tiered_broker(tmp_path_factory.mktemp("serve"),
+                               f"listeners=PLAINTEXT://127.0.0.1:{port}\n"
+                               "group.min.session.timeout.ms=1000\n")
+
+
+class _Serve:
+    """The module's `serve`, which a test may restart (same config, same port)."""
+
+    def __init__(self, config: str):
+        self.config = config
+        self.proc = ServeProcess(config)
+        self.bootstrap = self.proc.bootstrap
+
+    def stop(self) -> None:
+        assert self.proc.stop() == 0, self.proc.output()
+        assert "Traceback" not in self.proc.output(), self.proc.output()
+
+    def restart(self) -> None:
+        self.stop()
+        self.proc = ServeProcess(self.config)
+        assert self.proc.bootstrap == self.bootstrap
 
 
 @pytest.fixture(scope="module")
 def server(tiered):
-    proc = ServeProcess(tiered.config)
+    proc = _Serve(tiered.config)
     yield proc
-    assert proc.stop() == 0, proc.output()
-    assert "Traceback" not in proc.output(), proc.output()
+    proc.stop()
 
 
 def _b64(text):
@@ -124,3 +148,33 @@ def test_java_group_rebalance_commits_on_revoke(tiered, server):
                                key=lambda r: (r.get("partition", -1), r.get("offset", -1))))
     for p in range(len(CODECS)):
         assert got[p] == tiered.view(p, False), p
+
+
+def test_java_producer_fails_with_its_retriable_timeout_and_nothing_is_written(tiered, server):
+    """serve answers Produce as a Kafka replica that leads nothing: NOT_LEADER_OR_FOLLOWER.
+    The Java producer retries it (refreshing metadata, which names serve the leader again)
+    until delivery.timeout.ms, then fails the send with its retriable TimeoutException; the
+    end offsets do not move and the Java consumer is still served every record."""
+    before = _latest(server)
+    assert before == {p: tiered.offsets[p]["latest"] for p in before}
+    with pytest.raises(ClientError) as failed:
+        run_client(["produce", "--bootstrap", server.bootstrap, "--topic", TOPIC,
+                    "--partition", "0", "--count", "3",
+                    "--property", "enable.idempotence=false", "--property", "acks=1",
+                    "--property", "delivery.timeout.ms=4000",
+                    "--property", "request.timeout.ms=2000", "--property", "linger.ms=0",
+                    "--property", "retry.backoff.ms=100"], timeout=60)
+    err = failed.value.stderr
+    assert "error: org.apache.kafka.common.errors.TimeoutException: Expiring" in err, err
+    assert "retrying" in err and "Error: NOT_LEADER_OR_FOLLOWER" in err, err
+    assert not failed.value.lines  # no record was acknowledged
+    assert _latest(server) == before
+    got = _by_partition(_consume(server, "--partitions", "0"))
+    assert got[0] == tiered.view(0, False)
+
+
+def _latest(server) -> dict[int, int]:
+    lines = run_client(["list-offsets", "--bootstrap", server.bootstrap, "--topic", TOPIC,
+                        "--partitions", ",".join(map(str, range(len(CODECS)))),
+                        "--spec", "latest"], timeout=60)
+    return {r["partition"]: r["offset"] for r in lines}

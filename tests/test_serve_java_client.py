@@ -12,7 +12,7 @@ import socket
 
 import pytest
 from kafka_cluster import ClientError, ClientProcess, run_client, wait_until
-from serve_support import CODECS, TOPIC, Record, ServeProcess, build_tiered_broker
+from serve_support import CODECS, TOPIC, Record, ServeProcess, build_tiered_broker, engine
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,29 @@ class _Serve:
 
 
 @pytest.fixture(scope="module")
-def server(tiered):
+def by_time(tiered):
+    """(partition, timestamp) -> `engine list-offsets --time <ms>`'s offset, for a timestamp
+    inside the tiered range of each partition, and in partition 0 one in the local log and
+    one past the last record (read before `serve` holds the log dirs). The engine and the
+    Java client see the same timestamps: those of the records and of transaction markers."""
+    answers = {}
+    for p in range(len(CODECS)):
+        records = tiered.view(p, False)
+        probes = [next(r for r in records
+                       if r.offset >= tiered.offsets[p]["earliest-local"] // 2).timestamp - 1]
+        if p == 0:  # the markers' timestamps are a few ms past the last record's
+            probes += [next(r for r in records
+                            if r.offset > tiered.offsets[p]["earliest-local"]).timestamp,
+                       max(r.timestamp for r in records) + 60_000]
+        for ms in probes:  # one at a time: each holds the log dirs' lock
+            out = engine("list-offsets", "--config", tiered.config, "--topic", TOPIC,
+                         "--partition", str(p), "--time", str(ms)).stdout
+            answers[(p, ms)] = int(out.strip().rsplit(":", 1)[1])
+    return answers
+
+
+@pytest.fixture(scope="module")
+def server(tiered, by_time):
     proc = _Serve(tiered.config)
     yield proc
     proc.stop()
@@ -178,3 +200,24 @@ def _latest(server) -> dict[int, int]:
                         "--partitions", ",".join(map(str, range(len(CODECS)))),
                         "--spec", "latest"], timeout=60)
     return {r["partition"]: r["offset"] for r in lines}
+
+
+def test_java_consumer_offsets_for_times_into_the_tier(tiered, server, by_time):
+    """KafkaConsumer.offsetsForTimes answers as `engine list-offsets --time <ms>`: inside
+    the tiered range (the answer below the first local offset), in the local log, and
+    none (null) past the last record; each found offset's timestamp is its record's."""
+    stamps = sorted({ms for _, ms in by_time})
+    lines = run_client(["offsets-for-times", "--bootstrap", server.bootstrap, "--topic", TOPIC,
+                        "--partitions", ",".join(map(str, range(len(CODECS)))),
+                        *(a for ms in stamps for a in ("--timestamp", str(ms)))], timeout=120)
+    got = {(r["partition"], r["query"]): r for r in lines}
+    assert sum(0 <= o < tiered.offsets[p]["earliest-local"]
+               for (p, _), o in by_time.items()) == len(CODECS)  # one tiered answer each
+    assert -1 in by_time.values()
+    for (p, ms), offset in by_time.items():
+        found = got[(p, ms)]
+        if offset < 0:
+            assert found["offset"] is None and found["timestamp"] is None, found
+            continue
+        record = next(r for r in tiered.view(p, False) if r.offset >= offset)
+        assert (found["offset"], found["timestamp"]) == (offset, record.timestamp), (p, ms)

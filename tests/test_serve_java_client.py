@@ -221,3 +221,118 @@ def test_java_consumer_offsets_for_times_into_the_tier(tiered, server, by_time):
             continue
         record = next(r for r in tiered.view(p, False) if r.offset >= offset)
         assert (found["offset"], found["timestamp"]) == (offset, record.timestamp), (p, ms)
+
+
+def _member(server, group: str, *extra: str) -> list[str]:
+    return ["consume", "--bootstrap", server.bootstrap, "--topic", TOPIC, "--subscribe",
+            "--group", group, "--commit", "--timeout-ms", "120000", "--poll-delay-ms", "100",
+            "--property", "max.poll.records=50", "--property", "session.timeout.ms=30000",
+            "--property", "heartbeat.interval.ms=1000", *extra]
+
+
+def _records_after_assignment(member: ClientProcess, assignments: int) -> bool:
+    """Whether the member read a record after its `assignments`-th "assigned" line."""
+    seen = 0
+    for r in member.lines_so_far():
+        seen += r["type"] == "assigned"
+        if seen >= assignments and r["type"] == "record":
+            return True
+    return False
+
+
+def _group_events(lines: list[dict]) -> list[tuple[str, list[int]]]:
+    return [(r["type"], r["partitions"]) for r in lines
+            if r["type"] in ("assigned", "revoked", "lost")]
+
+
+def _check_read_once_each(tiered, *outputs: list[dict]) -> None:
+    """Between them the outputs read every record once, as `fetch --json` shows it."""
+    lines = [r for out in outputs for r in out if r["type"] == "record"]
+    read = [(r["partition"], r["offset"]) for r in lines]
+    assert len(read) == len(set(read))  # nothing read twice
+    got = _by_partition(sorted(lines, key=lambda r: (r["partition"], r["offset"])))
+    for p in range(len(CODECS)):
+        assert got[p] == tiered.view(p, False), p
+
+
+def test_java_group_members_consume_and_commit_across_a_serve_restart(tiered, server):
+    """Two members of a group consume and commit; serve restarts under them. Kafka keeps
+    group state (members, generation, assignment) across a coordinator restart, and so does
+    serve: the members keep their partitions (no rebalance after the restart), commits are
+    accepted, and between them they read every record once; the group then resumes at
+    the end."""
+    group = "java-restart"
+    first = ClientProcess(_member(server, group, "--idle-ms", "10000"))
+    second = None
+    try:
+        wait_until("the first member's records", lambda: _records_after_assignment(first, 1), 60)
+        second = ClientProcess(_member(server, group, "--idle-ms", "10000"))
+        wait_until("both members' records after the rebalance",
+                   lambda: (_records_after_assignment(first, 2)
+                            and _records_after_assignment(second, 1)), 60)
+        marks = [len(first.lines_so_far()), len(second.lines_so_far())]
+        server.restart()
+        outputs = [first.result(timeout=150), second.result(timeout=150)]
+    finally:
+        for member in (first, second):
+            if member is not None:
+                member.kill()
+    everything = list(range(len(CODECS)))
+    after = []
+    for out, mark in zip(outputs, marks, strict=True):
+        assert any(r["type"] == "record" for r in out[mark:])  # it read on after the restart
+        mine = _group_events(out[:mark])[-1][1]
+        *events, close = _group_events(out[mark:])
+        assert close[0] == "revoked"  # its own close
+        after.append(events)
+        # the restart cost no rebalance; the member that outlasted the other one took its
+        # partitions when it left
+        assert events in ([], [("revoked", mine), ("assigned", everything)]), events
+    assert [] in after, after
+    _check_read_once_each(tiered, *outputs)
+    again = run_client([*_member(server, group, "--idle-ms", "3000")], timeout=120)
+    assert not [r for r in again if r["type"] == "record"]
+    positions = {int(p): n for p, n in again[-1]["positions"].items()}
+    assert positions == {p: tiered.offsets[p]["latest"] for p in range(len(CODECS))}
+
+
+def test_java_static_member_restarted_takes_its_partitions_back(tiered, server):
+    """Static members (group.instance.id, KIP-345): the second member stops (a static
+    member sends no LeaveGroup) and starts again within its session timeout: it takes
+    its old partitions back with no rebalance (the first member is never revoked nor
+    assigned anew) and resumes from its commits; the three runs read every record once."""
+    group = "java-static"
+    first = ClientProcess(_member(server, group, "--group-instance-id", "first",
+                                  "--idle-ms", "12000"))
+    try:
+        wait_until("the first member's records", lambda: _records_after_assignment(first, 1), 60)
+        before = run_client(_member(server, group, "--group-instance-id", "second",
+                                    "--max-records", "200", "--idle-ms", "12000"), timeout=120)
+        mark = len(first.lines_so_far())
+        again = run_client(_member(server, group, "--group-instance-id", "second",
+                                   "--idle-ms", "5000"), timeout=120)
+        first_lines = first.result(timeout=150)
+    finally:
+        first.kill()
+    [(_, theirs)] = [e for e in _group_events(before) if e[0] == "assigned"]
+    assert theirs and [("assigned", theirs), ("revoked", theirs)] == _group_events(before)
+    assert _group_events(again) == [("assigned", theirs), ("revoked", theirs)]
+    # the first member: assigned everything, then its share when the second joined; the
+    # second's restart changed nothing for it (only its own close is after that)
+    *events, close = _group_events(first_lines)
+    mine = sorted(set(range(len(CODECS))) - set(theirs))
+    assert events == [("assigned", list(range(len(CODECS)))), ("revoked", list(range(len(CODECS)))),
+                      ("assigned", mine)], events
+    assert close == ("revoked", mine)
+    assert all(e[0] != "assigned" for e in _group_events(first_lines[mark:]))
+    # the restarted member starts where its first run committed (its end positions; the
+    # first record at or after one, past a transaction marker)
+    starts = {}
+    for r in again:
+        if r["type"] == "record":
+            starts.setdefault(r["partition"], r["offset"])
+    committed = {int(p): n for p, n in before[-1]["positions"].items()}
+    assert starts == {p: next(r.offset for r in tiered.view(p, False) if r.offset >= n)
+                      for p, n in committed.items()
+                      if any(r.offset >= n for r in tiered.view(p, False))}, (starts, committed)
+    _check_read_once_each(tiered, first_lines, before, again)

@@ -3,7 +3,9 @@ the reference client, run through tests/kafka's client program): over the topic 
 serve_support (every codec, headers, transactions some of them aborted, early offsets only
 in the remote tier), every record the consumer reads from earliest to end, with assign()
 and with subscribe() in a group of its own, equals `engine fetch --json`'s view, in both
-isolation levels; the group's commits hold; Admin.listOffsets answers into the tier."""
+isolation levels; the group's commits hold, through rebalances, a restart of `serve` and a
+static member's restart; Admin.listOffsets and KafkaConsumer.offsetsForTimes answer into the
+tier; the Java producer fails with its retriable timeout and writes nothing."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """SASL and ACLs on `serve`: librdkafka over SASL_SSL with SCRAM-SHA-512 and kafka-python
 over SASL_PLAINTEXT with PLAIN consume as an allowed principal, and so does Apache Kafka's
 Java consumer over SASL_SSL, every record equal to `fetch --json`; a principal without ACLs
-gets Kafka's authorization errors (the Java client's authorization exceptions) and no data; a wrong password fails authentication and
-closes the connection; nothing but the handshake is answered before authentication; the
-credentials file holds no password."""
+gets Kafka's authorization errors (the Java client's authorization exceptions) and no data;
+a wrong password fails authentication and closes the connection; nothing but the handshake
+is answered before authentication; the credentials file holds no password."""
 
 from __future__ import annotations
 

@@ -39,7 +39,9 @@ __all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "ClientProcess", "KafkaCluste
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "tests" / "kafka" / "target"
 LIB_DIR = TARGET / "lib"
-CLIENT_JAR = TARGET / "kafka-test-client.jar"
+# KAFKA_TEST_CLIENT_JAR: a client jar built elsewhere (from changed sources, before the
+# Maven build here is redone)
+CLIENT_JAR = Path(os.environ.get("KAFKA_TEST_CLIENT_JAR") or TARGET / "kafka-test-client.jar")
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 _START_ATTEMPTS = 3

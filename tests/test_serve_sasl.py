@@ -1,8 +1,9 @@
 """SASL and ACLs on `serve`: librdkafka over SASL_SSL with SCRAM-SHA-512 and kafka-python
-over SASL_PLAINTEXT with PLAIN consume as an allowed principal; a principal without ACLs
-gets Kafka's authorization errors and no data; a wrong password fails authentication and
-closes the connection; nothing but the handshake is answered before authentication; the
-credentials file holds no password."""
+over SASL_PLAINTEXT with PLAIN consume as an allowed principal, and so does Apache Kafka's
+Java consumer over SASL_SSL, every record equal to `fetch --json`; a principal without ACLs
+gets Kafka's authorization errors (the Java client's authorization exceptions) and no data;
+a wrong password fails authentication and closes the connection; nothing but the handshake
+is answered before authentication; the credentials file holds no password."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from serve_support import TOPIC, ServeProcess, build_small_broker, make_pki
+from kafka_cluster import ClientError, run_client
+from serve_support import (
+    TOPIC,
+    Record,
+    ServeProcess,
+    build_small_broker,
+    engine,
+    make_pki,
+    records_of,
+)
 
 from engine.protocol import codec
 from engine.protocol.sasl import credential, write_credentials
@@ -27,7 +37,9 @@ PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2", "admin": "admin-s
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory):
+def sasl_broker(tmp_path_factory):
+    """The broker file, the PKI dir, the credentials file and `engine fetch --json`'s view
+    of the partition (read before `serve` holds the log dirs)."""
     base = tmp_path_factory.mktemp("sasl")
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     creds = base / "credentials.json"
@@ -52,6 +64,14 @@ def secured(tmp_path_factory):
     Path(config).write_text(Path(config).read_text().replace(
         "listeners=PLAINTEXT://127.0.0.1:0",
         "listeners=SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"))
+    view = records_of(engine("fetch", "--config", config, "--topic", TOPIC, "--partition",
+                             "0", "--offset", "0", "--to-end", "--json").stdout)
+    return config, pki, creds, view
+
+
+@pytest.fixture(scope="module")
+def secured(sasl_broker):
+    config, pki, creds, _ = sasl_broker
     proc = ServeProcess(config, listeners=2)
     yield proc, pki, creds
     assert proc.stop() == 0, proc.output()
@@ -159,6 +179,50 @@ def test_kafka_python_plain_and_a_super_user(secured):
             assert records, user
         finally:
             consumer.close()
+
+
+def _java_consume(proc, pki, user, mechanism, *args):
+    """The Java consumer over SASL_SSL (the CA's PEM as its truststore)."""
+    module = ("scram.ScramLoginModule" if mechanism.startswith("SCRAM")
+              else "plain.PlainLoginModule")
+    jaas = (f"org.apache.kafka.common.security.{module} required "
+            f'username="{user}" password="{PASSWORDS[user]}";')
+    props = {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism,
+             "sasl.jaas.config": jaas, "ssl.truststore.type": "PEM",
+             "ssl.truststore.location": str(pki / "ca.pem")}
+    return run_client(["consume", "--bootstrap", f"127.0.0.1:{proc.ports['SASL_SSL']}",
+                       "--topic", TOPIC, *args, "--idle-ms", "3000", "--timeout-ms", "60000",
+                       *(a for k, v in props.items() for a in ("--property", f"{k}={v}"))],
+                      timeout=120)
+
+
+def test_java_consumer_over_sasl_ssl_allowed_and_denied(secured, sasl_broker):
+    """Apache Kafka's Java consumer over SASL_SSL: alice (SCRAM-SHA-512) reads every record
+    as `fetch --json` shows it in a group she may use; bob (PLAIN, no topic ACL) gets
+    TopicAuthorizationException, and alice in bob's group GroupAuthorizationException."""
+    proc, pki, _ = secured
+    view = sasl_broker[3]
+    lines = _java_consume(proc, pki, "alice", "SCRAM-SHA-512", "--subscribe",
+                          "--group", "alice-java", "--commit")
+    assert lines[-1]["type"] == "end" and not lines[-1]["timed_out"], lines[-1]
+    got = [Record(r["offset"], r["timestamp"], _b64(r["key"]), _b64(r["value"]),
+                  [(k, _b64(v)) for k, v in r["headers"]])
+           for r in lines if r["type"] == "record"]
+    assert len(got) == RECORDS and got == view
+    denied = {
+        "org.apache.kafka.common.errors.TopicAuthorizationException": (
+            "bob", "PLAIN", "--partitions", "0"),
+        "org.apache.kafka.common.errors.GroupAuthorizationException": (
+            "alice", "SCRAM-SHA-256", "--subscribe", "--group", "bob")}
+    for exception, (user, mechanism, *how) in denied.items():
+        with pytest.raises(ClientError) as failed:
+            _java_consume(proc, pki, user, mechanism, *how)
+        assert f"error: {exception}: " in failed.value.stderr, failed.value.stderr
+        assert not [r for r in failed.value.lines if r["type"] == "record"]
+
+
+def _b64(text):
+    return None if text is None else base64.b64decode(text)
 
 
 def _call(sock, api_key, version, correlation, body):

@@ -12,6 +12,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -25,12 +26,17 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *  With --commit it commits its positions synchronously after every poll that returned
  *  records and, subscribed, in onPartitionsRevoked (so a rebalance loses no progress).
  *  Subscribed, it prints "assigned", "revoked" and "lost" lines as the group rebalances.
- *  --poll-delay-ms sleeps after each poll that returned records (slow processing). */
+ *  --poll-delay-ms sleeps after each poll that returned records (slow processing).
+ *  <p>`offsets-for-times --topic T --partitions 0,1 --timestamp MS [--timestamp MS...]
+ *  [--isolation I]`: KafkaConsumer.offsetsForTimes, one "offset-for-time" line per
+ *  timestamp and partition (offset and timestamp null where no record is at or after it). */
 final class Consume {
     private static final Set<String> OPTIONS = Set.of("bootstrap", "property", "topic",
             "partitions", "group", "group-instance-id", "isolation", "from", "max-records",
             "idle-ms", "timeout-ms", "poll-delay-ms");
     private static final Set<String> FLAGS = Set.of("subscribe", "commit");
+    private static final Set<String> TIMES_OPTIONS = Set.of("bootstrap", "property", "topic",
+            "partitions", "timestamp", "isolation");
 
     private Consume() {
     }
@@ -72,6 +78,31 @@ final class Consume {
             end = loop(consumer, args);
         }
         end.print();  // the last line, after what closing printed (a final "revoked")
+    }
+
+    static void offsetsForTimes(String[] argv) {
+        Args args = new Args(argv, 1, TIMES_OPTIONS, Set.of());
+        var props = Main.clientProperties(args);
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, args.get("isolation", "read_uncommitted"));
+        try (var consumer = new KafkaConsumer<>(props, new ByteArrayDeserializer(),
+                new ByteArrayDeserializer())) {
+            for (String timestamp : args.getAll("timestamp")) {
+                Map<TopicPartition, Long> query = new LinkedHashMap<>();
+                for (int p : args.ints("partitions")) {
+                    query.put(new TopicPartition(args.get("topic"), p), Long.parseLong(timestamp));
+                }
+                Map<TopicPartition, OffsetAndTimestamp> found = consumer.offsetsForTimes(query);
+                for (TopicPartition tp : query.keySet()) {
+                    OffsetAndTimestamp at = found.get(tp);
+                    Json.of("offset-for-time")
+                            .put("partition", tp.partition())
+                            .put("query", Long.parseLong(timestamp))
+                            .put("offset", at == null ? null : at.offset())
+                            .put("timestamp", at == null ? null : at.timestamp())
+                            .print();
+                }
+            }
+        }
     }
 
     private static void seek(KafkaConsumer<byte[], byte[]> consumer,

@@ -7,8 +7,9 @@ import java.util.concurrent.ExecutionException;
 /** A small Kafka client the tests drive: one subcommand per call, one JSON object per
  *  stdout line; any failure goes to stderr with exit status 1 (2 for bad arguments).
  *  <pre>
- *  produce | consume | list-offsets | delete-records | create-topic | alter-config |
- *  describe-topic | delete-topic | add-partitions | reassign   --bootstrap host:port
+ *  produce | consume | offsets-for-times | list-offsets | delete-records | create-topic |
+ *  alter-config | describe-topic | delete-topic | add-partitions | reassign
+ *  --bootstrap host:port
  *  [options]
  *  </pre>
  *  Every subcommand takes `--property k=v` (repeatable) for extra client configs. */
@@ -45,6 +46,9 @@ public final class Main {
                 break;
             case "consume":
                 Consume.run(argv);
+                break;
+            case "offsets-for-times":
+                Consume.offsetsForTimes(argv);
                 break;
             case "list-offsets":
             case "delete-records":

@@ -19,7 +19,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *  [--transactional-id ID --transaction-size K [--abort-every A]] [--base-timestamp MS]
  *  [--timestamp-step MS] [--value-size B]`: N records whose keys, values, headers and
  *  timestamps follow from the seed (timestamps from the base, by default the start time),
- *  idempotent with acks=all. With a transactional id they go in transactions of K records,
+ *  idempotent with acks=all unless `--property` says otherwise. With a transactional id they go in transactions of K records,
  *  and every A-th transaction is aborted (after its records were acknowledged). One
  *  "produced" line per record, in send order, with where it landed and whether its
  *  transaction committed. */
@@ -47,8 +47,8 @@ final class Produce {
             throw new IllegalArgumentException("--transaction-size must be positive");
         }
         var props = Main.clientProperties(args);
-        props.put(ProducerConfig.ACKS_CONFIG, "all");
-        props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        props.putIfAbsent(ProducerConfig.ACKS_CONFIG, "all");
+        props.putIfAbsent(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
         props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, args.get("compression", "none"));
         if (transactional) {
             props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, args.get("transactional-id"));

@@ -64,4 +64,3 @@ def test_an_added_replica_builds_from_the_tier_and_serves_old_offsets_as_leader(
     for isolation in ("read_committed", "read_uncommitted"):
         records = consume(cluster, TOPIC, [0], "--isolation", isolation)
         assert record_view(records) == produced_view(produced, isolation), isolation
-    cluster.start_node(leader)

@@ -33,6 +33,8 @@ from typing import Self
 
 from s3_server import free_ports
 
+from engine.cli.kafka_broker import LOG4J2_PROPERTIES
+
 __all__ = ["CLIENT_JAR", "LIB_DIR", "ClientError", "ClientProcess", "KafkaCluster",
            "KafkaClusterError", "kafka_classpath", "run_client", "wait_until"]
 
@@ -50,20 +52,8 @@ BROKER_HEAP = "-Xmx384m"
 # short-lived JVMs on a small machine: C1 only starts faster and costs less CPU
 CLIENT_JVM = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
-# the broker's log: INFO to stdout (the node's log file); the chattiest loggers at WARN
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = STDOUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = STDOUT
-logger.state.name = state.change.logger
-logger.state.level = warn
-logger.request.name = kafka.request.logger
-logger.request.level = warn
-"""
+# the broker's log: INFO to stdout (the node's log file), as `kafka-broker` writes it
+_LOG4J2 = LOG4J2_PROPERTIES
 
 
 class KafkaClusterError(RuntimeError):

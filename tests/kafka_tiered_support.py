@@ -8,13 +8,11 @@ Kafka's own TopicBasedRemoteLogMetadataManager keeps the metadata in
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import obstore
-from kafka_cluster import KafkaCluster
+from kafka_cluster import KafkaCluster, wait_until
 from kafka_plugin_support import INSTALLED_JAR, RSM_CLASS
 
 from engine.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
@@ -61,19 +59,6 @@ def tiered_cluster(base: Path, s3_server, brokers: int = 1, **extra) -> KafkaClu
                                                                **extra))
     cluster.key_prefix = prefix  # type: ignore[attr-defined]
     return cluster
-
-
-def wait_until(what: str, check: Callable[[], object], timeout: float = 120,
-               interval: float = 0.5):
-    """`check()`'s first truthy answer; AssertionError naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 def offsets(cluster: KafkaCluster, topic: str, partitions, *specs: str,

@@ -25,12 +25,13 @@ import tempfile
 import uuid
 from pathlib import Path
 
-__all__ = ["add_parser", "broker_properties", "run"]
+__all__ = ["LOG4J2_PROPERTIES", "add_parser", "broker_properties", "run"]
 
 PLUGIN_CLASS = "tierengine.kafka.EngineRemoteStorageManager"
 _PROJECT = Path(__file__).resolve().parents[2]
 _DEFAULT_LIBS = _PROJECT / "tests" / "kafka" / "target" / "lib"
-_LOG4J2 = """\
+#: the broker's log4j2 configuration: INFO to stdout, the chattiest loggers at WARN
+LOG4J2_PROPERTIES = """\
 status = warn
 appender.out.type = Console
 appender.out.name = STDOUT
@@ -40,6 +41,8 @@ rootLogger.level = info
 rootLogger.appenderRef.out.ref = STDOUT
 logger.state.name = state.change.logger
 logger.state.level = warn
+logger.request.name = kafka.request.logger
+logger.request.level = warn
 """
 
 
@@ -152,7 +155,7 @@ def _run_broker(java: str, libs: Path, base: Path, port: int, store: dict, endpo
     props = broker_properties(node, port, _free_port(0), store)
     config = node / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    (node / "log4j2.properties").write_text(_LOG4J2)
+    (node / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
     command = [java, "-Xmx1g", f"-Dlog4j2.configurationFile={node / 'log4j2.properties'}",
                f"-Dkafka.logs.dir={node}", "-cp", f"{libs}{os.sep}*"]
     if not (node / "data" / "meta.properties").exists():

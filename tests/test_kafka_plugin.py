@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import obstore
 import pytest
@@ -293,3 +294,24 @@ def test_a_bad_setting_fails_configure_naming_its_key(s3_server, tmp_path, confi
     assert out[0]["error"] == "ConfigException", out
     assert key in out[0]["message"]
     assert s3_server.secret_key not in out[0]["message"]
+
+
+def test_configure_refuses_a_venv_whose_jep_is_not_the_jars(tmp_path):
+    """The jar's jep classes must be those of the venv's libjep: a venv with another jep
+    version fails `configure` naming the key, the path and both versions."""
+    import importlib.util
+
+    real_jep = Path(importlib.util.find_spec("jep").submodule_search_locations[0])
+    other = tmp_path / "other"
+    jep_dir = other / "lib" / "python3.11" / "site-packages" / "jep"
+    jep_dir.mkdir(parents=True)
+    (other / "bin").mkdir()
+    (other / "pyvenv.cfg").write_text((VENV / "pyvenv.cfg").read_text())
+    (other / "bin" / "python").symlink_to(VENV / "bin" / "python")
+    (jep_dir / "libjep.so").symlink_to(real_jep / "libjep.so")
+    (jep_dir / "version.py").write_text("__VERSION__ = '0.0.1'\nVERSION = __VERSION__\n")
+    out = run_driver(tmp_path / "a", {"dirs": str(tmp_path), "engine.venv": str(other)}, [])
+    assert out[0]["error"] == "ConfigException"
+    message = out[0]["message"]
+    assert f"rsm.config.engine.venv={other}" in message
+    assert "its jep is 0.0.1" in message and "built with jep" in message

@@ -198,29 +198,12 @@ def section_b(cluster, s3, mb: int) -> None:
 def section_c(s3, base: Path, mb: int, rounds: int) -> None:
     from rsm_crash_writer import segment_metadata
 
+    from bench.compare_remote_copy import make_source
     from bench.segment import segment
-    from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
-    from engine.log.producer_state import write_snapshot
-    from engine.log.segment import LogSegment
-    from engine.remote import LogSegmentData
     from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 
     print(f"(c) crossing cost: the plugin jar vs the engine from Python, {mb} MiB segment")
-    src = base / "segment"
-    src.mkdir(parents=True)
-    (src / f"{0:020d}.log").write_bytes(segment("none", mb * MiB))
-    seg = LogSegment.open(src, 0)
-    seg.resize_indexes(10 << 20)
-    seg.recover()
-    next_offset = seg.next_offset()
-    seg.on_become_inactive_segment()
-    seg.close()
-    write_snapshot(src / f"{next_offset:020d}.snapshot", [], sync=False)
-    epochs = LeaderEpochCheckpointFile(src / "epochs", create=False)
-    epochs.write([EpochEntry(0, 0)], sync=False)
-    data = LogSegmentData(src / f"{0:020d}.log", src / f"{0:020d}.index",
-                          src / f"{0:020d}.timeindex", None,
-                          src / f"{next_offset:020d}.snapshot", (src / "epochs").read_bytes())
+    data, last = make_source(base / "segment", segment("none", mb * MiB))
     size = data.log_segment.stat().st_size
     tip = TopicIdPartition(Uuid.random(), "crossing", 0)
     configs = dict(s3.config())
@@ -232,7 +215,7 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
                     "fetch.chunk.cache.size": str(2 * mb * MiB)})
     py_fetch, py_stream, jar_fetch, py_copy, jar_copy = [], [], [], [], []
     for r in range(rounds):
-        md = segment_metadata(tip, 0, next_offset - 1, size)
+        md = segment_metadata(tip, 0, last, size)
         words = metadata_words(md)
         out = run_driver(base / f"drv-{r}", {**configs, "engine.venv": str(VENV)},
                          [f"copy {words} {copy_words(data)}"]
@@ -245,7 +228,7 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
         rsm = ObjectStorageRemoteStorageManager()
         rsm.configure(configs)
         try:
-            md = segment_metadata(tip, 0, next_offset - 1, size)
+            md = segment_metadata(tip, 0, last, size)
             t = time.perf_counter()
             rsm.copy_log_segment_data(md, data)
             py_copy.append(time.perf_counter() - t)

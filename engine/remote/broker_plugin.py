@@ -309,9 +309,11 @@ def plugin_drain_log() -> list:
         dropped, queue.dropped = queue.dropped, 0
         out.append([logging.WARNING, __name__,
                     f"{dropped} log records of the engine were dropped (queue full)"])
-    while True:
+    # what is queued now, not what engine threads add meanwhile: a drain always ends
+    for _ in range(len(queue.records)):
         try:
             level, name, message = queue.records.popleft()
-        except IndexError:
-            return out
+        except IndexError:  # another thread drained it
+            break
         out.append([level, name, message])
+    return out

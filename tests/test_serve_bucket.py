@@ -351,13 +351,14 @@ def test_a_consumer_reading_on_needs_no_offset_index(s3_server, tmp_path, monkey
     """Fetches that go on where the previous one ended start from its end: no offset-index
     lookup for a consumer reading forward, every record still read; a fetch anywhere else
     still takes the index's position."""
-    from engine.protocol.replica import BucketReplica, open_replica
+    from engine.protocol.replica import open_replica
+    from engine.remote.remote_log import StoreIndexes
 
     lookups = []
-    position = BucketReplica._position
-    monkeypatch.setattr(BucketReplica, "_position",
-                        lambda self, md, offset: lookups.append(offset) or position(
-                            self, md, offset))
+    position = StoreIndexes.position
+    monkeypatch.setattr(StoreIndexes, "position",
+                        lambda self, md, offset, nonblocking=False: lookups.append(offset)
+                        or position(self, md, offset, nonblocking))
     hand = HandBucket(s3_server)
     try:
         hand.segment(0, 29, [(0, 0)])

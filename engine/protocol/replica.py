@@ -16,14 +16,13 @@ swapped in one assignment, so a read sees one listing whole. A segment described
 not described again (its objects never change once its manifest exists). A partition whose
 refresh fails keeps its previous state (the failure is logged).
 
-Reads (`read`): the kept segment holding the offset, the position from its remote offset
-index (searched where the RSM keeps it: its in-memory indexes cache, bounded by
-`fetch.indexes.cache.size`; no index file is written), batch headers walked from there, whole
-batches up to `max_bytes` read through the RSM (its chunk cache and read-ahead, which goes on
-into the next kept segment; `serving_settings` gives a replica both by default), checked as
-a consumer with `check.crcs` checks them, cut where the next kept segment takes over
-(overlapping uploads) and at the last stable offset for read_committed, whose aborted
-transactions come from the remote transaction indexes. Kafka's answers for what the bucket
+Reads and ListOffsets are answered by each partition's remote log (engine.remote.remote_log,
+the read model every reader shares) over the kept chain, its indexes searched in the
+process's parsed-index cache over the RSM (which keeps the raw ones bounded by
+`fetch.indexes.cache.size`; no index file is written) and its records read through the RSM
+(its chunk cache and read-ahead, which goes on into the next kept segments;
+`serving_settings` gives a replica both by default), cut where the next kept segment takes
+over and at the last stable offset for read_committed. Kafka's answers for what the bucket
 does not hold: an offset outside [log start, log end], in a gap between kept segments, or in
 a segment deleted since the listing is OffsetOutOfRangeError, never other records.
 """
@@ -34,52 +33,28 @@ import bisect
 import concurrent.futures
 import logging
 import threading
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from engine._native import records as _records
 from engine.config import ConfigError
 from engine.errors import (
-    CorruptIndexError,
-    CorruptRecordError,
     KafkaEngineError,
     OffsetOutOfRangeError,
     RemoteResourceNotFoundError,
     UnknownTopicOrPartitionError,
 )
 from engine.log.checkpoint import EpochEntry
-from engine.log.offset_index import OffsetIndex
-from engine.log.producer_state import decode_snapshot
-from engine.log.time_index import TimeIndex
-from engine.log.transaction_index import ABORTED_TXN_VERSION, AbortedTxn
-from engine.records import MemoryRecords
+from engine.log.transaction_index import AbortedTxn
 from engine.remote.bucket import Bucket, Described, PartitionView, SegmentLink, SegmentObjects
-from engine.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
-from engine.remote.segment_access import (
-    WALK_WINDOW,
-    NextPositions,
-    RemoteSegmentReader,
-    aborted_txn_rows,
-    check_batches,
-    describe_segment,
-    find_offset_for_timestamp,
-    index_bytes,
-)
-from engine.remote.storage import IndexType
+from engine.remote.metadata import TopicIdPartition
+from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
+from engine.remote.segment_access import NextPositions, describe_segment
 
 __all__ = ["BucketReplica", "ReplicaPartition", "ReplicaRead", "open_replica",
            "serving_settings"]
 
 log = logging.getLogger(__name__)
 
-#: bytes past the walk window that the first header probe may need
-_HEADER_PROBE = 64
-#: ListOffsets specs (ListOffsetsRequest)
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-_NOT_FOUND = (-1, -1, -1)
 #: the chunk cache and read-ahead of a replica whose settings name no chunk cache
 CHUNK_CACHE_BYTES = 1 << 30
 READ_AHEAD_BYTES = 4 << 20
@@ -92,17 +67,17 @@ READ_THREADS = 8
 
 @dataclass(frozen=True)
 class ReplicaPartition:
-    """One partition as of the last refresh (immutable: a refresh makes a new one)."""
+    """One partition as of the last refresh (immutable: a refresh makes a new one), and its
+    remote log, which answers every read of it."""
 
     tip: TopicIdPartition
     chain: tuple[SegmentLink, ...]
-    gaps: tuple[tuple[int, int], ...]
     epochs: tuple[EpochEntry, ...]
     log_start_offset: int
     log_end_offset: int
     last_stable_offset: int
-    #: the chain's start offsets and the epochs', for bisection
-    starts: tuple[int, ...] = ()
+    log: RemoteLog = field(compare=False, repr=False)
+    #: the epochs' start offsets, for bisection
     epoch_starts: tuple[int, ...] = ()
 
     @property
@@ -121,11 +96,6 @@ class ReplicaPartition:
         """The lineage's epoch holding `offset`, -1 when it is older than the lineage."""
         i = bisect.bisect_right(self.epoch_starts, offset) - 1
         return self.epochs[i].epoch if i >= 0 else -1
-
-    def link_index(self, offset: int) -> int | None:
-        """The index in `chain` of the kept segment that serves `offset`, None in a gap."""
-        i = bisect.bisect_right(self.starts, offset) - 1
-        return i if i >= 0 and offset < self.chain[i].end else None
 
 
 @dataclass
@@ -179,6 +149,7 @@ class BucketReplica:
         self._partitions: dict[tuple[str, int], ReplicaPartition] = {}
         self._refresh_lock = threading.Lock()
         self._next_positions = NextPositions()
+        self._indexes = StoreIndexes(self.rsm)
         self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS,
                                                            thread_name_prefix="bucket-read")
         #: last segment id -> last stable offset from its producer snapshot
@@ -251,25 +222,21 @@ class BucketReplica:
 
     def _state(self, view: PartitionView) -> ReplicaPartition:
         chain = tuple(view.chain)
-        bounds = view.bounds()
-        start, end = bounds if bounds is not None else (0, 0)
-        lso = self._last_stable_offset(chain[-1].segment, start, end) if chain else end
-        return ReplicaPartition(view.tip, chain, tuple(view.gaps), tuple(view.epochs), start,
-                                end, lso, tuple(link.start_offset for link in chain),
-                                tuple(e.start_offset for e in view.epochs))
+        segments = ChainSegments(f"{view.tip.topic}-{view.tip.partition}", chain,
+                                 f"the bucket {self.url}", view.gaps)
+        remote_log = RemoteLog(self.rsm, segments, self._indexes, self._next_positions)
+        start, end = segments.bounds() or (0, 0)
+        lso = self._last_stable_offset(remote_log, chain) if chain else end
+        return ReplicaPartition(view.tip, chain, tuple(view.epochs), start, end, lso,
+                                remote_log, tuple(e.start_offset for e in view.epochs))
 
-    def _last_stable_offset(self, last: RemoteLogSegmentMetadata, start: int, end: int) -> int:
-        """`end`, or the first offset of a transaction the producer snapshot of the last
-        segment says is still open (an empty snapshot: none is)."""
-        key = last.remote_log_segment_id
+    def _last_stable_offset(self, remote_log: RemoteLog, chain) -> int:
+        """The remote log's last stable offset, once per last segment (its producer
+        snapshot never changes)."""
+        key = chain[-1].segment.remote_log_segment_id
         if key not in self._lso:
-            data = index_bytes(self.rsm, last, IndexType.PRODUCER_SNAPSHOT)
-            entries = decode_snapshot(data, file=f"producer snapshot of "
-                                                 f"{describe_segment(last)}") if data else []
-            firsts = [e.current_txn_first_offset for e in entries
-                      if e.current_txn_first_offset >= 0]
-            self._lso[key] = min([end, *firsts])
-        return max(start, self._lso[key])
+            self._lso[key] = remote_log.last_stable_offset(chain)
+        return self._lso[key]
 
     def topics(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -293,38 +260,25 @@ class BucketReplica:
              read_committed: bool) -> ReplicaRead:
         """Whole batches from `offset` (the first one whole even past `max_bytes`)."""
         part = self.partition(topic, partition)
+        segments = part.log.segments
         start, end = part.log_start_offset, part.log_end_offset
         if not start <= offset <= end:
-            raise OffsetOutOfRangeError(
-                f"fetch offset {offset} of partition {part.name} is out of range: valid "
-                f"offsets are [{start}, {end}] (the bucket {self.url})", offset=offset,
-                log_start_offset=start, log_end_offset=end)
+            raise segments.out_of_range(offset)
         limit = part.last_stable_offset if read_committed else end
         if offset >= limit:
             return ReplicaRead(part, b"", offset, [])
-        i = part.link_index(offset)
-        if i is None:
-            gap = next(((a, b) for a, b in part.gaps if a <= offset <= b), (offset, offset))
-            raise OffsetOutOfRangeError(
-                f"fetch offset {offset} of partition {part.name} is in no segment of the "
-                f"bucket {self.url}: offsets {gap[0]}-{gap[1]} are missing (a segment deleted, "
-                "damaged or never uploaded)", offset=offset, log_start_offset=start,
-                log_end_offset=end)
-        md = part.chain[i].segment
         try:
-            if self.rsm.reads_ahead:  # a consumer reads on, into the next kept segment
-                after = part.chain[i + 1].segment if i + 1 < len(part.chain) else None
-                self.rsm.read_forward(md, after)
-            data, next_offset = self._read_segment(md, offset, max_bytes,
-                                                   min(part.chain[i].end, limit))
-            aborted = (self._aborted(part, i, offset, next_offset) if read_committed
-                       else [])
+            result = part.log.read(offset, max_bytes, upto=limit)
+            aborted = (part.log.aborted_transactions(result.link, offset,
+                                                     result.next_offset)[0]
+                       if read_committed else [])
         except RemoteResourceNotFoundError as exc:
+            md = segments.link_for(offset).segment
             raise OffsetOutOfRangeError(
                 f"fetch offset {offset} of partition {part.name}: {describe_segment(md)} is "
                 f"gone from the bucket {self.url} since it was listed ({exc})", offset=offset,
                 log_start_offset=start, log_end_offset=end) from exc
-        return ReplicaRead(part, data, next_offset, aborted)
+        return ReplicaRead(part, result.records, result.next_offset, aborted)
 
     def read_many(self, requests, read_committed: bool) -> list:
         """`read` of each (topic, partition, offset, max_bytes), several at once on
@@ -340,83 +294,6 @@ class BucketReplica:
             return [one(r) for r in requests]
         return list(self._pool.map(one, requests))
 
-    def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
-                      upto: int) -> tuple[memoryview, int]:
-        """(whole batches starting below `upto`, next offset) from `md`, which holds
-        `offset` (< upto)."""
-        reader = RemoteSegmentReader(self.rsm, md)
-        start = self._start_position(md, offset)
-        found = reader.find_batch(start, offset, min(max_bytes, WALK_WINDOW) + _HEADER_PROBE)
-        if found is None:  # the objects say the segment holds `offset`: its bytes end early
-            raise CorruptRecordError(
-                f"{describe_segment(md)}: no batch ends at or after offset {offset} before "
-                f"the .log ends at byte {reader.size}", position=reader.size, offset=offset)
-        position, first_size, _ = found
-        view = reader.read_exact(position, position + max(max_bytes, first_size))
-        crc = not self.rsm.verifies_batch_crcs(md)
-        headers, _ = _records.scan(view, crc)
-        check_batches(headers, partial(describe_segment, md), first_offset=offset, crc=crc,
-                      min_offset=md.start_offset, max_offset=md.end_offset, position=position)
-        n = int(np.count_nonzero(headers["base_offset"] < upto))
-        if not n:  # find_batch framed it whole: the bytes changed under the read
-            raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte "
-                                     f"{position} on the second read", position=position,
-                                     offset=offset)
-        cut = int(headers["position"][n - 1]) + int(headers["size"][n - 1])
-        next_offset = int(headers["last_offset"][n - 1]) + 1
-        self._next_positions.ended(md, next_offset, position + cut)
-        return view[:cut], next_offset
-
-    def _start_position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
-        """Where to walk from for `offset`: without the offset index for a consumer reading
-        on (NextPositions: a segment id names one upload, so a position never outlives the
-        bytes it was read from; the walk from it checks the offsets again), else the
-        index's position."""
-        known = self._next_positions.start(md, offset)
-        return self._position(md, offset) if known is None else known
-
-    def _aborted(self, part: ReplicaPartition, i: int, fetch_offset: int,
-                 upper_bound: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping [fetch_offset, upper_bound): from the kept
-        segment `i` on, until one search is complete (Kafka's remote read)."""
-        out: list[AbortedTxn] = []
-        for link in part.chain[i:]:
-            rows = aborted_txn_rows(self.rsm, link.segment)
-            # Kafka's collectAbortedTxns: entries in order, the search complete after the
-            # first one whose last stable offset reaches the upper bound
-            stops = np.flatnonzero(rows["last_stable_offset"] >= upper_bound)
-            scanned = rows[: int(stops[0]) + 1] if len(stops) else rows
-            version = (scanned["version"].astype(np.int32) >> 8).astype(np.int8)
-            if len(scanned) and int(version.max()) > ABORTED_TXN_VERSION:
-                raise CorruptIndexError(
-                    f"{describe_segment(link.segment)}: its transaction index has an entry "
-                    f"of version {int(version.max())}; the current version is "
-                    f"{ABORTED_TXN_VERSION}")
-            hits = scanned[(scanned["last_offset"] >= fetch_offset)
-                           & (scanned["first_offset"] < upper_bound)]
-            out.extend(AbortedTxn(int(r["producer_id"]), int(r["first_offset"]),
-                                  int(r["last_offset"]), int(r["last_stable_offset"]))
-                       for r in hits)
-            if len(stops):
-                break
-        return out
-
-    # -- indexes (the RSM's index cache: in memory, bounded by fetch.indexes.cache.size) --
-
-    def _position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
-        """The offset index's position for `offset` (Kafka's lookup: the entry at or below
-        it, byte 0 below the first)."""
-        data = index_bytes(self.rsm, md, IndexType.OFFSET)
-        return OffsetIndex.from_buffer(data, md.start_offset).lookup(offset).position
-
-    def _timestamp_position(self, md: RemoteLogSegmentMetadata, timestamp: int,
-                            starting_offset: int) -> int:
-        """Kafka's lookupTimestamp: the offset index's position for the larger of
-        `starting_offset` and the time index's offset for `timestamp`."""
-        data = index_bytes(self.rsm, md, IndexType.TIMESTAMP)
-        found = TimeIndex.from_buffer(data, md.start_offset).lookup(timestamp).offset
-        return self._position(md, max(starting_offset, found))
-
     # -- ListOffsets ------------------------------------------------------------------
 
     def list_offset(self, topic: str, partition: int, spec: int,
@@ -424,50 +301,8 @@ class BucketReplica:
         """(timestamp, offset, leader epoch) of one ListOffsets partition; (-1, -1, -1)
         when no record answers a timestamp. ValueError for a spec Kafka does not have."""
         part = self.partition(topic, partition)
-        start, end = part.log_start_offset, part.log_end_offset
-        if spec == LATEST:
-            return -1, part.last_stable_offset if read_committed else end, part.leader_epoch
-        if spec == EARLIEST:
-            return -1, start, part.epoch_for(start)
-        if spec == EARLIEST_LOCAL:  # no local log: it starts where the log ends
-            return -1, end, part.leader_epoch
-        if spec == LATEST_TIERED:
-            return (-1, end - 1, part.epoch_for(end - 1)) if end > start else _NOT_FOUND
-        if spec == MAX_TIMESTAMP:
-            top = max((link.segment.max_timestamp_ms for link in part.chain), default=-1)
-            if top < 0:
-                return _NOT_FOUND
-            links = [link for link in part.chain if link.segment.max_timestamp_ms == top]
-            found = self._offset_for_timestamp(links, top)
-            return (top, found, part.epoch_for(found)) if found is not None else _NOT_FOUND
-        if spec < 0:
-            raise ValueError(f"offset spec {spec} is not supported")
-        found = self._offset_for_timestamp(part.chain, spec)
-        if found is None:
-            return _NOT_FOUND
-        return self._timestamp_at(part, found), found, part.epoch_for(found)
-
-    def _offset_for_timestamp(self, links, timestamp: int) -> int | None:
-        """The first offset of `links` whose record timestamp is at or after `timestamp`,
-        positioned by each segment's remote time and offset indexes."""
-        for link in links:
-            md = link.segment
-            if md.max_timestamp_ms < timestamp:
-                continue
-            position = self._timestamp_position(md, timestamp, link.start_offset)
-            found = find_offset_for_timestamp(RemoteSegmentReader(self.rsm, md), position,
-                                              timestamp, link.start_offset, link.end)
-            if found is not None:
-                return found[0]
-        return None
-
-    def _timestamp_at(self, part: ReplicaPartition, offset: int) -> int:
-        result = self.read(part.tip.topic, part.tip.partition, offset, 1, False)
-        for batch in MemoryRecords(bytes(result.records)).batches():
-            for record in batch:
-                if record.offset >= offset:
-                    return record.timestamp
-        return -1
+        return part.log.list_offset(spec, part.chain, part.last_stable_offset,
+                                    read_committed, part.leader_epoch, part.epoch_for)
 
 
 def serving_settings(settings, broker_props, state_dir) -> dict[str, str]:

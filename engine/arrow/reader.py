@@ -51,11 +51,12 @@ from pathlib import Path
 from engine.config import ConfigError, load_properties
 from engine.errors import KafkaEngineError, RemoteStorageError
 from engine.remote.bucket import Bucket, RemoteDataLossError
+from engine.remote.remote_log import StoreIndexes
 from engine.remote.segment_access import RemoteSegmentReader
 from engine.scan.decode import describe_range, scan_range
 from engine.scan.planning import SegmentRange, plan_partition
 from engine.scan.schema import arrow_schema
-from engine.scan.tier import Tier, aborted_transactions, last_stable_offset
+from engine.scan.tier import Tier, remote_log_of
 
 __all__ = ["TopicStream", "read_topic", "record_batch_reader"]
 
@@ -140,7 +141,7 @@ class _BucketSource:
         return view.chain
 
     def offset_entries(self, segment):
-        return self.bucket.offset_entries(segment)
+        return StoreIndexes(self.rsm).offset_entries(segment)
 
     def close(self):
         self.bucket.close()
@@ -260,8 +261,9 @@ class TopicStream:
             aborted = None
             if self.read_committed:  # the whole lineage: markers may lie past `end`
                 # from the LSO on, a read_committed consumer gets nothing yet
-                end = min(end, max(start, last_stable_offset(source.rsm, first)))
-                aborted = aborted_transactions(source.rsm, first)
+                remote_log = remote_log_of(source.rsm, first)
+                end = min(end, max(start, remote_log.last_stable_offset(first)))
+                aborted = remote_log.all_aborted_transactions(first)
             chain = source.chain(tip, start, end, fail_on_data_loss)
             out += plan_partition(self.topic, p, chain, start, end, RANGE_BYTES,
                                   source.offset_entries, min_timestamp=self.start_timestamp,

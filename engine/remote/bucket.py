@@ -57,8 +57,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import KafkaEngineError, RemoteDataLossError, RemoteEncryptionKeyError
@@ -73,6 +71,7 @@ from engine.remote.metadata import (
 )
 from engine.remote.metadata_files import RemoteLogMetadataFiles
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST
+from engine.remote.remote_log import increasing_prefix
 from engine.remote.segment_access import RemoteSegmentReader, index_bytes
 from engine.remote.storage import IndexType
 
@@ -412,7 +411,6 @@ class Bucket:
         self._lock = threading.Lock()
         self._listing: BucketListing | None = None
         self._views: dict[TopicIdPartition, PartitionView] = {}
-        self._offset_entries: dict = {}
         self._describe_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def close(self) -> None:
@@ -555,7 +553,7 @@ class Bucket:
         key = self.key(tip, seg, INDEXES)
         checkpoint = LeaderEpochCheckpointFile.decode_entries(
             index_bytes(self.rsm, probe, IndexType.LEADER_EPOCH), f"{key} (leader-epoch index)")
-        offsets = _increasing(OffsetIndex.from_buffer(
+        offsets = increasing_prefix(OffsetIndex.from_buffer(
             index_bytes(self.rsm, probe, IndexType.OFFSET), start).entries_array())
         times = TimeIndex.from_buffer(index_bytes(self.rsm, probe, IndexType.TIMESTAMP),
                                       start).entries_array()
@@ -696,17 +694,6 @@ class Bucket:
 
     # -- indexes ----------------------------------------------------------------------
 
-    def offset_entries(self, segment: RemoteLogSegmentMetadata) -> np.ndarray:
-        """The segment's offset-index entries (absolute offsets), cached."""
-        key = segment.remote_log_segment_id
-        entries = self._offset_entries.get(key)
-        if entries is None:
-            data = index_bytes(self.rsm, segment, IndexType.OFFSET)
-            entries = _increasing(OffsetIndex.from_buffer(data, segment.start_offset)
-                                  .entries_array())
-            self._offset_entries[key] = entries
-        return entries
-
 
 def _unread_why(cache, md: RemoteLogSegmentMetadata, lso: int | None
                 ) -> tuple[str, str] | None:
@@ -736,12 +723,6 @@ def _tip_rank(d: Described):
 def _neg_id(d: Described) -> str:
     # ties between equally ranked tips: the smaller segment id (so runs agree)
     return "".join(chr(0x10FFFF - ord(c)) for c in str(d.objects.segment_id))
-
-
-def _increasing(entries: np.ndarray) -> np.ndarray:
-    # a zero-filled preallocated tail reads as offset == base, position 0: stop there
-    bad = np.flatnonzero(np.diff(entries["offset"]) <= 0)
-    return entries[: int(bad[0]) + 1] if len(bad) else entries
 
 
 def _lineage(tip: Described) -> tuple[list[EpochEntry], dict[int, tuple[int, int]]]:

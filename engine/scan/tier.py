@@ -10,22 +10,13 @@ import numpy as np
 
 from engine.config import BrokerConfig, ConfigError
 from engine.errors import UnknownTopicOrPartitionError
-from engine.log.offset_index import OffsetIndex
-from engine.log.producer_state import decode_snapshot
-from engine.log.time_index import TimeIndex
 from engine.remote.metadata import RemotePartitionDeleteState, TopicIdPartition
-from engine.remote.segment_access import (
-    RemoteSegmentReader,
-    aborted_txn_rows,
-    find_offset_for_timestamp,
-    index_bytes,
-)
-from engine.remote.storage import IndexType
-from engine.scan.planning import ChainLink, lineage, position_for_offset, tier_bounds
+from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
+from engine.scan.planning import ChainLink, lineage
 from engine.scan.tier_options import TierOptions, parse_tier_options
 
-__all__ = ["BucketTier", "Tier", "UnknownTopicError", "aborted_transactions", "broker_config",
-           "create_rsm", "last_stable_offset", "open_tier", "tier_for_export"]
+__all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm",
+           "open_tier", "remote_log_of", "tier_for_export"]
 
 
 #: The name this module always had for a topic or partition the remote tier knows nothing of.
@@ -79,11 +70,9 @@ _EMBEDDED_RLMM_NAMES = (
 )
 
 
-def _increasing_prefix(entries: np.ndarray) -> np.ndarray:
-    # a zero-filled preallocated tail would read as offset == base, position 0: stop there
-    offsets = entries["offset"]
-    bad = np.flatnonzero(np.diff(offsets) <= 0)
-    return entries[: int(bad[0]) + 1] if len(bad) else entries
+def remote_log_of(rsm, chain, name: str = "", where: str = "the remote tier") -> RemoteLog:
+    """The read model (engine.remote.remote_log) over one partition's chain."""
+    return RemoteLog(rsm, ChainSegments(name, chain, where), StoreIndexes(rsm))
 
 
 class Tier:
@@ -98,7 +87,7 @@ class Tier:
         except BaseException:
             self.rsm.close()
             raise
-        self._offset_entries: dict = {}
+        self.indexes = StoreIndexes(self.rsm)
 
     def close(self) -> None:
         self.rlmm.close()
@@ -168,48 +157,24 @@ class Tier:
         self.resolve(tips.values())
         return {p: self.chain(tip) for p, tip in tips.items()}
 
-    # -- indexes ----------------------------------------------------------------------
+    # -- answers of the read model (engine.remote.remote_log) --------------------------
 
     def offset_entries(self, segment) -> np.ndarray:
-        key = segment.remote_log_segment_id
-        entries = self._offset_entries.get(key)
-        if entries is None:
-            data = index_bytes(self.rsm, segment, IndexType.OFFSET)
-            index = OffsetIndex.from_buffer(data, segment.start_offset)
-            entries = self._offset_entries[key] = _increasing_prefix(index.entries_array())
-        return entries
-
-    def time_entries(self, segment) -> np.ndarray:
-        data = index_bytes(self.rsm, segment, IndexType.TIMESTAMP)
-        return TimeIndex.from_buffer(data, segment.start_offset).entries_array()
+        return self.indexes.offset_entries(segment)
 
     def aborted_transactions(self, chain) -> list[tuple[int, int, int]]:
-        return aborted_transactions(self.rsm, chain)
+        return remote_log_of(self.rsm, chain).all_aborted_transactions(chain)
 
     def last_stable_offset(self, chain) -> int | None:
-        return last_stable_offset(self.rsm, chain)
-
-    # -- ListOffsets by timestamp ------------------------------------------------------
+        return remote_log_of(self.rsm, chain).last_stable_offset(chain)
 
     def offset_for_timestamp(self, topic: str, partition: int, chain, timestamp: int
                              ) -> int | None:
         """The first offset whose record timestamp is at or after `timestamp` (Kafka's
-        offsetsForTimes), searched through the remote time and offset indexes; None when no
-        tiered record is that late."""
-        for link in chain:
-            seg = link.segment
-            if seg.max_timestamp_ms < timestamp:
-                continue
-            times = self.time_entries(seg)
-            i = int(np.searchsorted(times["timestamp"], timestamp, side="right")) - 1
-            from_offset = max(link.start_offset, int(times["offset"][i]) if i >= 0 else 0)
-            pos = 0 if from_offset == seg.start_offset else position_for_offset(
-                self.offset_entries(seg), from_offset)
-            found = find_offset_for_timestamp(RemoteSegmentReader(self.rsm, seg), pos,
-                                              timestamp, link.start_offset, link.end)
-            if found is not None:
-                return found[0]
-        return None
+        offsetsForTimes); None when no tiered record is that late."""
+        found = remote_log_of(self.rsm, chain, f"{topic}-{partition}", self._where()
+                              ).offset_for_timestamp(timestamp, chain)
+        return None if found is None else found[0]
 
 
 class BucketTier(Tier):
@@ -231,7 +196,7 @@ class BucketTier(Tier):
                                            if k.startswith(prefix)}, metadata=metadata)
         self.rsm = self.bucket.rsm
         self.fail_on_data_loss = opts.fail_on_data_loss
-        self._offset_entries = {}
+        self.indexes = StoreIndexes(self.rsm)
 
     def close(self) -> None:
         self.bucket.close()
@@ -256,34 +221,6 @@ class BucketTier(Tier):
         # with no segment kept, the unreadable ones are the partition's lost data
         view.check_range(*(view.bounds() or (0, 0)), self.fail_on_data_loss)
         return view.chain
-
-
-def aborted_transactions(rsm, chain) -> list[tuple[int, int, int]]:
-    """(producer id, first offset, last offset) of every aborted transaction recorded in
-    the transaction indexes of the chain's segments."""
-    out: list[tuple[int, int, int]] = []
-    for link in chain:
-        rows = aborted_txn_rows(rsm, link.segment)
-        out.extend((int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"]))
-                   for r in rows)
-    return out
-
-
-def last_stable_offset(rsm, chain) -> int | None:
-    """The tier's last stable offset: its end, or the first offset of a transaction still
-    open at the end of the last tiered segment (its marker is not tiered yet, so whether it
-    commits is not known here), from that segment's producer snapshot. A read_committed scan
-    stops there, as a read_committed consumer stops at the LSO. An empty snapshot (a log that
-    kept none) counts as no open transaction."""
-    bounds = tier_bounds(chain)
-    if bounds is None:
-        return None
-    last = chain[-1].segment
-    data = index_bytes(rsm, last, IndexType.PRODUCER_SNAPSHOT)
-    entries = decode_snapshot(data, file=f"producer snapshot of remote segment "
-                                        f"{last.remote_log_segment_id.id}") if data else []
-    firsts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
-    return max(bounds[0], min([bounds[1], *firsts]))
 
 
 def open_tier(opts: TierOptions) -> Tier:

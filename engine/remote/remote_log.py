@@ -32,10 +32,10 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,8 +60,8 @@ from engine.remote.segment_access import (
 )
 from engine.remote.storage import IndexType
 
-__all__ = ["INDEXES", "CachedIndexes", "ChainSegments", "RemoteLog", "RemoteRead",
-           "RemoteSegments", "SegmentIndexes", "StoreIndexes", "increasing_prefix"]
+__all__ = ["INDEXES", "CachedIndexes", "ChainSegments", "LineageSegments", "RemoteLog",
+           "RemoteRead", "RemoteSegments", "SegmentIndexes", "StoreIndexes", "increasing_prefix"]
 
 #: bytes past the walk window that the first header probe may need
 _HEADER_PROBE = 64
@@ -75,8 +75,11 @@ _NOT_FOUND = (-1, -1, -1)
 class Link(Protocol):
     """A segment and the offsets it serves: [start_offset, end)."""
 
-    segment: RemoteLogSegmentMetadata
-    end: int
+    @property
+    def segment(self) -> RemoteLogSegmentMetadata: ...
+
+    @property
+    def end(self) -> int: ...
 
     @property
     def start_offset(self) -> int: ...
@@ -156,6 +159,36 @@ class ChainSegments:
             log_end_offset=end)
 
 
+class LineageSegments:
+    """A broker's partition as Kafka's RemoteLogManager finds its segments: the epoch of an
+    offset in the log's leader-epoch cache, then the RLMM's COPY_SEGMENT_FINISHED segment of
+    that epoch holding the offset. `log` is the partition's UnifiedLog."""
+
+    def __init__(self, rlmm, tip, log, name: str):
+        self.rlmm = rlmm
+        self.tip = tip
+        self.log = log
+        self.name = name
+
+    def link_for(self, offset: int) -> Link | None:
+        epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
+        if epoch is None:
+            return None
+        md = self.rlmm.remote_log_segment_metadata(self.tip, epoch, offset)
+        return None if md is None else SegmentSpan(md, md.end_offset + 1)
+
+    def next_link(self, link: Link) -> Link | None:
+        return self.link_for(link.end)
+
+    def out_of_range(self, offset: int) -> OffsetOutOfRangeError:
+        epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
+        return OffsetOutOfRangeError(
+            f"fetch offset {offset} of partition {self.name} does not exist in the remote "
+            f"tier (leader epoch {epoch}): no copied segment holds it", offset=offset,
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset)
+
+
 @dataclass
 class RemoteRead:
     """Whole batches read from `link`'s segment (a view of the bytes read) and the offset
@@ -200,11 +233,11 @@ class _ParsedIndexes:
 
     def __init__(self, max_bytes: int = 128 << 20):
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple, load) -> object:
+    def get(self, key: tuple, load: Callable[[], tuple[Any, int]]) -> Any:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -219,6 +252,10 @@ class _ParsedIndexes:
                     _, (_, dropped) = self._entries.popitem(last=False)
                     self._bytes -= dropped
         return value
+
+    def holds(self, key: tuple) -> bool:
+        with self._lock:
+            return key in self._entries
 
     def clear(self) -> None:
         with self._lock:
@@ -249,7 +286,7 @@ class StoreIndexes:
 
     def position(self, md: RemoteLogSegmentMetadata, offset: int,
                  nonblocking: bool = False) -> int:
-        if nonblocking and self.cache._entries.get(self._key(md, "offset")) is None:
+        if nonblocking and not self.cache.holds(self._key(md, "offset")):
             raise WouldBlock
         return self._offset_index(md).lookup(offset).position
 
@@ -297,7 +334,9 @@ class CachedIndexes:
     def aborted_rows(self, md: RemoteLogSegmentMetadata) -> np.ndarray:
         if md.txn_idx_empty:
             return np.zeros(0, dtype=ABORTED_TXN_DTYPE)
-        return self.index_cache.get_index_entry(md).txn_index.entries_array()
+        # the entry is held while its file is read: an evicted entry's files go with it
+        entry = self.index_cache.get_index_entry(md)
+        return entry.txn_index.entries_array()
 
     def offset_entries(self, md: RemoteLogSegmentMetadata) -> np.ndarray:
         entry = self.index_cache.get_index_entry(md)
@@ -449,18 +488,19 @@ class RemoteLog:
 
     # -- ListOffsets ------------------------------------------------------------------
 
-    def offset_for_timestamp(self, timestamp: int, links: Iterable[Link]
-                             ) -> tuple[int, int] | None:
-        """(offset, leader epoch or -1) of the first record of `links` whose timestamp is at
-        or after `timestamp`, positioned by each segment's remote time and offset indexes;
-        None when no record is that late."""
+    def offset_for_timestamp(self, timestamp: int, links: Iterable[Link],
+                             starting_offset: int = 0) -> tuple[int, int] | None:
+        """(offset, leader epoch or -1) of the first record of `links` at or above
+        `starting_offset` whose timestamp is at or after `timestamp`, positioned by each
+        segment's remote time and offset indexes; None when no record is that late."""
         for link in links:
             md = link.segment
             if md.max_timestamp_ms < timestamp:
                 continue
-            position = self.indexes.timestamp_position(md, timestamp, link.start_offset)
+            start = max(link.start_offset, starting_offset)
+            position = self.indexes.timestamp_position(md, timestamp, start)
             found = find_offset_for_timestamp(RemoteSegmentReader(self.rsm, md), position,
-                                              timestamp, link.start_offset, link.end)
+                                              timestamp, start, link.end)
             if found is not None:
                 return found
         return None

@@ -15,13 +15,13 @@ its cached time index) and then in the local segments. Every answer is
 from __future__ import annotations
 
 from engine.remote.metadata import RemoteLogSegmentState
-from engine.remote.segment_access import RemoteSegmentReader, find_offset_for_timestamp
+from engine.remote.remote_log import SegmentSpan
 from engine.rlm.lineage import (
     NO_PARTITION_LEADER_EPOCH,
     epochs_with_offsets,
     is_remote_segment_within_leader_epochs,
 )
-from engine.rlm.reader import read_local
+from engine.rlm.reader import read_local, remote_log
 
 __all__ = [
     "EARLIEST",
@@ -139,11 +139,10 @@ def find_remote_offset_by_timestamp(rlm, st, timestamp: int,
     segments = st.log.segments
     if segments and md.start_offset >= segments[0].base_offset:
         return None  # held locally too: the local search answers
-    position = rlm.index_cache.lookup_timestamp(md, timestamp, starting_offset)
-    # None when the records reaching the timestamp lie below starting_offset: the local
-    # search answers then, as in Kafka
-    return find_offset_for_timestamp(RemoteSegmentReader(rlm.rsm, md), position, timestamp,
-                                     starting_offset)
+    # Kafka searches that segment alone: None when the records reaching the timestamp lie
+    # below starting_offset, and the local search answers then
+    return remote_log(rlm, st).offset_for_timestamp(
+        timestamp, [SegmentSpan(md, md.end_offset + 1)], starting_offset)
 
 
 def find_local_offset_by_timestamp(unified, timestamp: int) -> tuple[int, int] | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from engine.common import TopicPartition, Uuid
 from engine.log.unified_log import UnifiedLog
 from engine.remote.metadata import TopicIdPartition
+from engine.remote.remote_log import RemoteLog
 from engine.rlm.copier import CopyState
 
 __all__ = ["PartitionState", "new_state"]
@@ -49,6 +50,9 @@ class PartitionState:
     remote_segment_count: int = 0
     remote_size_bytes: int = 0
     deleted_partition: bool = False
+    #: the read model of the partition's remote part (engine.remote.remote_log), built by
+    #: the first remote read
+    remote_log: RemoteLog | None = field(default=None, repr=False)
     copy_lock: threading.Lock = field(default_factory=threading.Lock)
     expiration_lock: threading.Lock = field(default_factory=threading.Lock)
 

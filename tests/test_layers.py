@@ -232,3 +232,44 @@ def test_the_shared_basics_are_imported_from_engine_common():
                     wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {names} "
                                  f"from {'.' * node.level}{node.module or ''}")
     assert wrong == []
+
+
+#: the answers of the remote-partition read model (engine.remote.remote_log) and its steps:
+#: no other module defines a function of these names (a leading "_" aside), so no reader
+#: grows its own copy of one
+READ_MODEL = "engine.remote.remote_log"
+READ_MODEL_ANSWERS = {
+    "read_segment", "start_position", "name_next_segments", "aborted_transactions",
+    "all_aborted_transactions", "collect_aborted", "last_stable_offset", "open_transactions",
+    "offset_for_timestamp", "timestamp_position", "max_timestamp", "timestamp_at",
+}
+#: where the same names answer for something else: the local log's own segments (engine.log),
+#: and serve's broker, whose log is the local log with the tier behind it (through the RLM)
+ANSWERS_ELSEWHERE = ("engine.log", "engine.protocol.broker")
+
+
+def definitions_named(path: Path, names: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return sorted(f"{node.name} (line {node.lineno})" for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.name.lstrip("_") in names)
+
+
+def test_only_the_read_model_defines_its_answers():
+    copies = {}
+    for module, path in _modules().items():
+        if module == READ_MODEL or any(module == p or module.startswith(p + ".")
+                                       for p in ANSWERS_ELSEWHERE):
+            continue
+        found = definitions_named(path, READ_MODEL_ANSWERS)
+        if found:
+            copies[module] = found
+    assert copies == {}, f"answers of {READ_MODEL} defined elsewhere: {copies}"
+
+
+def test_the_answer_check_sees_a_copy(tmp_path):
+    copy = tmp_path / "reader.py"
+    copy.write_text("class R:\n    def _offset_for_timestamp(self, links, ts):\n"
+                    "        return None\n")
+    assert definitions_named(copy, READ_MODEL_ANSWERS) == ["_offset_for_timestamp (line 2)"]
+    assert definitions_named(ENGINE / "remote" / "remote_log.py", READ_MODEL_ANSWERS)

@@ -13,8 +13,8 @@ Sources:
 
 Planning is the Spark source's (`engine.scan.planning`): per partition, the segments of the
 latest leader-epoch lineage within the offset bounds, cut into byte ranges of whole batches
-with the remote offset indexes. Each range is read through the shared remote-segment reading
-(`segment_access.RemoteSegmentReader`) and decoded as a Spark task decodes it
+with the remote offset indexes. Each range is read as a Spark task reads it
+(`engine.scan.tasks.read_bytes`) and decoded as a Spark task decodes it
 (`engine.scan.decode.scan_range`): its batches' offsets checked against the segment and
 their CRCs as they decode, the records Arrow batches of Spark's Kafka schema
 (`engine.scan.schema.arrow_schema`), building only the columns asked for: the bytes of keys,
@@ -49,14 +49,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from engine.config import ConfigError, load_properties
-from engine.errors import KafkaEngineError, RemoteStorageError
 from engine.remote.bucket import Bucket, RemoteDataLossError
-from engine.remote.remote_log import StoreIndexes
-from engine.remote.segment_access import RemoteSegmentReader
-from engine.scan.decode import describe_range, scan_range
+from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
+from engine.scan.decode import scan_range
 from engine.scan.planning import SegmentRange, plan_partition
 from engine.scan.schema import arrow_schema
-from engine.scan.tier import Tier, remote_log_of
+from engine.scan.tasks import read_bytes
+from engine.scan.tier import Tier
 
 __all__ = ["TopicStream", "read_topic", "record_batch_reader"]
 
@@ -111,6 +110,9 @@ class _TierSource:
     def offset_entries(self, segment):
         return self.tier.offset_entries(segment)
 
+    def remote_log(self, chain):
+        return self.tier.remote_log(chain)
+
     def close(self):
         self.tier.close()
 
@@ -125,6 +127,7 @@ class _BucketSource:
                     RemoteLogMetadataFiles(remote_log_metadata, key="remote_log_metadata"))
         self.bucket = Bucket(url, store, props, metadata=metadata)
         self.rsm = self.bucket.rsm
+        self.indexes = StoreIndexes(self.rsm)
 
     def partitions(self, topic):
         return {p: tip for (t, p), tip in self.bucket.partitions(topic).items()}
@@ -141,7 +144,11 @@ class _BucketSource:
         return view.chain
 
     def offset_entries(self, segment):
-        return StoreIndexes(self.rsm).offset_entries(segment)
+        return self.indexes.offset_entries(segment)
+
+    def remote_log(self, chain):
+        return RemoteLog(self.rsm, ChainSegments("", chain, f"the bucket {self.bucket.url}"),
+                         self.indexes)
 
     def close(self):
         self.bucket.close()
@@ -261,7 +268,7 @@ class TopicStream:
             aborted = None
             if self.read_committed:  # the whole lineage: markers may lie past `end`
                 # from the LSO on, a read_committed consumer gets nothing yet
-                remote_log = remote_log_of(source.rsm, first)
+                remote_log = source.remote_log(first)
                 end = min(end, max(start, remote_log.last_stable_offset(first)))
                 aborted = remote_log.all_aborted_transactions(first)
             chain = source.chain(tip, start, end, fail_on_data_loss)
@@ -301,14 +308,6 @@ class TopicStream:
                 f"{sum(r.size for r in self.ranges)} bytes, columns={list(self.columns)})")
 
     def _range_batches(self, r: SegmentRange) -> Iterator:
-        where = describe_range(r)
-        try:
-            data = RemoteSegmentReader(self._source.rsm, r.segment).read_exact(
-                r.start_position, r.end_position)
-        except KafkaEngineError as exc:  # its position is the object's own: kept as it is
-            raise exc.with_context(where) from None
-        if len(data) != r.size:
-            raise RemoteStorageError(f"{where}: the remote segment returned {len(data)} "
-                                     f"bytes, expected {r.size}")
-        yield from scan_range(data, r, self.schema, decode=self._decoded,
+        yield from scan_range(read_bytes(self._source.rsm, r), r, self.schema,
+                              decode=self._decoded,
                               timestamps=(self.start_timestamp, self.end_timestamp))

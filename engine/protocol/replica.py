@@ -152,8 +152,6 @@ class BucketReplica:
         self._indexes = StoreIndexes(self.rsm)
         self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS,
                                                            thread_name_prefix="bucket-read")
-        #: last segment id -> last stable offset from its producer snapshot
-        self._lso: dict = {}
         #: what `_report` warned about already
         self._reported: set[str] = set()
 
@@ -180,9 +178,6 @@ class BucketReplica:
                         fresh[key] = old[key]
             self._partitions = fresh
             self.bucket.forget_unlisted()
-            lasts = {p.chain[-1].segment.remote_log_segment_id for p in fresh.values()
-                     if p.chain}
-            self._lso = {k: v for k, v in self._lso.items() if k in lasts}
             return len(fresh)
 
     def _listed_partitions(self) -> dict[tuple[str, int], TopicIdPartition]:
@@ -226,17 +221,9 @@ class BucketReplica:
                                  f"the bucket {self.url}", view.gaps)
         remote_log = RemoteLog(self.rsm, segments, self._indexes, self._next_positions)
         start, end = segments.bounds() or (0, 0)
-        lso = self._last_stable_offset(remote_log, chain) if chain else end
+        lso = remote_log.last_stable_offset(chain) if chain else end
         return ReplicaPartition(view.tip, chain, tuple(view.epochs), start, end, lso,
                                 remote_log, tuple(e.start_offset for e in view.epochs))
-
-    def _last_stable_offset(self, remote_log: RemoteLog, chain) -> int:
-        """The remote log's last stable offset, once per last segment (its producer
-        snapshot never changes)."""
-        key = chain[-1].segment.remote_log_segment_id
-        if key not in self._lso:
-            self._lso[key] = remote_log.last_stable_offset(chain)
-        return self._lso[key]
 
     def topics(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}

@@ -123,7 +123,7 @@ class RemoteIndexCache:
     def __init__(self, rsm: RemoteStorageManager, cache_dir, max_size_bytes: int = 1 << 30):
         if max_size_bytes < 1:
             raise ValueError(f"max_size_bytes must be >= 1, got {max_size_bytes}")
-        self._rsm = rsm
+        self.rsm = rsm
         self._dir = Path(cache_dir)
         self._max = int(max_size_bytes)
         self._lock = threading.Lock()
@@ -293,7 +293,7 @@ class RemoteIndexCache:
         try:
             written = {}
             for index_type, path in paths.items():
-                data = index_bytes(self._rsm, metadata, index_type)
+                data = index_bytes(self.rsm, metadata, index_type)
                 write_file_atomically(path, data, sync=False)
                 written[_SUFFIXES[index_type]] = (crc32c(data), len(data))
             # the files are in place before the record of them: a crash leaves no .checksums

@@ -218,6 +218,10 @@ class SegmentIndexes(Protocol):
     def offset_entries(self, md: RemoteLogSegmentMetadata) -> np.ndarray:
         """The offset index's entries (absolute offsets), its increasing prefix."""
 
+    def open_transactions(self, md: RemoteLogSegmentMetadata) -> list[int]:
+        """First offsets of the transactions still open at the end of `md` (its producer
+        snapshot)."""
+
 
 def increasing_prefix(entries: np.ndarray) -> np.ndarray:
     """The entries up to the first that does not increase: a zero-filled preallocated tail
@@ -310,6 +314,12 @@ class StoreIndexes:
             return entries, entries.nbytes
         return self.cache.get(self._key(md, "entries"), load)
 
+    def open_transactions(self, md: RemoteLogSegmentMetadata) -> list[int]:
+        def load():
+            firsts = open_transactions(self.rsm, md)
+            return firsts, 8 * len(firsts) + 64
+        return self.cache.get(self._key(md, "snapshot"), load)
+
 
 class CachedIndexes:
     """A segment's indexes from Kafka's RemoteIndexCache (a broker's: files under its log
@@ -341,6 +351,10 @@ class CachedIndexes:
     def offset_entries(self, md: RemoteLogSegmentMetadata) -> np.ndarray:
         entry = self.index_cache.get_index_entry(md)
         return increasing_prefix(entry.offset_index.entries_array())
+
+    def open_transactions(self, md: RemoteLogSegmentMetadata) -> list[int]:
+        # Kafka's RemoteIndexCache keeps no producer snapshot: it is fetched each time
+        return open_transactions(self.index_cache.rsm, md)
 
 
 def collect_aborted(rows: np.ndarray, md: RemoteLogSegmentMetadata, fetch_offset: int,
@@ -484,7 +498,7 @@ class RemoteLog:
         if not links:
             return None
         start, end = links[0].start_offset, links[-1].end
-        return max(start, min([end, *open_transactions(self.rsm, links[-1].segment)]))
+        return max(start, min([end, *self.indexes.open_transactions(links[-1].segment)]))
 
     # -- ListOffsets ------------------------------------------------------------------
 

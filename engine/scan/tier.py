@@ -16,7 +16,7 @@ from engine.scan.planning import ChainLink, lineage
 from engine.scan.tier_options import TierOptions, parse_tier_options
 
 __all__ = ["BucketTier", "Tier", "UnknownTopicError", "broker_config", "create_rsm",
-           "open_tier", "remote_log_of", "tier_for_export"]
+           "open_tier", "tier_for_export"]
 
 
 #: The name this module always had for a topic or partition the remote tier knows nothing of.
@@ -68,11 +68,6 @@ _EMBEDDED_RLMM_NAMES = (
     "engine.remote.embedded_rlmm.EmbeddedRemoteLogMetadataManager",
     "engine.remote.embedded_rlmm:EmbeddedRemoteLogMetadataManager",
 )
-
-
-def remote_log_of(rsm, chain, name: str = "", where: str = "the remote tier") -> RemoteLog:
-    """The read model (engine.remote.remote_log) over one partition's chain."""
-    return RemoteLog(rsm, ChainSegments(name, chain, where), StoreIndexes(rsm))
 
 
 class Tier:
@@ -157,24 +152,15 @@ class Tier:
         self.resolve(tips.values())
         return {p: self.chain(tip) for p, tip in tips.items()}
 
-    # -- answers of the read model (engine.remote.remote_log) --------------------------
+    # -- the read model (engine.remote.remote_log) ----------------------------------------
 
     def offset_entries(self, segment) -> np.ndarray:
         return self.indexes.offset_entries(segment)
 
-    def aborted_transactions(self, chain) -> list[tuple[int, int, int]]:
-        return remote_log_of(self.rsm, chain).all_aborted_transactions(chain)
-
-    def last_stable_offset(self, chain) -> int | None:
-        return remote_log_of(self.rsm, chain).last_stable_offset(chain)
-
-    def offset_for_timestamp(self, topic: str, partition: int, chain, timestamp: int
-                             ) -> int | None:
-        """The first offset whose record timestamp is at or after `timestamp` (Kafka's
-        offsetsForTimes); None when no tiered record is that late."""
-        found = remote_log_of(self.rsm, chain, f"{topic}-{partition}", self._where()
-                              ).offset_for_timestamp(timestamp, chain)
-        return None if found is None else found[0]
+    def remote_log(self, chain, topic: str = "", partition: int = 0) -> RemoteLog:
+        """The read model over one partition's chain, its indexes this tier's."""
+        return RemoteLog(self.rsm, ChainSegments(f"{topic}-{partition}", chain, self._where()),
+                         self.indexes)
 
 
 class BucketTier(Tier):

@@ -166,8 +166,9 @@ def plan_scan(opts: ScanOptions, pushed: PushedFilters | None = None) -> list[Sc
             lo, hi = max(start, pushed.offset_lo), min(end, pushed.offset_hi)
             aborted = None
             if opts.read_committed:
-                hi = min(hi, tier.last_stable_offset(chain))
-                aborted = tier.aborted_transactions(chain)
+                remote_log = tier.remote_log(chain, topic, partition)
+                hi = min(hi, remote_log.last_stable_offset(chain))
+                aborted = remote_log.all_aborted_transactions(chain)
             if lo >= hi:
                 continue
             planned.append((topic, partition, chain, lo, hi, aborted))
@@ -220,9 +221,9 @@ def resolve_bound(tier: Tier, bound, topic: str, partition: int, chain, *, start
     if ts is not None:
         if bounds is None:
             return _special(bound.default, topic, partition, None, None, name)
-        found = tier.offset_for_timestamp(topic, partition, chain, ts)
+        found = tier.remote_log(chain, topic, partition).offset_for_timestamp(ts, chain)
         if found is not None:
-            return found
+            return found[0]
         if starting and strategy == "error":
             raise OffsetOutOfRangeError(
                 f"{topic}-{partition}: no tiered record has a timestamp at or after {ts} "
@@ -325,7 +326,8 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 if bounds is not None:
                     out.setdefault(topic, {})[str(partition)] = (
                         bounds[0],
-                        tier.last_stable_offset(chain) if self.opts.read_committed
+                        tier.remote_log(chain).last_stable_offset(chain)
+                        if self.opts.read_committed
                         else bounds[1])
         return out
 
@@ -389,8 +391,8 @@ class KafkaTieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                         lo = bounds[0]
                     if lo >= hi:
                         continue
-                    aborted = tier.aborted_transactions(chain) if self.opts.read_committed \
-                        else None
+                    aborted = (tier.remote_log(chain).all_aborted_transactions(chain)
+                               if self.opts.read_committed else None)
                     ranges.extend(plan_partition(topic, partition, chain, lo, hi,
                                                  self.opts.max_bytes_per_partition,
                                                  tier.offset_entries, aborted=aborted))

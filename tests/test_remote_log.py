@@ -1,0 +1,182 @@
+"""The read model (engine.remote.remote_log): every answer of RemoteLog, from each source of
+segments a reader feeds it, on the same tiered partition, equal to what the partition held
+before it was tiered.
+
+Sources: "lineage" (a broker's: the leader-epoch cache and the RLMM's lookups, the RLM's
+RemoteIndexCache), "chain" (the RLMM's lineage resolved once, as a Spark or Arrow scan plans
+it, indexes through the RSM) and, on the object-store tier, "bucket" (the bucket's listing
+alone, as `serve --bucket` and the bucket readers see it)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from test_rlm_helpers import T0, TOPIC, Env, marker, records_of, txn_batch
+
+from engine.config import BrokerConfig
+from engine.remote.factory import create_remote_storage_manager
+from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
+from engine.rlm.reader import remote_log
+from engine.scan.planning import lineage
+
+SIZES = (1, 150, 700, 100_000)
+
+
+class Tiered:
+    """A partition with committed and aborted transactions across segments, tiered but for
+    its active segment, and what it held before (local reads, records, aborts)."""
+
+    def __init__(self, tmp_path, kind, s3_server):
+        rsm, self.store, self.closers = None, None, []
+        if kind == "s3":
+            self.store = {**s3_server.config(), "key.prefix": f"rl-{uuid.uuid4().hex[:8]}/",
+                          "chunk.size": "512"}
+            rsm = create_remote_storage_manager(BrokerConfig({
+                "remote.log.storage.manager.class.name":
+                    "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+                **{f"rsm.config.{k}": v for k, v in self.store.items()}}))
+            self.url = f"s3://{self.store['storage.s3.bucket.name']}/{self.store['key.prefix']}"
+        self.env = Env(tmp_path, topic_config={"local.retention.bytes": 1}, rsm=rsm)
+        unified = self.env.log()
+        self.aborted = []  # (producer id, first offset, marker offset)
+        for i, pid in enumerate((31, 32, 33, 34)):
+            self.env.produce(2, size=90)
+            first = unified.log_end_offset
+            unified.append_as_leader(txn_batch([b"t" * 150] * 2, producer_id=pid,
+                                               timestamp=T0 + 500_000 + i), 0)
+            self.env.produce(1, size=90)
+            abort = pid % 2 == 1
+            end, _ = unified.append_as_leader(
+                marker(not abort, producer_id=pid, timestamp=T0 + 500_000 + i), 0)
+            if abort:
+                self.aborted.append((pid, first, end))
+        self.env.produce(6, size=90)
+        self.end = unified.segments[-1].base_offset
+        self.local = {(o, mb): unified.read(o, mb, True) for o in range(self.end)
+                      for mb in SIZES}
+        self.local = {k: (bytes(v), n) for k, (v, n) in self.local.items()}
+        self.records, offset = [], 0
+        while offset < self.end:  # a local read stays within one segment
+            data, offset = unified.read(offset, 1 << 20, True)
+            self.records += [(r.offset, r.timestamp) for b in _batches(data)
+                             if not b.is_control for r in b]
+        self.env.rlm.run_once()
+        assert unified.local_log_start_offset == self.end
+
+    def close(self):
+        for closer in self.closers:
+            closer.close()
+        self.env.close()
+
+
+def _batches(data):
+    from engine.records import MemoryRecords
+
+    return list(MemoryRecords(bytes(data)).batches())
+
+
+@pytest.fixture(params=["fs", "s3"])
+def tiered(request, tmp_path):
+    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    t = Tiered(tmp_path, request.param, s3)
+    yield t
+    t.close()
+
+
+def _sources(t: Tiered) -> dict[str, tuple[RemoteLog, list]]:
+    env = t.env
+    st = env.rlm._partitions[(TOPIC, 0)]
+    chain = lineage(env.rlmm.list_remote_log_segments(st.tip))
+    broker = remote_log(env.rlm, st)
+    walked, link = [], broker.segments.link_for(0)
+    while link is not None:
+        walked.append(link)
+        link = broker.segments.next_link(link)
+    out = {"lineage": (broker, walked),
+           "chain": (RemoteLog(env.rsm, ChainSegments(f"{TOPIC}-0", chain),
+                               StoreIndexes(env.rsm)), chain)}
+    if t.store is not None:
+        from engine.remote.bucket import Bucket
+
+        bucket = Bucket(t.url, t.store)
+        t.closers.append(bucket)
+        view = bucket.partition(bucket.partitions()[(TOPIC, 0)])
+        out["bucket"] = (RemoteLog(bucket.rsm, ChainSegments(f"{TOPIC}-0", view.chain),
+                                   StoreIndexes(bucket.rsm)), view.chain)
+    return out
+
+
+def _each_source(t):
+    sources = _sources(t)
+    assert len({tuple((link.start_offset, link.end) for link in links)
+                for _, links in sources.values()}) == 1, "every source serves the same links"
+    return sources.items()
+
+
+def test_reads_equal_the_local_reads_before_tiering(tiered):
+    for name, (log, _) in _each_source(tiered):
+        for (offset, max_bytes), (data, next_offset) in tiered.local.items():
+            got = log.read(offset, max_bytes)
+            assert (bytes(got.records), got.next_offset) == (data, next_offset), \
+                (name, offset, max_bytes)
+
+
+def test_aborted_transactions_are_those_produced(tiered):
+    for name, (log, _) in _each_source(tiered):
+        for offset in range(tiered.end):
+            got = log.read(offset, 700)
+            found, complete = log.aborted_transactions(got.link, offset, got.next_offset)
+            want = [(p, f) for p, f, last in tiered.aborted
+                    if last >= offset and f < got.next_offset]
+            assert [(a.producer_id, a.first_offset) for a in found] == want, (name, offset)
+            assert complete or got.next_offset > tiered.aborted[-1][2] or not want
+        assert sorted(log.all_aborted_transactions(_links(log, tiered))) == \
+            sorted(tiered.aborted), name
+
+
+def _links(log, t):
+    out, link = [], log.segments.link_for(0)
+    while link is not None:
+        out.append(link)
+        link = log.segments.next_link(link)
+    return out
+
+
+def test_offsets_for_timestamps_and_max_timestamp(tiered):
+    records = tiered.records
+    top = max(ts for _, ts in records)
+    for name, (log, links) in _each_source(tiered):
+        for _, ts in records + [(None, top + 1), (None, T0 - 1)]:
+            want = next((o for o, t in records if t >= ts), None)
+            found = log.offset_for_timestamp(ts, links)
+            assert (found[0] if found else None) == want, (name, ts)
+        assert log.max_timestamp(links) == (top, next(o for o, t in records if t == top)), name
+        for offset, ts in records[::7]:
+            assert log.timestamp_at(offset) == ts, (name, offset)
+
+
+def test_list_offsets_specs(tiered):
+    records = tiered.records
+    for name, (log, links) in _each_source(tiered):
+        lso = log.last_stable_offset(links)
+        assert lso == tiered.end, name
+        answers = {spec: log.list_offset(spec, links, lso, False, 0, lambda o: 0)
+                   for spec in (-1, -2, -3, -4, -5, records[10][1])}
+        top = max(ts for _, ts in records)
+        hit = next((o, t) for o, t in records if t >= records[10][1])
+        assert answers == {
+            -1: (-1, tiered.end, 0), -2: (-1, 0, 0), -4: (-1, tiered.end, 0),
+            -5: (-1, tiered.end - 1, 0),
+            -3: (top, next(o for o, t in records if t == top), 0),
+            records[10][1]: (hit[1], hit[0], 0)}, name
+
+
+def test_an_offset_no_segment_serves_is_out_of_range(tiered):
+    from engine.errors import OffsetOutOfRangeError
+
+    for name, (log, _) in _each_source(tiered):
+        with pytest.raises(OffsetOutOfRangeError) as info:
+            log.read(tiered.end + 3, 100)
+        assert info.value.offset == tiered.end + 3, name
+        assert records_of(log.read(0, 1).records)[0][0] == 0, name

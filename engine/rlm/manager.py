@@ -31,9 +31,10 @@ planned and run by engine.rlm.fetch.
 
 The manager composes its parts, each given only the collaborators it uses: the
 `PartitionRegistry` (engine.rlm.partitions; `_partitions` is its map), the `RLMCopier`
-(engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the pools and
-quotas; expiration, fetch, offsets and follower work are functions over the manager's
-public attributes.
+(engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the
+`RLMExpirationTask` (engine.rlm.expiration: remote retention and the deletion of remote
+segments and partitions), the pools and quotas; fetch, offsets and follower work are
+functions over the manager's public attributes.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
@@ -58,6 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from engine.common import TopicPartition
@@ -68,15 +70,11 @@ from engine.errors import (
 )
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
-from engine.remote.metadata import (
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
-)
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.segment_access import NextPositions
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, expiration, fetch, follower, offsets
+from engine.rlm import copier, fetch, follower, offsets
+from engine.rlm.expiration import RLMExpirationTask, plan_expiration
 from engine.rlm.lineage import find_highest_remote_offset
 from engine.rlm.metrics import RLMMetrics
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
@@ -167,9 +165,6 @@ class RemoteLogManager:
         self._closed = False
         self._lock = threading.RLock()
         self.metrics = RLMMetrics()
-        #: the partitions served (engine.rlm.partitions); `_partitions` is its map
-        self._registry = self._new_registry()
-        self._partitions = self._registry.partitions
         # the plugin's own metrics (an object store's requests, errors, caches) are served
         # on the same port
         rsm.register_metrics(self.metrics.registry)
@@ -182,12 +177,16 @@ class RemoteLogManager:
             broker_config["remote.log.manager.task.retry.backoff.max.ms"],
             broker_config["remote.log.manager.task.retry.jitter"])
         self._init_quotas(broker_config)
-        self.copier = self._new_copier()
         first_dir = Path(log_manager.log_dirs[0])
         self._owns_index_cache = index_cache is None
         self.index_cache = index_cache or RemoteIndexCache(
             rsm, first_dir / INDEX_CACHE_DIR_NAME,
             broker_config["remote.log.index.file.cache.total.size.bytes"])
+        self.expiration = self._new_expiration()
+        self.copier = self._new_copier()
+        #: the partitions served (engine.rlm.partitions); `_partitions` is its map
+        self._registry = self._new_registry()
+        self._partitions = self._registry.partitions
         self.next_positions = NextPositions()
         self.reader_pool = RemoteLogReaderPool(broker_config["remote.log.reader.threads"],
                                                broker_config["remote.log.reader.max.pending.tasks"])
@@ -217,9 +216,17 @@ class RemoteLogManager:
         return PartitionRegistry(
             log_manager=self.log_manager, rlmm=self.rlmm, metrics=self.metrics,
             lock=self._lock, schedule=self._schedule_if_started, cancel=self._cancel_tasks,
-            delete_disabled=lambda pending: expiration.delete_disabled(self, pending,
-                                                                       TASK_WAIT_S),
-            delete_remote_partition=lambda tip: expiration.delete_remote_partition(self, tip))
+            delete_disabled=partial(self.expiration.delete_disabled, wait_s=TASK_WAIT_S),
+            delete_remote_partition=self.expiration.delete_remote_partition)
+
+    def _new_expiration(self) -> RLMExpirationTask:
+        """The expiration task and remote deletions, with what they may use of this manager
+        (engine.rlm.expiration)."""
+        return RLMExpirationTask(
+            rlmm=self.rlmm, rsm=self.rsm, index_cache=self.index_cache, metrics=self.metrics,
+            clock=self.clock, backoff=self.backoff, broker_id=self.broker_id,
+            started_ms=self.started_ms,
+            initialise_leader=lambda st: self.copier.initialise_leader(st))
 
     def _new_copier(self) -> copier.RLMCopier:
         """The copy task, with what it may use of this manager (engine.rlm.copier)."""
@@ -228,7 +235,7 @@ class RemoteLogManager:
             backoff=self.backoff, copy_quota=self.copy_quota, broker_id=self.broker_id,
             custom_metadata_max_bytes=self.custom_metadata_max_bytes,
             interval_ms=self.interval_ms, closed=lambda: self._closed,
-            delete_remote_segment=self.delete_remote_segment)
+            delete_remote_segment=self.expiration.delete_remote_segment)
 
     def _register_pool_gauges(self) -> None:
         m = self.metrics
@@ -431,7 +438,7 @@ class RemoteLogManager:
     def _scheduled_expiration(self, st: PartitionState) -> int:
         if self._ready(st):
             with st.expiration_lock:
-                expiration.expire_once(self, st)
+                self.expiration.expire_once(st)
             if st.expiration_failures:
                 return max(0, st.next_expiration_attempt_ms - self.clock())
         return self.interval_ms
@@ -455,10 +462,6 @@ class RemoteLogManager:
         st.last_local_retention_error = None
         return deleted
 
-    def _expire_once(self, st: PartitionState,
-                     honour_backoff: bool = False) -> tuple[int, list[Exception]]:
-        return expiration.expire_once(self, st, honour_backoff)
-
     def _follow_once(self, st: PartitionState) -> None:
         """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current, so
         that local retention, which a follower applies as a leader does (local.retention.*,
@@ -467,43 +470,6 @@ class RemoteLogManager:
                                                st.log.leader_epoch_cache.entries,
                                                st.log.log_end_offset)
         st.log.update_highest_offset_in_remote_storage(offset)
-
-    # -- remote segment deletion (shared by copier, expiration, partition deletion) --------
-
-    def mark_delete_started(self, md: RemoteLogSegmentMetadata,
-                            custom: bytes | None) -> RemoteLogSegmentMetadata:
-        update = RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, self.clock(), custom,
-            RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id)
-        self.rlmm.update_remote_log_segment_metadata(update)
-        return md.create_with_updates(update)
-
-    def mark_delete_finished(self, md: RemoteLogSegmentMetadata) -> None:
-        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, self.clock(), md.custom_metadata,
-            RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
-
-    def remove_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
-        self.index_cache.remove(md.remote_log_segment_id.id)
-
-    def delete_remote_segment(self, st: copier.CopiedPartition, md: RemoteLogSegmentMetadata,
-                              custom: bytes | None) -> None:
-        """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
-        DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
-        stays DELETE_SEGMENT_STARTED. A segment already DELETE_SEGMENT_STARTED (a retry) is
-        not marked again: retries of a failing tier add nothing to the metadata."""
-        if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-            started = md
-        else:
-            started = self.mark_delete_started(md, custom)
-        self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
-        try:
-            self.rsm.delete_log_segment_data(started)
-        except Exception:
-            self.metrics.mark("RemoteDeleteErrorsPerSec", st.topic)
-            raise
-        self.remove_from_index_cache(md)
-        self.mark_delete_finished(started)
 
     # -- synchronous pass ------------------------------------------------------------------
 
@@ -555,7 +521,7 @@ class RemoteLogManager:
         self._retain_locally(st, summary)
         if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
             try:
-                deleted, errors = expiration.expire_once(self, st, honour_backoff=True)
+                deleted, errors = self.expiration.expire_once(st, honour_backoff=True)
             finally:
                 st.expiration_lock.release()
             summary.deleted_remote_segments += deleted
@@ -600,7 +566,7 @@ class RemoteLogManager:
             if st.copy.metadata_gap is not None:
                 continue
             segments = list(self.rlmm.list_remote_log_segments(st.tip))
-            if expiration.plan_expiration(st, segments, self.clock(),
+            if plan_expiration(st, segments, self.clock(),
                                           self.started_ms).to_delete:
                 return False
         return True

@@ -33,8 +33,9 @@ The manager composes its parts, each given only the collaborators it uses: the
 `PartitionRegistry` (engine.rlm.partitions; `_partitions` is its map), the `RLMCopier`
 (engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the
 `RLMExpirationTask` (engine.rlm.expiration: remote retention and the deletion of remote
-segments and partitions), the pools and quotas; fetch, offsets and follower work are
-functions over the manager's public attributes.
+segments and partitions), the `RLMFollowerTask` and `TierStateMachine` (engine.rlm.follower),
+the pools and quotas; fetch and offsets work are functions over the manager's public
+attributes.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
@@ -73,9 +74,9 @@ from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.segment_access import NextPositions
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, fetch, follower, offsets
+from engine.rlm import copier, fetch, offsets
 from engine.rlm.expiration import RLMExpirationTask, plan_expiration
-from engine.rlm.lineage import find_highest_remote_offset
+from engine.rlm.follower import RLMFollowerTask, TierStateMachine
 from engine.rlm.metrics import RLMMetrics
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
@@ -184,6 +185,9 @@ class RemoteLogManager:
             broker_config["remote.log.index.file.cache.total.size.bytes"])
         self.expiration = self._new_expiration()
         self.copier = self._new_copier()
+        self.follower = RLMFollowerTask(rlmm=rlmm)
+        self.tier_state_machine = TierStateMachine(log_manager=log_manager, rlmm=rlmm,
+                                                   rsm=rsm, metrics=self.metrics)
         #: the partitions served (engine.rlm.partitions); `_partitions` is its map
         self._registry = self._new_registry()
         self._partitions = self._registry.partitions
@@ -341,8 +345,8 @@ class RemoteLogManager:
         """
         with self._lock:
             st = self._partitions.get(TopicPartition(topic, int(partition)))
-        return follower.build_remote_log_aux_state(
-            self, st, topic, partition, leader_log_start_offset=leader_log_start_offset,
+        return self.tier_state_machine.build_remote_log_aux_state(
+            st, topic, partition, leader_log_start_offset=leader_log_start_offset,
             leader_local_log_start_offset=leader_local_log_start_offset,
             target_epoch=target_epoch)
 
@@ -445,7 +449,7 @@ class RemoteLogManager:
 
     def _scheduled_follower(self, st: PartitionState) -> int:
         if self._ready(st):
-            self._follow_once(st)
+            self.follower.run(st)
             self._delete_local(st)
         return self.interval_ms
 
@@ -462,14 +466,6 @@ class RemoteLogManager:
         st.last_local_retention_error = None
         return deleted
 
-    def _follow_once(self, st: PartitionState) -> None:
-        """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current, so
-        that local retention, which a follower applies as a leader does (local.retention.*,
-        tiered segments only), never deletes what is not tiered."""
-        offset, _ = find_highest_remote_offset(self.rlmm, st.tip,
-                                               st.log.leader_epoch_cache.entries,
-                                               st.log.log_end_offset)
-        st.log.update_highest_offset_in_remote_storage(offset)
 
     # -- synchronous pass ------------------------------------------------------------------
 
@@ -501,7 +497,7 @@ class RemoteLogManager:
             if st.is_leader:
                 self._run_leader_once(st, summary)
             else:
-                self._follow_once(st)
+                self.follower.run(st)
                 self._retain_locally(st, summary)
         return summary
 

@@ -53,7 +53,6 @@ Thread-safety: every public method may be called from any thread.
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
 import logging
 import threading
@@ -65,17 +64,15 @@ from pathlib import Path
 
 from engine.common import TopicPartition
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import (
-    RemoteFetchTimeoutError,
-    UnknownTopicOrPartitionError,
-)
+from engine.errors import UnknownTopicOrPartitionError
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.segment_access import NextPositions
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, fetch, offsets
+from engine.rlm import copier, offsets
 from engine.rlm.expiration import RLMExpirationTask, plan_expiration
+from engine.rlm.fetch import RemoteLogReader
 from engine.rlm.follower import RLMFollowerTask, TierStateMachine
 from engine.rlm.metrics import RLMMetrics
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
@@ -155,10 +152,6 @@ class RemoteLogManager:
         self.config = broker_config
         self.log_manager = log_manager
         self.rsm, self.rlmm = rsm, rlmm
-        # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
-        # answering from memory) is served on the caller's thread: the hand-off to a reader
-        # thread and back costs more than the read itself (bench/compare_remote_read.py)
-        self._inline_reads = rlmm.in_memory_queries
         self.broker_id = int(broker_id)
         self.clock = clock or _now_ms
         self.started_ms = self.clock()
@@ -171,7 +164,6 @@ class RemoteLogManager:
         rsm.register_metrics(self.metrics.registry)
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
-        self.fetch_max_wait_ms = broker_config["remote.fetch.max.wait.ms"]
         self.interval_ms = broker_config["remote.log.manager.task.interval.ms"]
         self.backoff = ExponentialBackoff(
             broker_config["remote.log.manager.task.retry.backoff.ms"],
@@ -191,9 +183,9 @@ class RemoteLogManager:
         #: the partitions served (engine.rlm.partitions); `_partitions` is its map
         self._registry = self._new_registry()
         self._partitions = self._registry.partitions
-        self.next_positions = NextPositions()
         self.reader_pool = RemoteLogReaderPool(broker_config["remote.log.reader.threads"],
                                                broker_config["remote.log.reader.max.pending.tasks"])
+        self.reader = self._new_reader()
         self._copier_pool: WorkerPool | None = None
         self._expiration_pool: WorkerPool | None = None
         self._follower_pool: WorkerPool | None = None
@@ -222,6 +214,18 @@ class RemoteLogManager:
             lock=self._lock, schedule=self._schedule_if_started, cancel=self._cancel_tasks,
             delete_disabled=partial(self.expiration.delete_disabled, wait_s=TASK_WAIT_S),
             delete_remote_partition=self.expiration.delete_remote_partition)
+
+    def _new_reader(self) -> RemoteLogReader:
+        """The reads and ListOffsets, with what they may use of this manager
+        (engine.rlm.fetch)."""
+        cfg = self.config
+        return RemoteLogReader(
+            rlmm=self.rlmm, rsm=self.rsm, index_cache=self.index_cache,
+            next_positions=NextPositions(), metrics=self.metrics, fetch_rate=self.fetch_rate,
+            fetch_quota_sensor=self.fetch_quota_sensor, reader_pool=self.reader_pool,
+            fetch_max_wait_ms=cfg["remote.fetch.max.wait.ms"],
+            list_offsets_timeout_ms=cfg["remote.list.offsets.request.timeout.ms"],
+            inline_reads=self.rlmm.in_memory_queries, log_and_state=self._log_and_state)
 
     def _new_expiration(self) -> RLMExpirationTask:
         """The expiration task and remote deletions, with what they may use of this manager
@@ -615,19 +619,14 @@ class RemoteLogManager:
             self._check_online(st)
         return unified, st
 
-    def _plan_read(self, topic, partition, offset, max_bytes, min_one_message,
-                   isolation) -> fetch.ReadPlan:
-        fetch.check_read_args(max_bytes, isolation)
-        unified, st = self._log_and_state(topic, partition)
-        return fetch.plan_read(self, unified, st, topic, partition, offset, max_bytes,
-                               min_one_message, isolation)
-
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
              min_one_message: bool = True,
              isolation: str = "read_uncommitted") -> RemoteFetchResult:
         """Whole batches from `offset`: from the local log when `offset` >= the local log
-        start offset, else from the remote tier on the reader pool (see engine.rlm.reader).
-        read_committed stops at the last stable offset and lists aborted transactions.
+        start offset, else from the remote tier: on the caller's thread when the read needs
+        no storage I/O, else on the reader pool (see engine.rlm.fetch and
+        engine.rlm.reader). read_committed stops at the last stable offset and lists aborted
+        transactions.
 
         Raises:
             OffsetOutOfRangeError: `offset` outside [log start offset, log end offset], or
@@ -639,47 +638,21 @@ class RemoteLogManager:
             UnknownTopicOrPartitionError: no such partition. ValueError: bad max_bytes or
                 isolation.
         """
-        plan = self._plan_read(topic, partition, offset, max_bytes, min_one_message, isolation)
-        if plan.answer is not None:
-            return plan.answer
-        if self._inline_reads and isolation == "read_uncommitted":
-            answer = fetch.read_remote(self, plan, nonblocking=True)
-            if answer is not None:
-                return answer
-            # else it needs storage I/O: on the reader pool, bounded by the wait
-        future = fetch.submit_read(self, plan)
-        return fetch.await_result(self, plan, future, self.fetch_max_wait_ms / 1000.0)
+        return self.reader.read(topic, partition, offset, max_bytes, min_one_message,
+                                isolation)
 
     def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
         """Reads several partitions: each request is (topic, partition, offset, max_bytes)
-        or (..., min_one_message). Remote reads run in parallel on the reader pool and are
+        or (..., min_one_message). Remote reads that need no storage I/O run on the
+        caller's thread, as in `read`; the others run in parallel on the reader pool and are
         all bounded by one `remote.fetch.max.wait.ms` deadline (every partition may be read
-        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises for one
-        partition: a failed partition's result has `.error` set (OffsetOutOfRangeError,
-        RemoteLogReaderRejectedError, RemoteFetchTimeoutError, RemoteStorageError, ...)."""
-        results: list = []
-        pending = []
-        for i, request in enumerate(requests):
-            topic, partition, offset, max_bytes = request[:4]
-            one = request[4] if len(request) > 4 else min_one_message
-            try:
-                plan = self._plan_read(topic, partition, offset, max_bytes, one, isolation)
-                if plan.answer is None:
-                    pending.append((i, plan, fetch.submit_read(self, plan)))
-                results.append(plan.answer)
-            except Exception as exc:
-                results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
-                                                 error=exc))
-        deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
-        for i, plan, future in pending:
-            st = plan.state
-            try:
-                results[i] = fetch.await_result(self, plan, future, deadline - time.monotonic())
-            except Exception as exc:
-                results[i] = RemoteFetchResult(st.topic, st.partition, plan.offset, b"",
-                                               plan.offset, True, error=exc)
-        return results
+        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises
+        for one partition: a failed partition's result has `.error` set
+        (OffsetOutOfRangeError, RemoteLogReaderRejectedError, RemoteFetchTimeoutError,
+        RemoteStorageError, ...)."""
+        return self.reader.read_many(requests, min_one_message=min_one_message,
+                                     isolation=isolation)
 
     def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
         """(offset, leader epoch) for `spec`: -2/"earliest", -1/"latest",
@@ -695,19 +668,7 @@ class RemoteLogManager:
             # answer from offsets no tier holds
             if st.copy.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
                 raise copier.gap_error(st, st.log.log_start_offset)
-        if spec >= 0 and st is not None:
-            future = fetch.submit(self, st.topic,
-                                  lambda: offsets.list_offsets(self, unified, st, spec))
-            timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
-            try:
-                return future.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                raise RemoteFetchTimeoutError(
-                    f"ListOffsets by timestamp {spec} of {st.name} did not finish within "
-                    f"remote.list.offsets.request.timeout.ms ({timeout * 1000:.0f} ms)"
-                ) from None
-        return offsets.list_offsets(self, unified, st, spec)
+        return self.reader.list_offsets(unified, st, spec)
 
     # -- status, deletion, close -----------------------------------------------------------
 

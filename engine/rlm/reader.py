@@ -26,6 +26,9 @@ log's.
 
 Byte ranges come through the RSM contract (engine.remote.storage): views of the store's
 mapping when its ranges are zero-copy (the filesystem tier), else recycled buffers.
+
+The functions of a remote read take `log_reader`, the RemoteLogReader (engine.rlm.fetch),
+for the collaborators they use: its RLMM, RSM, RemoteIndexCache and NextPositions.
 """
 
 from __future__ import annotations
@@ -93,20 +96,20 @@ def _out_of_range(st, offset: int, epoch) -> OffsetOutOfRangeError:
         log_start_offset=unified.log_start_offset, log_end_offset=unified.log_end_offset)
 
 
-def _segment_for(rlm, st, offset: int):
+def _segment_for(log_reader, st, offset: int):
     epoch = st.log.leader_epoch_cache.epoch_for_offset(offset)
     if epoch is None:
         return None, None
-    return epoch, rlm.rlmm.remote_log_segment_metadata(st.tip, epoch, offset)
+    return epoch, log_reader.rlmm.remote_log_segment_metadata(st.tip, epoch, offset)
 
 
-def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
+def _read_segment(log_reader, md, offset: int, max_bytes: int, min_one_message: bool,
                   nonblocking: bool = False) -> tuple[memoryview | bytes, int]:
     """(whole batches, next offset) from `md`, which holds `offset`. `nonblocking`: raise
     WouldBlock instead of any storage I/O."""
     # the header walk's window and the records after it in one mapping, where views are
-    reader = RemoteSegmentReader(rlm.rsm, md, nonblocking, span=max_bytes + WALK_WINDOW)
-    start = _start_position(rlm, md, offset, nonblocking)
+    reader = RemoteSegmentReader(log_reader.rsm, md, nonblocking, span=max_bytes + WALK_WINDOW)
+    start = _start_position(log_reader, md, offset, nonblocking)
     # batch headers are walked in a window of at most 64 KiB from the index position (the
     # target is within index.interval.bytes of it); the answer is then one exact read,
     # or a slice of the window when the window holds it
@@ -121,7 +124,7 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
     view = reader.read_exact(position, position + max(max_bytes, first_size))
     # an RSM that checked every batch CRC of these bytes before serving them spares a
     # second pass over them (the contract's verifies_batch_crcs)
-    crc = not rlm.rsm.verifies_batch_crcs(md)
+    crc = not log_reader.rsm.verifies_batch_crcs(md)
     headers, valid = _records.scan(view, crc)
     check_batches(headers, partial(describe_segment, md), first_offset=offset, crc=crc,
                   min_offset=md.start_offset, max_offset=md.end_offset, position=position)
@@ -129,68 +132,70 @@ def _read_segment(rlm, md, offset: int, max_bytes: int, min_one_message: bool,
         raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte {position} "
                                  "on the second read", position=position, offset=offset)
     next_offset = int(headers["last_offset"][-1]) + 1
-    rlm.next_positions.ended(md, next_offset, position + valid)
+    log_reader.next_positions.ended(md, next_offset, position + valid)
     return view[:valid], next_offset
 
 
-def _start_position(rlm, md, offset: int, nonblocking: bool) -> int:
+def _start_position(log_reader, md, offset: int, nonblocking: bool) -> int:
     """Where to walk from for `offset` in `md`: byte 0 for the segment's base offset (its
     first batch: what the offset index answers for it), the end of an earlier read that
     stopped right before `offset`, else the offset index's position."""
-    known = rlm.next_positions.start(md, offset)
+    known = log_reader.next_positions.start(md, offset)
     if known is not None:
         return known
     if nonblocking:
-        entry = rlm.index_cache.cached_entry(md)
+        entry = log_reader.index_cache.cached_entry(md)
         if entry is None:
             raise WouldBlock
         return entry.lookup_offset(offset)
-    return rlm.index_cache.lookup_offset(md, offset)
+    return log_reader.index_cache.lookup_offset(md, offset)
 
 
-def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
+def read_remote(log_reader, st, offset: int, max_bytes: int, min_one_message: bool,
                 isolation: str, nonblocking: bool = False
                 ) -> tuple[memoryview | bytes, int, list[AbortedTxn]]:
     """(records: a view of whole batches, next offset, aborted transactions) from the
     remote tier. Raises
     OffsetOutOfRangeError when no copied segment holds `offset`; with `nonblocking`,
     WouldBlock when the read needs storage I/O."""
-    epoch, md = _segment_for(rlm, st, offset)
+    epoch, md = _segment_for(log_reader, st, offset)
     if md is None:
         raise _out_of_range(st, offset, epoch)
-    if rlm.rsm.reads_ahead:  # a consumer reads on: read-ahead may cross into next segments
-        _name_next_segments(rlm, st, md)
-    data, next_offset = _read_segment(rlm, md, offset, max_bytes, min_one_message, nonblocking)
+    if log_reader.rsm.reads_ahead:  # a consumer reads on: read-ahead may cross into next segments
+        _name_next_segments(log_reader, st, md)
+    data, next_offset = _read_segment(log_reader, md, offset, max_bytes, min_one_message,
+                                      nonblocking)
     aborted = []
     if isolation == "read_committed" and len(data):
-        aborted = remote_aborted_txns(rlm, st, md, offset, next_offset)
+        aborted = remote_aborted_txns(log_reader, st, md, offset, next_offset)
     return data, next_offset, aborted
 
 
-def _name_next_segments(rlm, st, md) -> None:
+def _name_next_segments(log_reader, st, md) -> None:
     """Tells the RSM the lineage after `md`, one `read_forward` a link, up to
     _READ_FORWARD_LINKS segments ahead: a read-ahead window larger than a segment keeps
     going past the next one instead of stalling at its end."""
     for _ in range(_READ_FORWARD_LINKS):
-        nxt = _segment_for(rlm, st, md.end_offset + 1)[1]
-        rlm.rsm.read_forward(md, nxt)
+        nxt = _segment_for(log_reader, st, md.end_offset + 1)[1]
+        log_reader.rsm.read_forward(md, nxt)
         if nxt is None:
             return
         md = nxt
 
 
-def remote_aborted_txns(rlm, st, md, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+def remote_aborted_txns(log_reader, st, md, fetch_offset: int,
+                        upper_bound: int) -> list[AbortedTxn]:
     """Aborted transactions a read_committed fetch of [fetch_offset, upper_bound) reports:
     from `md` and later remote segments until a search completes, then from local ones."""
     out: list[AbortedTxn] = []
     while md is not None:
         if not md.txn_idx_empty:
-            entry = rlm.index_cache.get_index_entry(md)
+            entry = log_reader.index_cache.get_index_entry(md)
             result = entry.txn_index.collect_aborted_txns(fetch_offset, upper_bound)
             out.extend(result.aborted_transactions)
             if result.is_complete:
                 return out
-        _, md = _segment_for(rlm, st, md.end_offset + 1)
+        _, md = _segment_for(log_reader, st, md.end_offset + 1)
     out.extend(st.log.collect_aborted_transactions(fetch_offset, upper_bound))
     return out
 

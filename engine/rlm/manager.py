@@ -34,8 +34,8 @@ The manager composes its parts, each given only the collaborators it uses: the
 (engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the
 `RLMExpirationTask` (engine.rlm.expiration: remote retention and the deletion of remote
 segments and partitions), the `RLMFollowerTask` and `TierStateMachine` (engine.rlm.follower),
-the pools and quotas; fetch and offsets work are functions over the manager's public
-attributes.
+the `RemoteLogReader` (engine.rlm.fetch: reads and ListOffsets), the `RLMTasks` that run one
+partition's tasks (engine.rlm.tasks), the pools and quotas; the manager schedules the tasks.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
@@ -53,12 +53,10 @@ Thread-safety: every public method may be called from any thread.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -71,7 +69,7 @@ from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.segment_access import NextPositions
 from engine.remote.storage import RemoteStorageManager
 from engine.rlm import copier, offsets
-from engine.rlm.expiration import RLMExpirationTask, plan_expiration
+from engine.rlm.expiration import RLMExpirationTask
 from engine.rlm.fetch import RemoteLogReader
 from engine.rlm.follower import RLMFollowerTask, TierStateMachine
 from engine.rlm.metrics import RLMMetrics
@@ -81,37 +79,18 @@ from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
 from engine.rlm.reader import RemoteFetchResult
 from engine.rlm.state import PartitionState
 from engine.rlm.status import partition_status
+from engine.rlm.tasks import RLMTasks, RunSummary
 
 __all__ = ["RemoteLogManager", "RunSummary"]
 
 log = logging.getLogger(__name__)
 
-#: how long run_once waits for a scheduled run of the same task to end
-_RUN_ONCE_LOCK_WAIT_S = 30.0
 #: a copy running longer than this is reported once (Kafka has no per-copy timeout either)
 _STUCK_COPY_WARN_MS = 300_000
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class RunSummary:
-    """What one `run_once` pass did."""
-
-    copied_segments: int = 0
-    copied_bytes: int = 0
-    deleted_remote_segments: int = 0
-    deleted_local_segments: int = 0
-    errors: list[str] = field(default_factory=list)
-    #: ms until every task that failed in this pass may run again (its retry backoff)
-    retry_in_ms: int = 0
-
-    @property
-    def made_progress(self) -> bool:
-        return bool(self.copied_segments or self.deleted_remote_segments
-                    or self.deleted_local_segments)
 
 
 def _validate(config: BrokerConfig) -> None:
@@ -180,6 +159,9 @@ class RemoteLogManager:
         self.follower = RLMFollowerTask(rlmm=rlmm)
         self.tier_state_machine = TierStateMachine(log_manager=log_manager, rlmm=rlmm,
                                                    rsm=rsm, metrics=self.metrics)
+        self.tasks = RLMTasks(rlmm=rlmm, copier=self.copier, expiration=self.expiration,
+                              follower=self.follower, metrics=self.metrics, clock=self.clock,
+                              started_ms=self.started_ms, interval_ms=self.interval_ms)
         #: the partitions served (engine.rlm.partitions); `_partitions` is its map
         self._registry = self._new_registry()
         self._partitions = self._registry.partitions
@@ -408,68 +390,13 @@ class RemoteLogManager:
     def _schedule(self, st: PartitionState) -> None:
         sched = self._scheduler
         if st.is_leader:
-            sched.schedule(f"copy:{st.name}", lambda: self._scheduled_copy(st),
+            sched.schedule(f"copy:{st.name}", lambda: self.tasks.scheduled_copy(st),
                            self._copier_pool)
-            sched.schedule(f"expiration:{st.name}", lambda: self._scheduled_expiration(st),
+            sched.schedule(f"expiration:{st.name}", lambda: self.tasks.scheduled_expiration(st),
                            self._expiration_pool)
         else:
-            sched.schedule(f"follower:{st.name}", lambda: self._scheduled_follower(st),
+            sched.schedule(f"follower:{st.name}", lambda: self.tasks.scheduled_follower(st),
                            self._follower_pool)
-
-    def _offline(self, st: PartitionState) -> Exception | None:
-        """The partition's RLMM error (it is offline) or None; kept in st.offline_error for
-        status and the offline gauge."""
-        error = self.rlmm.partition_error(st.tip)
-        if error is not None and st.offline_error is None:
-            log.error("%s is offline: its remote log metadata cannot be served (the other "
-                      "partitions go on): %s", st.name, error)
-        st.offline_error = error
-        return error
-
-    def _check_online(self, st: PartitionState) -> None:
-        """Raises the error of an offline partition (a copy: a fresh traceback)."""
-        error = self._offline(st)
-        if error is not None:
-            raise copy.copy(error)
-
-    def _ready(self, st: PartitionState) -> bool:
-        return self._offline(st) is None and self.rlmm.is_ready(st.tip)
-
-    def _scheduled_copy(self, st: PartitionState) -> int:
-        if not self._ready(st):
-            return self.interval_ms
-        with st.copy_lock:
-            delay, _, _ = self.copier.copy_once(st, honour_backoff=False)
-        self._delete_local(st)
-        return delay
-
-    def _scheduled_expiration(self, st: PartitionState) -> int:
-        if self._ready(st):
-            with st.expiration_lock:
-                self.expiration.expire_once(st)
-            if st.expiration_failures:
-                return max(0, st.next_expiration_attempt_ms - self.clock())
-        return self.interval_ms
-
-    def _scheduled_follower(self, st: PartitionState) -> int:
-        if self._ready(st):
-            self.follower.run(st)
-            self._delete_local(st)
-        return self.interval_ms
-
-    # -- task bodies -----------------------------------------------------------------------
-
-    def _delete_local(self, st: PartitionState) -> int:
-        try:
-            deleted = st.log.delete_old_segments()
-        except Exception as exc:  # the next run retries; status and the meter show it meanwhile
-            st.last_local_retention_error = f"{type(exc).__name__}: {exc}"
-            self.metrics.mark("LocalRetentionErrorsPerSec", st.topic)
-            log.warning("Local retention of %s failed: %s", st.name, exc)
-            return 0
-        st.last_local_retention_error = None
-        return deleted
-
 
     # -- synchronous pass ------------------------------------------------------------------
 
@@ -490,58 +417,8 @@ class RemoteLogManager:
             summary.retry_in_ms = max(summary.retry_in_ms,
                                       st.next_expiration_attempt_ms - self.clock())
         for st in states:
-            offline = self._offline(st)
-            if offline is not None:
-                summary.errors.append(f"{st.name}: offline: {type(offline).__name__}: "
-                                      f"{offline}")
-                continue
-            if not self.rlmm.is_ready(st.tip):
-                summary.errors.append(f"{st.name}: remote log metadata not ready")
-                continue
-            if st.is_leader:
-                self._run_leader_once(st, summary)
-            else:
-                self.follower.run(st)
-                self._retain_locally(st, summary)
+            self.tasks.run_once(st, summary)
         return summary
-
-    def _run_leader_once(self, st: PartitionState, summary: RunSummary) -> None:
-        """run_once's tasks of a leader partition: copy, local retention, expiration."""
-        if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-            try:
-                _, copied, nbytes = self.copier.copy_once(st, honour_backoff=True)
-            finally:
-                st.copy_lock.release()
-            summary.copied_segments += copied
-            summary.copied_bytes += nbytes
-            if st.copy.last_copy_error and st.copy.copy_failures:
-                summary.errors.append(f"{st.name}: copy: {st.copy.last_copy_error}")
-        else:
-            summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
-        self._retain_locally(st, summary)
-        if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-            try:
-                deleted, errors = self.expiration.expire_once(st, honour_backoff=True)
-            finally:
-                st.expiration_lock.release()
-            summary.deleted_remote_segments += deleted
-            summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
-                               for e in errors]
-            if not errors and st.expiration_failures and st.last_expiration_error:
-                # waiting out the retry backoff of a failed run
-                summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
-        now = self.clock()
-        for failures, next_ms in ((st.copy.copy_failures, st.copy.next_copy_attempt_ms),
-                                  (st.expiration_failures, st.next_expiration_attempt_ms)):
-            if failures:
-                summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
-
-    def _retain_locally(self, st: PartitionState, summary: RunSummary) -> None:
-        """run_once's local retention of a partition, a failure in the summary's errors."""
-        summary.deleted_local_segments += self._delete_local(st)
-        if st.last_local_retention_error:
-            summary.errors.append(f"{st.name}: local retention: "
-                                  f"{st.last_local_retention_error}")
 
     def is_idle(self) -> bool:
         """True when no partition has a segment left to copy, a copy in progress or a
@@ -549,41 +426,7 @@ class RemoteLogManager:
         states = self._sync_partitions()
         if self._registry.disabled:  # remote data of a partition whose tiering was turned off
             return False
-        for st in states:
-            if not st.is_leader or self._offline(st) is not None:
-                continue  # an offline partition has no work it can do
-            if st.copy.copy_in_progress is not None:
-                return False
-            if not (st.copy.copy_cancelled or st.log.remote_log_copy_disabled
-                    or st.copy.corrupt_segment):  # stopped until an operator acts
-                if not self._ensure_initialised(st):
-                    return False
-                if st.copy.metadata_gap is not None:
-                    continue  # refused until an operator acts: nothing to wait for
-                lso = st.log.last_stable_offset
-                if copier.candidate_segments(st.log, st.copy.copied_offset, lso):
-                    return False
-            if st.copy.metadata_gap is not None:
-                continue
-            segments = list(self.rlmm.list_remote_log_segments(st.tip))
-            if plan_expiration(st, segments, self.clock(),
-                                          self.started_ms).to_delete:
-                return False
-        return True
-
-    def _ensure_initialised(self, st: PartitionState) -> bool:
-        """Initialises a leader's state unless done; False when a copy run held the copy
-        lock for the whole wait (that run initialises it)."""
-        if not st.needs_initialisation or not st.is_leader:
-            return True
-        if not st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-            return False
-        try:
-            if st.needs_initialisation:
-                self.copier.initialise_leader(st)
-        finally:
-            st.copy_lock.release()
-        return True
+        return all(self.tasks.is_idle(st) for st in states)
 
     def initialise_partitions(self, topic: str | None = None,
                               partition: int | None = None) -> None:
@@ -600,10 +443,10 @@ class RemoteLogManager:
             if partition is not None and st.partition != int(partition):
                 continue
             if named:
-                self._check_online(st)
-            elif self._offline(st) is not None:
+                self.tasks.check_online(st)
+            elif self.tasks.offline(st) is not None:
                 continue
-            self._ensure_initialised(st)
+            self.tasks.ensure_initialised(st)
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -616,7 +459,7 @@ class RemoteLogManager:
             st = next((s for s in self._sync_partitions()
                        if (s.topic, s.partition) == (topic, int(partition))), None)
         if st is not None:
-            self._check_online(st)
+            self.tasks.check_online(st)
         return unified, st
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
@@ -663,7 +506,7 @@ class RemoteLogManager:
         unified, st = self._log_and_state(topic, partition)
         spec = offsets.parse_spec(spec)
         if st is not None:
-            self._ensure_initialised(st)
+            self.tasks.ensure_initialised(st)
             # the earliest offset, and a timestamp search that starts in the tier, would
             # answer from offsets no tier holds
             if st.copy.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
@@ -677,10 +520,10 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
-            if self._offline(st) is not None:
+            if self.tasks.offline(st) is not None:
                 continue  # shown offline, with its error
             try:
-                self._ensure_initialised(st)
+                self.tasks.ensure_initialised(st)
             except Exception as exc:
                 st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)

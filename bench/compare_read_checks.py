@@ -60,6 +60,9 @@ def main(argv=None) -> int:
         rlm.run_once()
         tiered, local = s.lm.get_log("tiered", 0), s.lm.get_log("local", 0)
         st = rlm._partitions[("tiered", 0)]
+        # the collaborators of a remote read: the RemoteLogReader where the tree has one,
+        # else (older trees) the manager itself
+        log_reader = getattr(rlm, "reader", rlm)
         starts = _chunk_starts(local, tiered.local_log_start_offset)
         nbytes = sum(local.read(o, MAX_BYTES)[0].nbytes for o in starts)
         if not rlm.read("tiered", 0, 0, MAX_BYTES).from_remote:
@@ -74,7 +77,7 @@ def main(argv=None) -> int:
             "RLM.read (local)": rows(lambda o: rlm.read("local", 0, o, MAX_BYTES).records,
                                      touch),
             "read_remote on the caller": rows(lambda o: read_remote(
-                rlm, st, o, MAX_BYTES, True, "read_uncommitted")[0], touch),
+                log_reader, st, o, MAX_BYTES, True, "read_uncommitted")[0], touch),
             "RLM.read (local), every byte": rows(
                 lambda o: rlm.read("local", 0, o, MAX_BYTES).records, touch_all),
             "RLM.read (remote)": rows(lambda o: rlm.read("tiered", 0, o, MAX_BYTES).records,

@@ -169,12 +169,12 @@ def section_b(rep: Report, s: Setup, repeat: int) -> None:
     def run_remote_inline():
         # RemoteLogManager.read's own work (plan, quota, metrics) without the pool hand-off
         for o in starts:
-            plan = rlm._plan_read("tiered", 0, o, MAX_BYTES, True, "read_uncommitted")
-            touch(fetch.read_remote(rlm, plan).records)
+            plan = rlm.reader.plan_read("tiered", 0, o, MAX_BYTES, True, "read_uncommitted")
+            touch(fetch.read_remote(rlm.reader, plan).records)
 
     def run_remote_direct():
         for o in starts:
-            touch(read_remote(rlm, st, o, MAX_BYTES, True, "read_uncommitted")[0])
+            touch(read_remote(rlm.reader, st, o, MAX_BYTES, True, "read_uncommitted")[0])
 
     def without_map_range(run):
         # the RSM contract's defaults in place of the tier's zero-copy views: the reader

@@ -530,28 +530,28 @@ def test_fetched_files_that_contradict_the_segment_are_refused(leader, replica):
     replica.create()
     md = remote_segment_before(leader, leader.log().local_log_start_offset)
     unchecked = dataclasses.replace(md, custom_metadata=None)
-    rlm, next_offset = replica.rlm, md.end_offset + 1
+    rsm, next_offset = replica.rlm.rsm, md.end_offset + 1
     epoch_path = leader.rsm.segment_path(md, ".leader_epoch_checkpoint")
-    assert follower._leader_epochs(rlm, unchecked, TP, next_offset)[-1].epoch == 3
+    assert follower._leader_epochs(rsm, unchecked, TP, next_offset)[-1].epoch == 3
 
     epoch_path.write_bytes(LeaderEpochCheckpointFile.encode_entries([EpochEntry(0, 0)]))
     with pytest.raises(CorruptCheckpointError, match="segment's metadata says epoch 3"):
-        follower._leader_epochs(rlm, unchecked, TP, next_offset)
+        follower._leader_epochs(rsm, unchecked, TP, next_offset)
     epoch_path.write_bytes(b"0\n2\n3 0\n1 5\n")
     with pytest.raises(CorruptCheckpointError, match="must increase") as bad:
-        follower._leader_epochs(rlm, unchecked, TP, next_offset)
+        follower._leader_epochs(rsm, unchecked, TP, next_offset)
     assert f"partition {TOPIC}-0" in str(bad.value)
     epoch_path.write_bytes(b"1\n0\n")
     with pytest.raises(CorruptCheckpointError, match="version"):
-        follower._leader_epochs(rlm, unchecked, TP, next_offset)
+        follower._leader_epochs(rsm, unchecked, TP, next_offset)
 
     snapshot_path = leader.rsm.segment_path(md, ".snapshot")
     snapshot_path.write_bytes(encode_snapshot([ProducerSnapshotEntry(
         7, 0, 4, next_offset, 0, 0, 0, -1)]))
     with pytest.raises(CorruptSnapshotError, match=f"not below {next_offset}"):
-        follower._producer_snapshot(rlm, unchecked, TP, next_offset)
+        follower._producer_snapshot(rsm, unchecked, TP, next_offset)
     snapshot_path.write_bytes(b"")
-    assert follower._producer_snapshot(rlm, unchecked, TP, next_offset) is None
+    assert follower._producer_snapshot(rsm, unchecked, TP, next_offset) is None
 
 
 def test_leader_without_producer_snapshots_gives_an_empty_producer_state(leader, replica,

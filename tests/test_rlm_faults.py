@@ -31,7 +31,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
 )
 from engine.rlm import RemoteLogManager
-from engine.rlm import manager as rlm_manager
+from engine.rlm import tasks as rlm_tasks
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 WAIT_S = 60  # upper bound of a wait for the scheduler's progress, never a timing claim
@@ -504,7 +504,7 @@ def test_partition_deleted_during_a_stuck_copy_leaves_no_files(tmp_path, monkeyp
     run.start()
     assert copying.wait(WAIT_S)
     tip = env.rlm._partitions[(TOPIC, 0)].tip
-    monkeypatch.setattr(rlm_manager, "_RUN_ONCE_LOCK_WAIT_S", 0.05)
+    monkeypatch.setattr(rlm_tasks, "_RUN_ONCE_LOCK_WAIT_S", 0.05)
     env.rlm.delete_partition(TOPIC, 0, delete_local=False)
     gate.set()
     run.join(WAIT_S)

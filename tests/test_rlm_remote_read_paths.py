@@ -115,6 +115,39 @@ def test_reads_needing_no_storage_io_stay_on_the_calling_thread(tmp_path):
         env.close()
 
 
+def test_read_many_serves_warm_reads_on_the_calling_thread(tmp_path):
+    """read_many (what `serve` calls) takes the path `read` takes: a remote read needing no
+    storage I/O is answered on the caller's thread, the others go to the reader pool, each
+    with the answer a local read gives."""
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
+    try:
+        env.produce(12, per_batch=2, size=120)
+        unified = env.log()
+        end = unified.segments[-1].base_offset
+        expected = {o: unified.read(o, 400, True) for o in range(end)}
+        expected = {o: (bytes(v), n) for o, (v, n) in expected.items()}
+        env.rlm.run_once()
+        assert unified.local_log_start_offset == end
+        submitted = []
+        submit = env.rlm.reader_pool.submit
+        env.rlm.reader_pool.submit = lambda work: submitted.append(1) or submit(work)
+        requests = [(TOPIC, 0, o, 400) for o in range(end)]
+        cold = env.rlm.read_many(requests)
+        assert [(bytes(r.records), r.next_offset) for r in cold] == \
+            [expected[o] for o in range(end)]
+        assert submitted  # nothing was cached: the pool did the I/O
+        before = len(submitted)
+        warm = env.rlm.read_many(requests)
+        assert all(r.from_remote and r.error is None for r in warm)
+        assert [(bytes(r.records), r.next_offset) for r in warm] == \
+            [expected[o] for o in range(end)]
+        assert len(submitted) == before  # every read answered on this thread
+        env.rlm.read_many(requests[:1], isolation="read_committed")
+        assert len(submitted) == before + 1
+    finally:
+        env.close()
+
+
 def test_map_range_if_open_never_opens_a_file(tmp_path):
     env = Env(tmp_path, topic_config={"local.retention.bytes": 1})
     try:

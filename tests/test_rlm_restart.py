@@ -38,7 +38,7 @@ def test_expiration_before_the_first_copy_run_keeps_in_retention_data(tmp_path):
     assert not st.copy.initialised
     # the scheduler may run expiration before the copy task: it must not count the tiered
     # local segments as local-only and see retention.bytes breached
-    deleted, errors = env.rlm._expire_once(st)
+    deleted, errors = env.rlm.expiration.expire_once(st)
     assert (deleted, errors) == (0, [])
     assert _finished(env) == copied
     assert unified.log_start_offset == 0

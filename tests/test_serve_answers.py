@@ -87,7 +87,9 @@ def test_an_expired_remote_read_answers_no_error_and_no_records(broker, tiered,
         return read_remote(*args, **kwargs)
 
     monkeypatch.setattr(rlm_fetch, "read_remote", hung)
-    monkeypatch.setattr(broker.rlm, "fetch_max_wait_ms", 50)
+    # no read is served on the caller's thread: every one goes to the reader pool
+    monkeypatch.setattr(broker.rlm.reader, "inline_reads", False)
+    monkeypatch.setattr(broker.rlm.reader, "fetch_max_wait_ms", 50)
     local = tiered.offsets[1]["earliest-local"]
     try:
         resp = fetch(broker, 12, [_part(0, 0), _part(1, local)])
@@ -106,6 +108,7 @@ def test_a_remote_read_refused_by_a_full_reader_queue_is_unknown_server_error(
         raise RemoteLogReaderRejectedError("the remote log reader queue is full")
 
     monkeypatch.setattr(broker.rlm.reader_pool, "submit", full)
+    monkeypatch.setattr(broker.rlm.reader, "inline_reads", False)  # to the reader pool
     row = fetch(broker, 12, [_part(0, 0)])["responses"][0]["partitions"][0]
     assert row["error_code"] == E.UNKNOWN_SERVER_ERROR
 

@@ -30,7 +30,7 @@ from engine.cli import main
 from engine.remote import metadata_log
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.filesystem import copy as filesystem
-from engine.rlm import RemoteLogManager
+from engine.rlm.expiration import RLMExpirationTask
 
 
 def _die() -> None:
@@ -70,8 +70,8 @@ def _arm_copy(k: int) -> None:
 
 def _arm_expire(k: int) -> None:
     """The expiration window: the new log start offset is published and checkpointed, the
-    segments below it are deleted one by one (RemoteLogManager.delete_remote_segment)."""
-    original = RemoteLogManager.delete_remote_segment
+    segments below it are deleted one by one (RLMExpirationTask.delete_remote_segment)."""
+    original = RLMExpirationTask.delete_remote_segment
     calls = [0]
 
     def delete_remote_segment(self, st, md, custom):
@@ -80,7 +80,7 @@ def _arm_expire(k: int) -> None:
             _die()
         return original(self, st, md, custom)
 
-    RemoteLogManager.delete_remote_segment = delete_remote_segment
+    RLMExpirationTask.delete_remote_segment = delete_remote_segment
 
 
 def _arm_expire_rsm(k: int) -> None:

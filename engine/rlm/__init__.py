@@ -2,9 +2,11 @@
 engine's local logs (engine.log) and remote plugins (engine.remote).
 
 Modules: `manager` (RemoteLogManager, RunSummary), `partitions` (the registry of the
-partitions served), `copier` (the copy task: RLMCopier, each partition's CopyState),
-`expiration` (remote retention, partition deletion), `fetch` and `reader` (remote reads),
-`offsets` (ListOffsets), `follower` (a follower's partition built from the tier), `lineage`
+partitions served), `tasks` (one partition's runs of the tasks: RLMTasks, RunSummary),
+`copier` (the copy task: RLMCopier, each partition's CopyState), `expiration` (remote
+retention, partition deletion: RLMExpirationTask), `fetch` and `reader` (remote reads:
+RemoteLogReader), `offsets` (ListOffsets), `follower` (the follower task, RLMFollowerTask,
+and a follower's partition built from the tier, TierStateMachine), `lineage`
 (leader-epoch lineage rules), `quota` (KIP-956 quotas), `status` (status()),
 `pools` (bounded pools, scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
 """

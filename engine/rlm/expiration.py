@@ -1,5 +1,10 @@
-"""The leader's expiration task (Kafka's RemoteLogManager.RLMExpirationTask) and
-remote partition deletion.
+"""The leader's expiration task (Kafka's RemoteLogManager.RLMExpirationTask) and the
+deletion of remote data: one segment (the copy task undoes a failed copy with it) or a whole
+partition.
+
+One `RLMExpirationTask`, built by the RemoteLogManager with the collaborators it names
+(RLMM, RSM, index cache, metrics, clock, backoff, and the copy task's initialisation of a
+leader's state), runs the task of every partition it is given.
 
 `plan_expiration` decides, without changing anything, which remote segments go:
 
@@ -17,7 +22,7 @@ remote partition deletion.
 - segments whose epochs are all below the earliest epoch of the leader-epoch cache
   (unreferenced, e.g. left by an unclean leader election).
 
-`run_expiration` publishes the new log start offset first, durably (the log's
+`RLMExpirationTask.run` publishes the new log start offset first, durably (the log's
 `log_start_offset_listener`, the LogManager's checkpoint, runs before any delete: no reader,
 in this process or after a restart, is sent to a segment being deleted; a checkpoint that
 fails stops the pass before it deletes anything), then deletes each segment:
@@ -30,22 +35,31 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.remote.metadata import (
     IllegalStateTransitionError,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from engine.rlm.copier import gap_error
+from engine.rlm.copier import CopiedPartition, gap_error
 from engine.rlm.lineage import epochs_with_offsets, is_remote_segment_within_leader_epochs
 from engine.rlm.state import PartitionState
 
-__all__ = ["ExpirationPlan", "delete_disabled", "delete_remote_partition", "expire_once",
-           "plan_expiration", "run_expiration", "wait_for_tasks"]
+if TYPE_CHECKING:
+    from engine.remote.index_cache import RemoteIndexCache
+    from engine.remote.metadata_manager import RemoteLogMetadataManager
+    from engine.remote.storage import RemoteStorageManager
+    from engine.rlm.metrics import RLMMetrics
+    from engine.rlm.pools import ExponentialBackoff
+
+__all__ = ["ExpirationPlan", "RLMExpirationTask", "plan_expiration", "wait_for_tasks"]
 
 log = logging.getLogger(__name__)
 _S = RemoteLogSegmentState
@@ -212,164 +226,226 @@ def _scan_lineage(plan, handler, lineage, by_epoch, being_copied, leo) -> None:
                 return  # the first segment of the lineage that is kept ends the scan
 
 
-def run_expiration(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
-    """One run. Returns (segments deleted, errors of the deletes that failed)."""
-    segments = list(rlm.rlmm.list_remote_log_segments(st.tip))
-    plan = plan_expiration(st, segments, rlm.clock(), rlm.started_ms)
-    metrics = rlm.metrics
-    metrics.set_gauge("RemoteLogMetadataCount", st.topic, st.partition, plan.metadata_count)
-    metrics.set_gauge("RemoteLogSizeBytes", st.topic, st.partition, plan.remote_size_bytes)
-    metrics.set_gauge("RemoteLogSizeComputationTime", st.topic, st.partition,
-                      plan.size_computation_ms)
-    st.remote_segment_count, st.remote_size_bytes = plan.metadata_count, plan.remote_size_bytes
-    moved = plan.new_log_start_offset is not None and \
-        st.log.maybe_increment_log_start_offset(plan.new_log_start_offset, "SegmentDeletion")
-    if moved and st.log.log_start_offset_listener is not None:
-        st.log.log_start_offset_listener(st.log)
-    pending = list(plan.to_delete)
-    lag_bytes = sum(m.segment_size_in_bytes for m in pending)
-    deleted, errors = 0, []
-    for md in plan.to_delete:
+class RLMExpirationTask:
+    """Runs the expiration task of the partitions it is given (see the module notes), and
+    deletes remote data: one segment (shared with the copy task, which undoes a failed
+    copy with it) or a whole partition.
+
+    Args:
+        rlmm, rsm: the plugins.
+        index_cache: the RemoteIndexCache (a deleted segment's entry is dropped).
+        metrics: the RemoteLogManager's metrics.
+        clock: now in ms.
+        backoff: the retry backoff of failed runs.
+        broker_id: stamped on metadata events.
+        started_ms: when the RemoteLogManager started (older COPY_SEGMENT_STARTED entries
+            are orphans of a crash).
+        initialise_leader: the copy task's initialisation of a leader's state
+            (RLMCopier.initialise_leader), run when no copy run has done it yet.
+    """
+
+    def __init__(self, *, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                 index_cache: RemoteIndexCache, metrics: RLMMetrics, clock: Callable[[], int],
+                 backoff: ExponentialBackoff, broker_id: int, started_ms: int,
+                 initialise_leader: Callable[[PartitionState], None]):
+        self.rlmm, self.rsm, self.index_cache = rlmm, rsm, index_cache
+        self.metrics, self.clock, self.backoff = metrics, clock, backoff
+        self.broker_id, self.started_ms = broker_id, started_ms
+        self.initialise_leader = initialise_leader
+
+    def run(self, st: PartitionState) -> tuple[int, list[Exception]]:
+        """One run. Returns (segments deleted, errors of the deletes that failed)."""
+        segments = list(self.rlmm.list_remote_log_segments(st.tip))
+        plan = plan_expiration(st, segments, self.clock(), self.started_ms)
+        metrics = self.metrics
+        metrics.set_gauge("RemoteLogMetadataCount", st.topic, st.partition,
+                          plan.metadata_count)
+        metrics.set_gauge("RemoteLogSizeBytes", st.topic, st.partition, plan.remote_size_bytes)
+        metrics.set_gauge("RemoteLogSizeComputationTime", st.topic, st.partition,
+                          plan.size_computation_ms)
+        st.remote_segment_count = plan.metadata_count
+        st.remote_size_bytes = plan.remote_size_bytes
+        moved = plan.new_log_start_offset is not None and \
+            st.log.maybe_increment_log_start_offset(plan.new_log_start_offset,
+                                                    "SegmentDeletion")
+        if moved and st.log.log_start_offset_listener is not None:
+            st.log.log_start_offset_listener(st.log)
+        pending = list(plan.to_delete)
+        lag_bytes = sum(m.segment_size_in_bytes for m in pending)
+        deleted, errors = 0, []
+        for md in plan.to_delete:
+            metrics.set_gauge("RemoteDeleteLagSegments", st.topic, st.partition, len(pending))
+            metrics.set_gauge("RemoteDeleteLagBytes", st.topic, st.partition, lag_bytes)
+            try:
+                self.delete_remote_segment(st, md, md.custom_metadata)
+            except Exception as exc:
+                errors.append(exc)
+                # the run's failures are logged once, by expire_once (a full or read-only
+                # tier fails every delete alike)
+                log.debug("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the "
+                          "next run retries: %s", md.remote_log_segment_id.id,
+                          md.start_offset, md.end_offset, st.name, exc)
+                continue
+            log.info("Deleted remote segment %s (offsets [%d, %d]) of %s: %s",
+                     md.remote_log_segment_id.id, md.start_offset, md.end_offset, st.name,
+                     plan.reasons[md.remote_log_segment_id])
+            deleted += 1
+            pending.remove(md)
+            lag_bytes -= md.segment_size_in_bytes
+            st.remote_segment_count -= 1
+            st.remote_size_bytes -= md.segment_size_in_bytes
         metrics.set_gauge("RemoteDeleteLagSegments", st.topic, st.partition, len(pending))
         metrics.set_gauge("RemoteDeleteLagBytes", st.topic, st.partition, lag_bytes)
-        try:
-            rlm.delete_remote_segment(st, md, md.custom_metadata)
-        except Exception as exc:
-            errors.append(exc)
-            # the run's failures are logged once, by the RLM (a full or read-only tier
-            # fails every delete alike)
-            log.debug("Deleting remote segment %s (offsets [%d, %d]) of %s failed; the next "
-                      "run retries: %s", md.remote_log_segment_id.id, md.start_offset,
-                      md.end_offset, st.name, exc)
-            continue
-        log.info("Deleted remote segment %s (offsets [%d, %d]) of %s: %s",
-                 md.remote_log_segment_id.id, md.start_offset, md.end_offset, st.name,
-                 plan.reasons[md.remote_log_segment_id])
-        deleted += 1
-        pending.remove(md)
-        lag_bytes -= md.segment_size_in_bytes
-        st.remote_segment_count -= 1
-        st.remote_size_bytes -= md.segment_size_in_bytes
-    metrics.set_gauge("RemoteDeleteLagSegments", st.topic, st.partition, len(pending))
-    metrics.set_gauge("RemoteDeleteLagBytes", st.topic, st.partition, lag_bytes)
-    metrics.set_gauge("RemoteLogMetadataCount", st.topic, st.partition, st.remote_segment_count)
-    metrics.set_gauge("RemoteLogSizeBytes", st.topic, st.partition, st.remote_size_bytes)
-    return deleted, errors
-
-
-def expire_once(rlm, st: PartitionState,
-                honour_backoff: bool = False) -> tuple[int, list[Exception]]:
-    """One expiration run. A run with errors is retried after the copy's exponential
-    backoff (each retry of a failing tier would otherwise log and record again at every
-    interval), and logged once for all its failed deletes."""
-    if honour_backoff and rlm.clock() < st.next_expiration_attempt_ms:
-        return 0, []
-    deleted, errors = _expire_run(rlm, st)
-    if not errors:
-        st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
+        metrics.set_gauge("RemoteLogMetadataCount", st.topic, st.partition,
+                          st.remote_segment_count)
+        metrics.set_gauge("RemoteLogSizeBytes", st.topic, st.partition, st.remote_size_bytes)
         return deleted, errors
-    delay = rlm.backoff.backoff(st.expiration_failures)
-    st.expiration_failures += 1
-    st.next_expiration_attempt_ms = rlm.clock() + delay
-    log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
-                "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
-                len(errors), deleted, st.last_expiration_error)
-    return deleted, errors
 
+    def expire_once(self, st: PartitionState,
+                    honour_backoff: bool = False) -> tuple[int, list[Exception]]:
+        """One expiration run. A run with errors is retried after the copy's exponential
+        backoff (each retry of a failing tier would otherwise log and record again at every
+        interval), and logged once for all its failed deletes."""
+        if honour_backoff and self.clock() < st.next_expiration_attempt_ms:
+            return 0, []
+        deleted, errors = self._expire_run(st)
+        if not errors:
+            st.expiration_failures, st.next_expiration_attempt_ms = 0, 0
+            return deleted, errors
+        delay = self.backoff.backoff(st.expiration_failures)
+        st.expiration_failures += 1
+        st.next_expiration_attempt_ms = self.clock() + delay
+        log.warning("Expiration task of %s failed (attempt %d; retry in %d ms): %d error(s), "
+                    "deleted %d segment(s); last: %s", st.name, st.expiration_failures, delay,
+                    len(errors), deleted, st.last_expiration_error)
+        return deleted, errors
 
-def _expire_run(rlm, st: PartitionState) -> tuple[int, list[Exception]]:
-    if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
-        # a running copy initialises the state itself; till then size retention waits
-        try:
-            if st.needs_initialisation:
-                rlm.copier.initialise_leader(st)
-        except Exception as exc:
+    def _expire_run(self, st: PartitionState) -> tuple[int, list[Exception]]:
+        if st.needs_initialisation and st.copy_lock.acquire(blocking=False):
+            # a running copy initialises the state itself; till then size retention waits
+            try:
+                if st.needs_initialisation:
+                    self.initialise_leader(st)
+            except Exception as exc:
+                st.copy_lock.release()
+                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+                return 0, [exc]
             st.copy_lock.release()
-            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
-            return 0, [exc]
-        st.copy_lock.release()
-    if st.copy.metadata_gap is not None:  # nothing is expired over a gap in the metadata
-        gap = gap_error(st)
-        st.last_expiration_error = f"{type(gap).__name__}: {gap}"
-        return 0, [gap]
-    try:
-        deleted, errors = run_expiration(rlm, st)
-    except Exception as exc:
-        deleted, errors = 0, [exc]
-    st.last_expiration_error = (f"{type(errors[-1]).__name__}: {errors[-1]}"
-                                if errors else None)
-    return deleted, errors
-
-
-def _put_partition_state(rlm, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
-    try:
-        rlm.rlmm.put_remote_partition_delete_metadata(
-            RemotePartitionDeleteMetadata(tip, state, rlm.clock(), rlm.broker_id))
-    except IllegalStateTransitionError:  # a retry of a deletion that got further before
-        log.info("Partition %s already past %s", tip, state.name)
-
-
-def delete_remote_partition(rlm, tip: TopicIdPartition) -> int:
-    """Kafka's stopPartitions with deleteRemoteLog: DELETE_PARTITION_MARKED -> STARTED ->
-    every segment DELETE_SEGMENT_STARTED -> RSM deletes -> index cache entries dropped ->
-    DELETE_SEGMENT_FINISHED -> DELETE_PARTITION_FINISHED. Returns the segments deleted;
-    raises the first RSM error (the partition stays STARTED; calling again resumes)."""
-    _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
-    _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
-    segments = list(rlm.rlmm.list_remote_log_segments(tip))
-    updates = []
-    for md in segments:  # a retry does not mark a segment DELETE_SEGMENT_STARTED again
-        updates.append(md if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
-                       else rlm.mark_delete_started(md, md.custom_metadata))
-    for md in updates:
-        rlm.metrics.mark("RemoteDeleteRequestsPerSec", tip.topic)
+        if st.copy.metadata_gap is not None:  # nothing is expired over a gap in the metadata
+            gap = gap_error(st)
+            st.last_expiration_error = f"{type(gap).__name__}: {gap}"
+            return 0, [gap]
         try:
-            rlm.rsm.delete_log_segment_data(md)
-        except Exception:
-            rlm.metrics.mark("RemoteDeleteErrorsPerSec", tip.topic)
-            raise
-    for md in updates:
-        rlm.remove_from_index_cache(md)
-    for md in updates:
-        rlm.mark_delete_finished(md)
-    _put_partition_state(rlm, tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
-    return len(updates)
-
-
-def delete_disabled(rlm, pending: list[PartitionState], wait_s: float
-                    ) -> tuple[list[str], list[PartitionState]]:
-    """Deletes the remote data of the partitions whose tiering was disabled with
-    remote.log.delete.on.disable: the log start offset moves to the local log start
-    first (no reader is sent to the tier), then the partition deletion runs
-    (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors and the partitions
-    whose deletion failed: a later pass retries them, after the retry backoff."""
-    errors, retry = [], []
-    for st in pending:
-        if rlm.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
-            retry.append(st)
-            errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
-            continue
-        try:
-            wait_for_tasks(st, wait_s)
-            unified = st.log
-            if unified.local_log_start_offset > unified.log_start_offset:
-                unified.maybe_increment_log_start_offset(unified.local_log_start_offset,
-                                                         "SegmentDeletion")
-            deleted = delete_remote_partition(rlm, st.tip)
-            rlm.rlmm.on_stop_partitions([st.tip])
-            log.info("%s: tiering disabled: %d remote segment(s) deleted", st.name,
-                     deleted)
+            deleted, errors = self.run(st)
         except Exception as exc:
-            retry.append(st)
-            st.last_expiration_error = f"{type(exc).__name__}: {exc}"
-            delay = rlm.backoff.backoff(st.expiration_failures)
-            st.expiration_failures += 1
-            st.next_expiration_attempt_ms = rlm.clock() + delay
-            errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
-            log.warning("Deleting the remote data of %s (tiering disabled) failed "
-                        "(attempt %d; retry in %d ms): %s", st.name,
-                        st.expiration_failures, delay, exc)
-    return errors, retry
+            deleted, errors = 0, [exc]
+        st.last_expiration_error = (f"{type(errors[-1]).__name__}: {errors[-1]}"
+                                    if errors else None)
+        return deleted, errors
+
+    # -- remote deletion -------------------------------------------------------------------
+
+    def mark_delete_started(self, md: RemoteLogSegmentMetadata,
+                            custom: bytes | None) -> RemoteLogSegmentMetadata:
+        update = RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, self.clock(), custom,
+            RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id)
+        self.rlmm.update_remote_log_segment_metadata(update)
+        return md.create_with_updates(update)
+
+    def mark_delete_finished(self, md: RemoteLogSegmentMetadata) -> None:
+        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, self.clock(), md.custom_metadata,
+            RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
+
+    def delete_remote_segment(self, st: CopiedPartition, md: RemoteLogSegmentMetadata,
+                              custom: bytes | None) -> None:
+        """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
+        DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
+        stays DELETE_SEGMENT_STARTED. A segment already DELETE_SEGMENT_STARTED (a retry) is
+        not marked again: retries of a failing tier add nothing to the metadata."""
+        if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            started = md
+        else:
+            started = self.mark_delete_started(md, custom)
+        self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
+        try:
+            self.rsm.delete_log_segment_data(started)
+        except Exception:
+            self.metrics.mark("RemoteDeleteErrorsPerSec", st.topic)
+            raise
+        self.index_cache.remove(md.remote_log_segment_id.id)
+        self.mark_delete_finished(started)
+
+    def _put_partition_state(self, tip: TopicIdPartition,
+                             state: RemotePartitionDeleteState) -> None:
+        try:
+            self.rlmm.put_remote_partition_delete_metadata(
+                RemotePartitionDeleteMetadata(tip, state, self.clock(), self.broker_id))
+        except IllegalStateTransitionError:  # a retry of a deletion that got further before
+            log.info("Partition %s already past %s", tip, state.name)
+
+    def delete_remote_partition(self, tip: TopicIdPartition) -> int:
+        """Kafka's stopPartitions with deleteRemoteLog: DELETE_PARTITION_MARKED -> STARTED ->
+        every segment DELETE_SEGMENT_STARTED -> RSM deletes -> index cache entries dropped ->
+        DELETE_SEGMENT_FINISHED -> DELETE_PARTITION_FINISHED. Returns the segments deleted;
+        raises the first RSM error (the partition stays STARTED; calling again resumes)."""
+        self._put_partition_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+        self._put_partition_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
+        segments = list(self.rlmm.list_remote_log_segments(tip))
+        updates = []
+        for md in segments:  # a retry does not mark a segment DELETE_SEGMENT_STARTED again
+            updates.append(md if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+                           else self.mark_delete_started(md, md.custom_metadata))
+        for md in updates:
+            self.metrics.mark("RemoteDeleteRequestsPerSec", tip.topic)
+            try:
+                self.rsm.delete_log_segment_data(md)
+            except Exception:
+                self.metrics.mark("RemoteDeleteErrorsPerSec", tip.topic)
+                raise
+        for md in updates:
+            self.index_cache.remove(md.remote_log_segment_id.id)
+        for md in updates:
+            self.mark_delete_finished(md)
+        self._put_partition_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
+        return len(updates)
+
+    def delete_disabled(self, pending: list[PartitionState], wait_s: float
+                        ) -> tuple[list[str], list[PartitionState]]:
+        """Deletes the remote data of the partitions whose tiering was disabled with
+        remote.log.delete.on.disable: the log start offset moves to the local log start
+        first (no reader is sent to the tier), then the partition deletion runs
+        (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). Returns the errors and the
+        partitions whose deletion failed: a later pass retries them, after the retry
+        backoff."""
+        errors, retry = [], []
+        for st in pending:
+            if self.clock() < st.next_expiration_attempt_ms:  # waiting out the backoff
+                retry.append(st)
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                continue
+            try:
+                wait_for_tasks(st, wait_s)
+                unified = st.log
+                if unified.local_log_start_offset > unified.log_start_offset:
+                    unified.maybe_increment_log_start_offset(unified.local_log_start_offset,
+                                                             "SegmentDeletion")
+                deleted = self.delete_remote_partition(st.tip)
+                self.rlmm.on_stop_partitions([st.tip])
+                log.info("%s: tiering disabled: %d remote segment(s) deleted", st.name,
+                         deleted)
+            except Exception as exc:
+                retry.append(st)
+                st.last_expiration_error = f"{type(exc).__name__}: {exc}"
+                delay = self.backoff.backoff(st.expiration_failures)
+                st.expiration_failures += 1
+                st.next_expiration_attempt_ms = self.clock() + delay
+                errors.append(f"{st.name}: delete on disable: {st.last_expiration_error}")
+                log.warning("Deleting the remote data of %s (tiering disabled) failed "
+                            "(attempt %d; retry in %d ms): %s", st.name,
+                            st.expiration_failures, delay, exc)
+        return errors, retry
 
 
 def wait_for_tasks(st: PartitionState, wait_s: float) -> None:

@@ -1,12 +1,16 @@
 """How the RemoteLogManager answers a read (Kafka's ReplicaManager.readFromLog deciding
-between the local log and RemoteLogManager.asyncRead).
+between the local log and RemoteLogManager.asyncRead, and its RemoteLogReader).
+
+The RemoteLogManager builds one `RemoteLogReader` with the collaborators it names (RLMM,
+RSM, index cache, next positions, metrics, fetch quota, reader pool, the partitions' logs
+and states); its `read`, `read_many` and `list_offsets` answer for the manager's.
 
 `plan_read` decides, for one partition, how a read is answered and returns a `ReadPlan`:
 an `answer` already (a local read; a remote read the fetch quota throttles), or a remote read
-to run. `read_remote` runs it with the remote-fetch metrics and quota. The RLM's `read`
-first tries a remote read inline with `nonblocking=True`, which returns None instead of
-doing storage I/O (the plan then goes to the reader pool, `submit_read`), and waits on the pool
-with `await_result`, bounded by `remote.fetch.max.wait.ms`.
+to run. `read_remote` runs it with the remote-fetch metrics and quota. `read` and
+`read_many` first try each remote read inline with `nonblocking=True`, which returns None
+instead of doing storage I/O (the plan then goes to the reader pool, `submit_read`), and
+wait on the pool with `await_result`, bounded by `remote.fetch.max.wait.ms`.
 
 The remote-segment access layer signals "this would need storage I/O" with its `WouldBlock`
 exception, raised deep inside an index or range read; it ends here, so that callers see a
@@ -17,16 +21,27 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
-from engine.rlm import copier, reader
+from engine.rlm import copier, offsets, reader
 from engine.rlm.reader import RemoteFetchResult
 from engine.rlm.state import PartitionState
 
-__all__ = ["ISOLATION_LEVELS", "ReadPlan", "await_result", "check_read_args", "plan_read",
-           "read_remote", "submit",
-           "submit_read"]
+if TYPE_CHECKING:
+    from engine.log.unified_log import UnifiedLog
+    from engine.remote.index_cache import RemoteIndexCache
+    from engine.remote.metadata_manager import RemoteLogMetadataManager
+    from engine.remote.segment_access import NextPositions
+    from engine.remote.storage import RemoteStorageManager
+    from engine.rlm.metrics import RLMMetrics
+    from engine.rlm.pools import RemoteLogReaderPool
+    from engine.rlm.quota import RLMQuota, ThrottleTimeSensor
+
+__all__ = ["ISOLATION_LEVELS", "ReadPlan", "RemoteLogReader", "await_result",
+           "check_read_args", "plan_read", "read_remote", "submit", "submit_read"]
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -52,8 +67,8 @@ def check_read_args(max_bytes: int, isolation: str) -> None:
         raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, got {isolation!r}")
 
 
-def plan_read(rlm, unified, st: PartitionState | None, topic: str, partition: int, offset: int,
-              max_bytes: int, min_one_message: bool, isolation: str) -> ReadPlan:
+def plan_read(log_reader, unified, st: PartitionState | None, topic: str, partition: int,
+              offset: int, max_bytes: int, min_one_message: bool, isolation: str) -> ReadPlan:
     """The plan of a read of `unified` (and `st`, its RLM state when tiered) at `offset`.
 
     Raises:
@@ -78,55 +93,56 @@ def plan_read(rlm, unified, st: PartitionState | None, topic: str, partition: in
         except OffsetOutOfRangeError:
             if st is None or offset < unified.log_start_offset:
                 raise  # else local retention just removed it: read it remotely
-    throttle = rlm.fetch_rate.throttle_time_ms()
+    throttle = log_reader.fetch_rate.throttle_time_ms()
     if throttle > 0:
-        rlm.fetch_quota_sensor.record(throttle)
+        log_reader.fetch_quota_sensor.record(throttle)
         return ReadPlan(offset, max_bytes, min_one_message, isolation,
                         answer=RemoteFetchResult(topic, int(partition), offset, b"", offset,
                                                  True, throttle_time_ms=throttle))
     return ReadPlan(offset, max_bytes, min_one_message, isolation, state=st)
 
 
-def read_remote(rlm, plan: ReadPlan, nonblocking: bool = False) -> RemoteFetchResult | None:
+def read_remote(log_reader, plan: ReadPlan,
+                nonblocking: bool = False) -> RemoteFetchResult | None:
     """Runs the remote read of `plan`, counting it in the remote-fetch metrics and the fetch
     quota. With `nonblocking`, None when it would need storage I/O (nothing is counted)."""
     st, offset = plan.state, plan.offset
     started = time.perf_counter()
     try:
-        data, next_offset, aborted = reader.read_remote(rlm, st, offset, plan.max_bytes,
+        data, next_offset, aborted = reader.read_remote(log_reader, st, offset, plan.max_bytes,
                                                         plan.min_one_message, plan.isolation,
                                                         nonblocking)
     except reader.WouldBlock:
         return None
     except Exception as exc:
-        rlm.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
+        log_reader.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
         st.last_fetch_error = f"{type(exc).__name__}: {exc}"
         raise
-    rlm.metrics.mark("RemoteFetchRequestsPerSec", st.topic)
+    log_reader.metrics.mark("RemoteFetchRequestsPerSec", st.topic)
     nbytes = memoryview(data).nbytes
-    rlm.metrics.mark("RemoteFetchBytesPerSec", st.topic, nbytes)
-    rlm.metrics.fetch_time.observe((time.perf_counter() - started) * 1000)
-    rlm.fetch_rate.record(nbytes)
+    log_reader.metrics.mark("RemoteFetchBytesPerSec", st.topic, nbytes)
+    log_reader.metrics.fetch_time.observe((time.perf_counter() - started) * 1000)
+    log_reader.fetch_rate.record(nbytes)
     return RemoteFetchResult(st.topic, st.partition, offset, data, next_offset, True,
                              aborted)
 
 
-def submit(rlm, topic: str, work) -> concurrent.futures.Future:
+def submit(log_reader, topic: str, work) -> concurrent.futures.Future:
     """`work` on the reader pool, counted as a failed fetch of `topic` when the pool refuses
     it (RemoteLogReaderRejectedError: its queue is full)."""
     try:
-        return rlm.reader_pool.submit(work)
+        return log_reader.reader_pool.submit(work)
     except Exception:
-        rlm.metrics.mark("RemoteFetchErrorsPerSec", topic)
+        log_reader.metrics.mark("RemoteFetchErrorsPerSec", topic)
         raise
 
 
-def submit_read(rlm, plan: ReadPlan) -> concurrent.futures.Future:
+def submit_read(log_reader, plan: ReadPlan) -> concurrent.futures.Future:
     """The remote read of `plan` on the reader pool (see `submit`)."""
-    return submit(rlm, plan.state.topic, lambda: read_remote(rlm, plan))
+    return submit(log_reader, plan.state.topic, lambda: read_remote(log_reader, plan))
 
 
-def await_result(rlm, plan: ReadPlan, future, timeout_s: float) -> RemoteFetchResult:
+def await_result(log_reader, plan: ReadPlan, future, timeout_s: float) -> RemoteFetchResult:
     """The result of a read submitted to the reader pool, or RemoteFetchTimeoutError after
     `timeout_s` (the read is cancelled if it has not started)."""
     st, offset = plan.state, plan.offset
@@ -134,8 +150,127 @@ def await_result(rlm, plan: ReadPlan, future, timeout_s: float) -> RemoteFetchRe
         return future.result(timeout=max(0.0, timeout_s))
     except concurrent.futures.TimeoutError:
         future.cancel()
-        rlm.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
+        log_reader.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
         raise RemoteFetchTimeoutError(
             f"remote read of partition {st.name} at offset {offset} did not finish within "
-            f"remote.fetch.max.wait.ms ({rlm.fetch_max_wait_ms} ms)",
+            f"remote.fetch.max.wait.ms ({log_reader.fetch_max_wait_ms} ms)",
             offset=offset) from None
+
+
+class RemoteLogReader:
+    """Answers the RemoteLogManager's reads and ListOffsets (see the module notes): the
+    remote reads run on the caller's thread when they need no storage I/O, else on the
+    reader pool, bounded by `remote.fetch.max.wait.ms`.
+
+    Args:
+        rlmm, rsm: the plugins.
+        index_cache: the RemoteIndexCache.
+        next_positions: where earlier remote reads ended (a consumer's next read starts
+            there without an index lookup).
+        metrics: the RemoteLogManager's metrics.
+        fetch_rate, fetch_quota_sensor: the fetch quota
+            (`remote.log.manager.fetch.max.bytes.per.second`) and its throttle-time sensor.
+        reader_pool: the reader threads.
+        fetch_max_wait_ms: `remote.fetch.max.wait.ms`.
+        list_offsets_timeout_ms: `remote.list.offsets.request.timeout.ms`.
+        inline_reads: whether a remote read may be tried on the caller's thread (the RLMM
+            answers from memory: `in_memory_queries`).
+        log_and_state: (the log, the RLM's state of the partition or None when it serves
+            none) of a partition; raises for an unknown or offline one.
+    """
+
+    def __init__(self, *, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                 index_cache: RemoteIndexCache, next_positions: NextPositions,
+                 metrics: RLMMetrics, fetch_rate: RLMQuota,
+                 fetch_quota_sensor: ThrottleTimeSensor, reader_pool: RemoteLogReaderPool,
+                 fetch_max_wait_ms: int, list_offsets_timeout_ms: int, inline_reads: bool,
+                 log_and_state: Callable[[str, int],
+                                         tuple[UnifiedLog, PartitionState | None]]):
+        self.rlmm, self.rsm, self.index_cache = rlmm, rsm, index_cache
+        self.next_positions, self.metrics = next_positions, metrics
+        self.fetch_rate, self.fetch_quota_sensor = fetch_rate, fetch_quota_sensor
+        self.reader_pool = reader_pool
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.list_offsets_timeout_ms = list_offsets_timeout_ms
+        # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
+        # answering from memory) is served on the caller's thread: the hand-off to a reader
+        # thread and back costs more than the read itself (bench/compare_remote_read.py)
+        self.inline_reads = inline_reads
+        self.log_and_state = log_and_state
+
+    def plan_read(self, topic: str, partition: int, offset: int, max_bytes: int,
+                  min_one_message: bool, isolation: str) -> ReadPlan:
+        """The plan of a read (see `plan_read`); raises what it and `log_and_state` raise,
+        and ValueError for bad max_bytes or isolation."""
+        check_read_args(max_bytes, isolation)
+        unified, st = self.log_and_state(topic, partition)
+        return plan_read(self, unified, st, topic, partition, offset, max_bytes,
+                         min_one_message, isolation)
+
+    def _read_inline(self, plan: ReadPlan) -> RemoteFetchResult | None:
+        """The remote read of `plan` on the caller's thread when it needs no storage I/O,
+        else None (it goes to the reader pool)."""
+        if self.inline_reads and plan.isolation == "read_uncommitted":
+            return read_remote(self, plan, nonblocking=True)
+        return None
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int,
+             min_one_message: bool = True,
+             isolation: str = "read_uncommitted") -> RemoteFetchResult:
+        """One partition's read (RemoteLogManager.read)."""
+        plan = self.plan_read(topic, partition, offset, max_bytes, min_one_message, isolation)
+        if plan.answer is not None:
+            return plan.answer
+        answer = self._read_inline(plan)
+        if answer is not None:
+            return answer
+        future = submit_read(self, plan)
+        return await_result(self, plan, future, self.fetch_max_wait_ms / 1000.0)
+
+    def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
+                  isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
+        """Several partitions' reads (RemoteLogManager.read_many): each remote read is
+        tried on the caller's thread first, as `read` does; those that need storage I/O
+        run in parallel on the reader pool, all bounded by one `remote.fetch.max.wait.ms`
+        deadline. A failed partition's result has `.error` set."""
+        results: list = []
+        pending = []
+        for i, request in enumerate(requests):
+            topic, partition, offset, max_bytes = request[:4]
+            one = request[4] if len(request) > 4 else min_one_message
+            try:
+                plan = self.plan_read(topic, partition, offset, max_bytes, one, isolation)
+                answer = plan.answer if plan.answer is not None else self._read_inline(plan)
+                if answer is None:
+                    pending.append((i, plan, submit_read(self, plan)))
+                results.append(answer)
+            except Exception as exc:
+                results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
+                                                 error=exc))
+        deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
+        for i, plan, future in pending:
+            st = plan.state
+            try:
+                results[i] = await_result(self, plan, future, deadline - time.monotonic())
+            except Exception as exc:
+                results[i] = RemoteFetchResult(st.topic, st.partition, plan.offset, b"",
+                                               plan.offset, True, error=exc)
+        return results
+
+    def list_offsets(self, unified: UnifiedLog, st: PartitionState | None,
+                     spec: int) -> tuple[int, int]:
+        """(offset, leader epoch) for the parsed `spec` (engine.rlm.offsets). A remote
+        timestamp search runs on the reader pool, bounded by
+        `remote.list.offsets.request.timeout.ms`."""
+        if spec < 0 or st is None:
+            return offsets.list_offsets(self, unified, st, spec)
+        future = submit(self, st.topic, lambda: offsets.list_offsets(self, unified, st, spec))
+        timeout = self.list_offsets_timeout_ms / 1000.0
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise RemoteFetchTimeoutError(
+                f"ListOffsets by timestamp {spec} of {st.name} did not finish within "
+                f"remote.list.offsets.request.timeout.ms ({timeout * 1000:.0f} ms)"
+            ) from None

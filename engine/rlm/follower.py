@@ -1,5 +1,8 @@
 """A follower's partition built from the remote tier (Kafka's TierStateMachine,
-ReplicaFetcherTierStateMachine.buildRemoteLogAuxState; KIP-405).
+ReplicaFetcherTierStateMachine.buildRemoteLogAuxState; KIP-405), and the follower task
+(Kafka's RLMFollowerTask: `RLMFollowerTask` keeps the highest offset in remote storage
+current). The RemoteLogManager builds one `TierStateMachine` and one `RLMFollowerTask`, each
+with the collaborators it names.
 
 A follower whose fetch offset is below the leader's local log start offset cannot fetch
 those offsets from the leader (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE): only the tier holds
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from typing import TYPE_CHECKING
 
 from engine.errors import (
     CorruptCheckpointError,
@@ -63,100 +67,141 @@ from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, epoch_f
 from engine.log.producer_state import decode_snapshot
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.storage import IndexType
-from engine.rlm.lineage import find_log_start_offset
+from engine.rlm.lineage import find_highest_remote_offset, find_log_start_offset
 from engine.rlm.state import PartitionState
 
-__all__ = ["build_remote_log_aux_state"]
+if TYPE_CHECKING:
+    from engine.log.log_manager import LogManager
+    from engine.remote.metadata_manager import RemoteLogMetadataManager
+    from engine.remote.storage import RemoteStorageManager
+    from engine.rlm.metrics import RLMMetrics
+
+__all__ = ["RLMFollowerTask", "TierStateMachine"]
 
 log = logging.getLogger(__name__)
 
 
-def build_remote_log_aux_state(rlm, st: PartitionState | None, topic: str, partition: int, *,
-                               leader_log_start_offset: int,
-                               leader_local_log_start_offset: int,
-                               target_epoch: int) -> int:
-    """Builds the follower's partition from the tier (see the module docstring). `st` is
-    the RLM's state of the partition (None when it serves none). Returns the offset the
-    follower fetches from next."""
-    name = f"{topic}-{partition}"
-    leader_log_start_offset = int(leader_log_start_offset)
-    local_start = int(leader_local_log_start_offset)
-    target_epoch = int(target_epoch)
-    if not 0 <= leader_log_start_offset <= local_start:
-        raise ValueError(f"cannot build partition {name} from the remote tier: the leader's "
-                         f"log start offset {leader_log_start_offset} and local log start "
-                         f"offset {local_start} need 0 <= log start <= local log start")
-    if target_epoch < 0:
-        raise ValueError(f"cannot build partition {name} from the remote tier: leader epoch "
-                         f"{target_epoch} of offset {local_start - 1} is negative")
-    unified = rlm.log_manager.get_log(topic, partition)
-    if unified is None:
-        raise UnknownTopicOrPartitionError.no_log(topic, partition)
-    end = unified.log_end_offset
-    if end >= local_start:
-        log.debug("%s: log end offset %d is at or past the leader's local log start offset "
-                  "%d: it fetches from the leader, nothing to build", name, end, local_start)
-        return end
-    if local_start == leader_log_start_offset:
-        raise ValueError(f"cannot build partition {name} from the remote tier: the leader's "
-                         f"local log start offset {local_start} is its log start offset, so "
-                         f"no offset below it is tiered; a follower at {end} starts over with "
-                         f"truncate_fully_and_start_at({local_start}) and fetches from there")
-    rlm.metrics.mark("BuildRemoteLogAuxStateRequestsPerSec", topic)
-    try:
-        return _build(rlm, st, unified, (topic, int(partition)), leader_log_start_offset,
-                      local_start, target_epoch)
-    except Exception:
-        rlm.metrics.mark("BuildRemoteLogAuxStateErrorsPerSec", topic)
-        raise
+class TierStateMachine:
+    """Builds a follower's partition from the tier (see the module notes).
+
+    Args:
+        log_manager: the local logs (the follower's log is looked up there).
+        rlmm, rsm: the plugins.
+        metrics: the RemoteLogManager's metrics (BuildRemoteLogAuxState*PerSec).
+    """
+
+    def __init__(self, *, log_manager: LogManager, rlmm: RemoteLogMetadataManager,
+                 rsm: RemoteStorageManager, metrics: RLMMetrics):
+        self.log_manager, self.rlmm, self.rsm, self.metrics = log_manager, rlmm, rsm, metrics
+
+    def build_remote_log_aux_state(self, st: PartitionState | None, topic: str,
+                                   partition: int, *, leader_log_start_offset: int,
+                                   leader_local_log_start_offset: int,
+                                   target_epoch: int) -> int:
+        """Builds the follower's partition from the tier (see the module docstring). `st`
+        is the RLM's state of the partition (None when it serves none). Returns the offset
+        the follower fetches from next."""
+        name = f"{topic}-{partition}"
+        leader_log_start_offset = int(leader_log_start_offset)
+        local_start = int(leader_local_log_start_offset)
+        target_epoch = int(target_epoch)
+        if not 0 <= leader_log_start_offset <= local_start:
+            raise ValueError(f"cannot build partition {name} from the remote tier: the "
+                             f"leader's log start offset {leader_log_start_offset} and local "
+                             f"log start offset {local_start} need 0 <= log start <= local "
+                             f"log start")
+        if target_epoch < 0:
+            raise ValueError(f"cannot build partition {name} from the remote tier: leader "
+                             f"epoch {target_epoch} of offset {local_start - 1} is negative")
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
+        end = unified.log_end_offset
+        if end >= local_start:
+            log.debug("%s: log end offset %d is at or past the leader's local log start "
+                      "offset %d: it fetches from the leader, nothing to build", name, end,
+                      local_start)
+            return end
+        if local_start == leader_log_start_offset:
+            raise ValueError(f"cannot build partition {name} from the remote tier: the "
+                             f"leader's local log start offset {local_start} is its log start "
+                             f"offset, so no offset below it is tiered; a follower at {end} "
+                             f"starts over with truncate_fully_and_start_at({local_start}) "
+                             f"and fetches from there")
+        self.metrics.mark("BuildRemoteLogAuxStateRequestsPerSec", topic)
+        try:
+            return self._build(st, unified, (topic, int(partition)), leader_log_start_offset,
+                               local_start, target_epoch)
+        except Exception:
+            self.metrics.mark("BuildRemoteLogAuxStateErrorsPerSec", topic)
+            raise
+
+    def _build(self, st, unified, tp: tuple[str, int], leader_log_start_offset: int,
+               local_start: int, target_epoch: int) -> int:
+        name = f"{tp[0]}-{tp[1]}"
+        offsets = (f"leader log start offset {leader_log_start_offset}, local log start "
+                   f"offset {local_start}, epoch {target_epoch} of offset {local_start - 1}")
+        if not unified.remote_log_enabled:
+            raise RemoteLogAuxStateError(
+                f"cannot build partition {name} from the remote tier ({offsets}): remote "
+                f"storage is not enabled for it (remote.log.storage.system.enable and the "
+                f"topic's remote.storage.enable)", partition=tp, offset=local_start - 1)
+        if st is None or st.is_leader:
+            raise ValueError(f"cannot build partition {name} from the remote tier: it is "
+                             f"{'a leader' if st is not None else 'not served'} on this "
+                             f"engine; on_leadership_change(followers=...) makes it a "
+                             f"follower first")
+        prev = local_start - 1
+        if not self.rlmm.is_ready(st.tip):  # KAFKA-19523: retriable, not a failure of the log
+            raise RemoteLogAuxStateError(
+                f"cannot build partition {name} from the remote tier ({offsets}): its remote "
+                f"log metadata is not ready (not loaded, or damaged: see the RLMM's log); the "
+                f"follower's log is unchanged, build again later", partition=tp, offset=prev)
+        md = self.rlmm.remote_log_segment_metadata(st.tip, target_epoch, prev)
+        if md is None:
+            raise RemoteLogAuxStateError(
+                f"cannot build partition {name} from the remote tier ({offsets}): no copied "
+                f"remote segment of topic id {st.tip.topic_id} holds offset {prev} in epoch "
+                f"{target_epoch} (its metadata has not reached this engine, or the leader's "
+                f"tier moved on); the follower's log is unchanged, build again later",
+                partition=tp, offset=prev)
+        next_offset = md.end_offset + 1
+        epochs = _leader_epochs(self.rsm, md, tp, next_offset)
+        snapshot = _producer_snapshot(self.rsm, md, tp, next_offset)
+        start = leader_log_start_offset
+        tier_start = find_log_start_offset(self.rlmm, st.tip, epochs)
+        if tier_start is not None and tier_start > start:
+            log.info("%s: the tier begins at %d, above the leader's log start offset %d: "
+                     "the follower's log starts there", name, tier_start, start)
+            start = min(tier_start, next_offset)
+        unified.truncate_fully_and_start_at(next_offset, start, leader_epochs=epochs,
+                                            producer_snapshot=snapshot)
+        unified.update_highest_offset_in_remote_storage(md.end_offset)
+        log.info("%s: built from remote segment %s (offsets [%d, %d]): log start offset %d, "
+                 "local log start offset %d, %d epoch entries, %d producers; fetching from "
+                 "the leader at %d", name, md.remote_log_segment_id.id, md.start_offset,
+                 md.end_offset, start, next_offset, len(unified.leader_epoch_cache.entries),
+                 len(unified.producer_state.producers), next_offset)
+        return next_offset
 
 
-def _build(rlm, st, unified, tp: tuple[str, int], leader_log_start_offset: int,
-           local_start: int, target_epoch: int) -> int:
-    name = f"{tp[0]}-{tp[1]}"
-    offsets = (f"leader log start offset {leader_log_start_offset}, local log start offset "
-               f"{local_start}, epoch {target_epoch} of offset {local_start - 1}")
-    if not unified.remote_log_enabled:
-        raise RemoteLogAuxStateError(
-            f"cannot build partition {name} from the remote tier ({offsets}): remote storage "
-            f"is not enabled for it (remote.log.storage.system.enable and the topic's "
-            f"remote.storage.enable)", partition=tp, offset=local_start - 1)
-    if st is None or st.is_leader:
-        raise ValueError(f"cannot build partition {name} from the remote tier: it is "
-                         f"{'a leader' if st is not None else 'not served'} on this engine; "
-                         f"on_leadership_change(followers=...) makes it a follower first")
-    prev = local_start - 1
-    if not rlm.rlmm.is_ready(st.tip):  # KAFKA-19523: retriable, not a failure of the log
-        raise RemoteLogAuxStateError(
-            f"cannot build partition {name} from the remote tier ({offsets}): its remote log "
-            f"metadata is not ready (not loaded, or damaged: see the RLMM's log); the "
-            f"follower's log is unchanged, build again later", partition=tp, offset=prev)
-    md = rlm.rlmm.remote_log_segment_metadata(st.tip, target_epoch, prev)
-    if md is None:
-        raise RemoteLogAuxStateError(
-            f"cannot build partition {name} from the remote tier ({offsets}): no copied "
-            f"remote segment of topic id {st.tip.topic_id} holds offset {prev} in epoch "
-            f"{target_epoch} (its metadata has not reached this engine, or the leader's tier "
-            f"moved on); the follower's log is unchanged, build again later", partition=tp,
-            offset=prev)
-    next_offset = md.end_offset + 1
-    epochs = _leader_epochs(rlm, md, tp, next_offset)
-    snapshot = _producer_snapshot(rlm, md, tp, next_offset)
-    start = leader_log_start_offset
-    tier_start = find_log_start_offset(rlm.rlmm, st.tip, epochs)
-    if tier_start is not None and tier_start > start:
-        log.info("%s: the tier begins at %d, above the leader's log start offset %d: the "
-                 "follower's log starts there", name, tier_start, start)
-        start = min(tier_start, next_offset)
-    unified.truncate_fully_and_start_at(next_offset, start, leader_epochs=epochs,
-                                        producer_snapshot=snapshot)
-    unified.update_highest_offset_in_remote_storage(md.end_offset)
-    log.info("%s: built from remote segment %s (offsets [%d, %d]): log start offset %d, "
-             "local log start offset %d, %d epoch entries, %d producers; fetching from the "
-             "leader at %d", name, md.remote_log_segment_id.id, md.start_offset,
-             md.end_offset, start, next_offset, len(unified.leader_epoch_cache.entries),
-             len(unified.producer_state.producers), next_offset)
-    return next_offset
+class RLMFollowerTask:
+    """Kafka's RLMFollowerTask: keeps a follower's highest offset in remote storage current,
+    so that local retention, which a follower applies as a leader does (local.retention.*,
+    tiered segments only), never deletes what is not tiered.
+
+    Args:
+        rlmm: the RLMM (the highest copied offset of the follower's lineage).
+    """
+
+    def __init__(self, *, rlmm: RemoteLogMetadataManager):
+        self.rlmm = rlmm
+
+    def run(self, st: PartitionState) -> None:
+        offset, _ = find_highest_remote_offset(self.rlmm, st.tip,
+                                               st.log.leader_epoch_cache.entries,
+                                               st.log.log_end_offset)
+        st.log.update_highest_offset_in_remote_storage(offset)
 
 
 def _describe(md: RemoteLogSegmentMetadata, tp: tuple[str, int], what: str) -> str:
@@ -164,10 +209,10 @@ def _describe(md: RemoteLogSegmentMetadata, tp: tuple[str, int], what: str) -> s
             f"[{md.start_offset}, {md.end_offset}]) of partition {tp[0]}-{tp[1]}")
 
 
-def _fetch(rlm, md: RemoteLogSegmentMetadata, index_type: IndexType,
+def _fetch(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, index_type: IndexType,
            tp: tuple[str, int], what: str) -> bytes:
     try:
-        with rlm.rsm.fetch_index(md, index_type) as stream:
+        with rsm.fetch_index(md, index_type) as stream:
             return stream.read()
     except RemoteStorageError as exc:
         raise RemoteLogAuxStateError(
@@ -176,14 +221,14 @@ def _fetch(rlm, md: RemoteLogSegmentMetadata, index_type: IndexType,
             file=exc.file) from exc
 
 
-def _leader_epochs(rlm, md: RemoteLogSegmentMetadata, tp: tuple[str, int],
+def _leader_epochs(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, tp: tuple[str, int],
                    next_offset: int) -> list[EpochEntry]:
     """The segment's leader-epoch checkpoint, checked, without entries at or past
     `next_offset`."""
     what = "leader-epoch checkpoint"
     source = _describe(md, tp, what)
     entries = LeaderEpochCheckpointFile.decode_entries(
-        _fetch(rlm, md, IndexType.LEADER_EPOCH, tp, what), source)
+        _fetch(rsm, md, IndexType.LEADER_EPOCH, tp, what), source)
     for before, after in itertools.pairwise(entries):
         if not (before.epoch < after.epoch and before.start_offset < after.start_offset):
             raise CorruptCheckpointError(
@@ -200,13 +245,13 @@ def _leader_epochs(rlm, md: RemoteLogSegmentMetadata, tp: tuple[str, int],
     return entries
 
 
-def _producer_snapshot(rlm, md: RemoteLogSegmentMetadata, tp: tuple[str, int],
+def _producer_snapshot(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, tp: tuple[str, int],
                        next_offset: int) -> bytes | None:
     """The segment's producer snapshot (taken at `next_offset`), checked; None when the
     tier stored an empty one."""
     what = "producer snapshot"
     source = _describe(md, tp, what)
-    data = _fetch(rlm, md, IndexType.PRODUCER_SNAPSHOT, tp, what)
+    data = _fetch(rsm, md, IndexType.PRODUCER_SNAPSHOT, tp, what)
     if not data:
         log.warning("%s is empty (the leader's log kept none): the follower starts with no "
                     "producer state at %d", source, next_offset)

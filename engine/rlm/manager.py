@@ -31,9 +31,11 @@ planned and run by engine.rlm.fetch.
 
 The manager composes its parts, each given only the collaborators it uses: the
 `PartitionRegistry` (engine.rlm.partitions; `_partitions` is its map), the `RLMCopier`
-(engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the pools and
-quotas; expiration, fetch, offsets and follower work are functions over the manager's
-public attributes.
+(engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the
+`RLMExpirationTask` (engine.rlm.expiration: remote retention and the deletion of remote
+segments and partitions), the `RLMFollowerTask` and `TierStateMachine` (engine.rlm.follower),
+the `RemoteLogReader` (engine.rlm.fetch: reads and ListOffsets), the `RLMTasks` that run one
+partition's tasks (engine.rlm.tasks), the pools and quotas; the manager schedules the tasks.
 
 `run_once()` runs every task once on the calling thread (tests, `--until-idle`).
 
@@ -51,33 +53,25 @@ Thread-safety: every public method may be called from any thread.
 
 from __future__ import annotations
 
-import concurrent.futures
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from engine.common import TopicPartition
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import (
-    RemoteFetchTimeoutError,
-    UnknownTopicOrPartitionError,
-)
+from engine.errors import UnknownTopicOrPartitionError
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
-from engine.remote.metadata import (
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
-)
 from engine.remote.metadata_manager import RemoteLogMetadataManager
 from engine.remote.segment_access import NextPositions
 from engine.remote.storage import RemoteStorageManager
-from engine.rlm import copier, expiration, fetch, follower, offsets
-from engine.rlm.lineage import find_highest_remote_offset
+from engine.rlm import copier, offsets
+from engine.rlm.expiration import RLMExpirationTask
+from engine.rlm.fetch import RemoteLogReader
+from engine.rlm.follower import RLMFollowerTask, TierStateMachine
 from engine.rlm.metrics import RLMMetrics
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
@@ -85,37 +79,18 @@ from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
 from engine.rlm.reader import RemoteFetchResult
 from engine.rlm.state import PartitionState
 from engine.rlm.status import partition_status
+from engine.rlm.tasks import RLMTasks, RunSummary
 
 __all__ = ["RemoteLogManager", "RunSummary"]
 
 log = logging.getLogger(__name__)
 
-#: how long run_once waits for a scheduled run of the same task to end
-_RUN_ONCE_LOCK_WAIT_S = 30.0
 #: a copy running longer than this is reported once (Kafka has no per-copy timeout either)
 _STUCK_COPY_WARN_MS = 300_000
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class RunSummary:
-    """What one `run_once` pass did."""
-
-    copied_segments: int = 0
-    copied_bytes: int = 0
-    deleted_remote_segments: int = 0
-    deleted_local_segments: int = 0
-    errors: list[str] = field(default_factory=list)
-    #: ms until every task that failed in this pass may run again (its retry backoff)
-    retry_in_ms: int = 0
-
-    @property
-    def made_progress(self) -> bool:
-        return bool(self.copied_segments or self.deleted_remote_segments
-                    or self.deleted_local_segments)
 
 
 def _validate(config: BrokerConfig) -> None:
@@ -156,10 +131,6 @@ class RemoteLogManager:
         self.config = broker_config
         self.log_manager = log_manager
         self.rsm, self.rlmm = rsm, rlmm
-        # a read that needs no storage I/O (indexes cached, segment open and mapped, RLMM
-        # answering from memory) is served on the caller's thread: the hand-off to a reader
-        # thread and back costs more than the read itself (bench/compare_remote_read.py)
-        self._inline_reads = rlmm.in_memory_queries
         self.broker_id = int(broker_id)
         self.clock = clock or _now_ms
         self.started_ms = self.clock()
@@ -167,30 +138,36 @@ class RemoteLogManager:
         self._closed = False
         self._lock = threading.RLock()
         self.metrics = RLMMetrics()
-        #: the partitions served (engine.rlm.partitions); `_partitions` is its map
-        self._registry = self._new_registry()
-        self._partitions = self._registry.partitions
         # the plugin's own metrics (an object store's requests, errors, caches) are served
         # on the same port
         rsm.register_metrics(self.metrics.registry)
         self.custom_metadata_max_bytes = broker_config[
             "remote.log.metadata.custom.metadata.max.bytes"]
-        self.fetch_max_wait_ms = broker_config["remote.fetch.max.wait.ms"]
         self.interval_ms = broker_config["remote.log.manager.task.interval.ms"]
         self.backoff = ExponentialBackoff(
             broker_config["remote.log.manager.task.retry.backoff.ms"],
             broker_config["remote.log.manager.task.retry.backoff.max.ms"],
             broker_config["remote.log.manager.task.retry.jitter"])
         self._init_quotas(broker_config)
-        self.copier = self._new_copier()
         first_dir = Path(log_manager.log_dirs[0])
         self._owns_index_cache = index_cache is None
         self.index_cache = index_cache or RemoteIndexCache(
             rsm, first_dir / INDEX_CACHE_DIR_NAME,
             broker_config["remote.log.index.file.cache.total.size.bytes"])
-        self.next_positions = NextPositions()
+        self.expiration = self._new_expiration()
+        self.copier = self._new_copier()
+        self.follower = RLMFollowerTask(rlmm=rlmm)
+        self.tier_state_machine = TierStateMachine(log_manager=log_manager, rlmm=rlmm,
+                                                   rsm=rsm, metrics=self.metrics)
+        self.tasks = RLMTasks(rlmm=rlmm, copier=self.copier, expiration=self.expiration,
+                              follower=self.follower, metrics=self.metrics, clock=self.clock,
+                              started_ms=self.started_ms, interval_ms=self.interval_ms)
+        #: the partitions served (engine.rlm.partitions); `_partitions` is its map
+        self._registry = self._new_registry()
+        self._partitions = self._registry.partitions
         self.reader_pool = RemoteLogReaderPool(broker_config["remote.log.reader.threads"],
                                                broker_config["remote.log.reader.max.pending.tasks"])
+        self.reader = self._new_reader()
         self._copier_pool: WorkerPool | None = None
         self._expiration_pool: WorkerPool | None = None
         self._follower_pool: WorkerPool | None = None
@@ -217,9 +194,29 @@ class RemoteLogManager:
         return PartitionRegistry(
             log_manager=self.log_manager, rlmm=self.rlmm, metrics=self.metrics,
             lock=self._lock, schedule=self._schedule_if_started, cancel=self._cancel_tasks,
-            delete_disabled=lambda pending: expiration.delete_disabled(self, pending,
-                                                                       TASK_WAIT_S),
-            delete_remote_partition=lambda tip: expiration.delete_remote_partition(self, tip))
+            delete_disabled=partial(self.expiration.delete_disabled, wait_s=TASK_WAIT_S),
+            delete_remote_partition=self.expiration.delete_remote_partition)
+
+    def _new_reader(self) -> RemoteLogReader:
+        """The reads and ListOffsets, with what they may use of this manager
+        (engine.rlm.fetch)."""
+        cfg = self.config
+        return RemoteLogReader(
+            rlmm=self.rlmm, rsm=self.rsm, index_cache=self.index_cache,
+            next_positions=NextPositions(), metrics=self.metrics, fetch_rate=self.fetch_rate,
+            fetch_quota_sensor=self.fetch_quota_sensor, reader_pool=self.reader_pool,
+            fetch_max_wait_ms=cfg["remote.fetch.max.wait.ms"],
+            list_offsets_timeout_ms=cfg["remote.list.offsets.request.timeout.ms"],
+            inline_reads=self.rlmm.in_memory_queries, log_and_state=self._log_and_state)
+
+    def _new_expiration(self) -> RLMExpirationTask:
+        """The expiration task and remote deletions, with what they may use of this manager
+        (engine.rlm.expiration)."""
+        return RLMExpirationTask(
+            rlmm=self.rlmm, rsm=self.rsm, index_cache=self.index_cache, metrics=self.metrics,
+            clock=self.clock, backoff=self.backoff, broker_id=self.broker_id,
+            started_ms=self.started_ms,
+            initialise_leader=lambda st: self.copier.initialise_leader(st))
 
     def _new_copier(self) -> copier.RLMCopier:
         """The copy task, with what it may use of this manager (engine.rlm.copier)."""
@@ -228,7 +225,7 @@ class RemoteLogManager:
             backoff=self.backoff, copy_quota=self.copy_quota, broker_id=self.broker_id,
             custom_metadata_max_bytes=self.custom_metadata_max_bytes,
             interval_ms=self.interval_ms, closed=lambda: self._closed,
-            delete_remote_segment=self.delete_remote_segment)
+            delete_remote_segment=self.expiration.delete_remote_segment)
 
     def _register_pool_gauges(self) -> None:
         m = self.metrics
@@ -334,8 +331,8 @@ class RemoteLogManager:
         """
         with self._lock:
             st = self._partitions.get(TopicPartition(topic, int(partition)))
-        return follower.build_remote_log_aux_state(
-            self, st, topic, partition, leader_log_start_offset=leader_log_start_offset,
+        return self.tier_state_machine.build_remote_log_aux_state(
+            st, topic, partition, leader_log_start_offset=leader_log_start_offset,
             leader_local_log_start_offset=leader_local_log_start_offset,
             target_epoch=target_epoch)
 
@@ -393,117 +390,13 @@ class RemoteLogManager:
     def _schedule(self, st: PartitionState) -> None:
         sched = self._scheduler
         if st.is_leader:
-            sched.schedule(f"copy:{st.name}", lambda: self._scheduled_copy(st),
+            sched.schedule(f"copy:{st.name}", lambda: self.tasks.scheduled_copy(st),
                            self._copier_pool)
-            sched.schedule(f"expiration:{st.name}", lambda: self._scheduled_expiration(st),
+            sched.schedule(f"expiration:{st.name}", lambda: self.tasks.scheduled_expiration(st),
                            self._expiration_pool)
         else:
-            sched.schedule(f"follower:{st.name}", lambda: self._scheduled_follower(st),
+            sched.schedule(f"follower:{st.name}", lambda: self.tasks.scheduled_follower(st),
                            self._follower_pool)
-
-    def _offline(self, st: PartitionState) -> Exception | None:
-        """The partition's RLMM error (it is offline) or None; kept in st.offline_error for
-        status and the offline gauge."""
-        error = self.rlmm.partition_error(st.tip)
-        if error is not None and st.offline_error is None:
-            log.error("%s is offline: its remote log metadata cannot be served (the other "
-                      "partitions go on): %s", st.name, error)
-        st.offline_error = error
-        return error
-
-    def _check_online(self, st: PartitionState) -> None:
-        """Raises the error of an offline partition (a copy: a fresh traceback)."""
-        error = self._offline(st)
-        if error is not None:
-            raise copy.copy(error)
-
-    def _ready(self, st: PartitionState) -> bool:
-        return self._offline(st) is None and self.rlmm.is_ready(st.tip)
-
-    def _scheduled_copy(self, st: PartitionState) -> int:
-        if not self._ready(st):
-            return self.interval_ms
-        with st.copy_lock:
-            delay, _, _ = self.copier.copy_once(st, honour_backoff=False)
-        self._delete_local(st)
-        return delay
-
-    def _scheduled_expiration(self, st: PartitionState) -> int:
-        if self._ready(st):
-            with st.expiration_lock:
-                expiration.expire_once(self, st)
-            if st.expiration_failures:
-                return max(0, st.next_expiration_attempt_ms - self.clock())
-        return self.interval_ms
-
-    def _scheduled_follower(self, st: PartitionState) -> int:
-        if self._ready(st):
-            self._follow_once(st)
-            self._delete_local(st)
-        return self.interval_ms
-
-    # -- task bodies -----------------------------------------------------------------------
-
-    def _delete_local(self, st: PartitionState) -> int:
-        try:
-            deleted = st.log.delete_old_segments()
-        except Exception as exc:  # the next run retries; status and the meter show it meanwhile
-            st.last_local_retention_error = f"{type(exc).__name__}: {exc}"
-            self.metrics.mark("LocalRetentionErrorsPerSec", st.topic)
-            log.warning("Local retention of %s failed: %s", st.name, exc)
-            return 0
-        st.last_local_retention_error = None
-        return deleted
-
-    def _expire_once(self, st: PartitionState,
-                     honour_backoff: bool = False) -> tuple[int, list[Exception]]:
-        return expiration.expire_once(self, st, honour_backoff)
-
-    def _follow_once(self, st: PartitionState) -> None:
-        """Kafka's RLMFollowerTask: keeps the highest offset in remote storage current, so
-        that local retention, which a follower applies as a leader does (local.retention.*,
-        tiered segments only), never deletes what is not tiered."""
-        offset, _ = find_highest_remote_offset(self.rlmm, st.tip,
-                                               st.log.leader_epoch_cache.entries,
-                                               st.log.log_end_offset)
-        st.log.update_highest_offset_in_remote_storage(offset)
-
-    # -- remote segment deletion (shared by copier, expiration, partition deletion) --------
-
-    def mark_delete_started(self, md: RemoteLogSegmentMetadata,
-                            custom: bytes | None) -> RemoteLogSegmentMetadata:
-        update = RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, self.clock(), custom,
-            RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id)
-        self.rlmm.update_remote_log_segment_metadata(update)
-        return md.create_with_updates(update)
-
-    def mark_delete_finished(self, md: RemoteLogSegmentMetadata) -> None:
-        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, self.clock(), md.custom_metadata,
-            RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
-
-    def remove_from_index_cache(self, md: RemoteLogSegmentMetadata) -> None:
-        self.index_cache.remove(md.remote_log_segment_id.id)
-
-    def delete_remote_segment(self, st: copier.CopiedPartition, md: RemoteLogSegmentMetadata,
-                              custom: bytes | None) -> None:
-        """DELETE_SEGMENT_STARTED -> RSM delete -> index cache entry dropped ->
-        DELETE_SEGMENT_FINISHED. A failed RSM delete is counted and re-raised; the segment
-        stays DELETE_SEGMENT_STARTED. A segment already DELETE_SEGMENT_STARTED (a retry) is
-        not marked again: retries of a failing tier add nothing to the metadata."""
-        if md.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-            started = md
-        else:
-            started = self.mark_delete_started(md, custom)
-        self.metrics.mark("RemoteDeleteRequestsPerSec", st.topic)
-        try:
-            self.rsm.delete_log_segment_data(started)
-        except Exception:
-            self.metrics.mark("RemoteDeleteErrorsPerSec", st.topic)
-            raise
-        self.remove_from_index_cache(md)
-        self.mark_delete_finished(started)
 
     # -- synchronous pass ------------------------------------------------------------------
 
@@ -524,58 +417,8 @@ class RemoteLogManager:
             summary.retry_in_ms = max(summary.retry_in_ms,
                                       st.next_expiration_attempt_ms - self.clock())
         for st in states:
-            offline = self._offline(st)
-            if offline is not None:
-                summary.errors.append(f"{st.name}: offline: {type(offline).__name__}: "
-                                      f"{offline}")
-                continue
-            if not self.rlmm.is_ready(st.tip):
-                summary.errors.append(f"{st.name}: remote log metadata not ready")
-                continue
-            if st.is_leader:
-                self._run_leader_once(st, summary)
-            else:
-                self._follow_once(st)
-                self._retain_locally(st, summary)
+            self.tasks.run_once(st, summary)
         return summary
-
-    def _run_leader_once(self, st: PartitionState, summary: RunSummary) -> None:
-        """run_once's tasks of a leader partition: copy, local retention, expiration."""
-        if st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-            try:
-                _, copied, nbytes = self.copier.copy_once(st, honour_backoff=True)
-            finally:
-                st.copy_lock.release()
-            summary.copied_segments += copied
-            summary.copied_bytes += nbytes
-            if st.copy.last_copy_error and st.copy.copy_failures:
-                summary.errors.append(f"{st.name}: copy: {st.copy.last_copy_error}")
-        else:
-            summary.errors.append(f"{st.name}: copy: a copy run is still in progress")
-        self._retain_locally(st, summary)
-        if st.expiration_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-            try:
-                deleted, errors = expiration.expire_once(self, st, honour_backoff=True)
-            finally:
-                st.expiration_lock.release()
-            summary.deleted_remote_segments += deleted
-            summary.errors += [f"{st.name}: expiration: {type(e).__name__}: {e}"
-                               for e in errors]
-            if not errors and st.expiration_failures and st.last_expiration_error:
-                # waiting out the retry backoff of a failed run
-                summary.errors.append(f"{st.name}: expiration: {st.last_expiration_error}")
-        now = self.clock()
-        for failures, next_ms in ((st.copy.copy_failures, st.copy.next_copy_attempt_ms),
-                                  (st.expiration_failures, st.next_expiration_attempt_ms)):
-            if failures:
-                summary.retry_in_ms = max(summary.retry_in_ms, next_ms - now)
-
-    def _retain_locally(self, st: PartitionState, summary: RunSummary) -> None:
-        """run_once's local retention of a partition, a failure in the summary's errors."""
-        summary.deleted_local_segments += self._delete_local(st)
-        if st.last_local_retention_error:
-            summary.errors.append(f"{st.name}: local retention: "
-                                  f"{st.last_local_retention_error}")
 
     def is_idle(self) -> bool:
         """True when no partition has a segment left to copy, a copy in progress or a
@@ -583,41 +426,7 @@ class RemoteLogManager:
         states = self._sync_partitions()
         if self._registry.disabled:  # remote data of a partition whose tiering was turned off
             return False
-        for st in states:
-            if not st.is_leader or self._offline(st) is not None:
-                continue  # an offline partition has no work it can do
-            if st.copy.copy_in_progress is not None:
-                return False
-            if not (st.copy.copy_cancelled or st.log.remote_log_copy_disabled
-                    or st.copy.corrupt_segment):  # stopped until an operator acts
-                if not self._ensure_initialised(st):
-                    return False
-                if st.copy.metadata_gap is not None:
-                    continue  # refused until an operator acts: nothing to wait for
-                lso = st.log.last_stable_offset
-                if copier.candidate_segments(st.log, st.copy.copied_offset, lso):
-                    return False
-            if st.copy.metadata_gap is not None:
-                continue
-            segments = list(self.rlmm.list_remote_log_segments(st.tip))
-            if expiration.plan_expiration(st, segments, self.clock(),
-                                          self.started_ms).to_delete:
-                return False
-        return True
-
-    def _ensure_initialised(self, st: PartitionState) -> bool:
-        """Initialises a leader's state unless done; False when a copy run held the copy
-        lock for the whole wait (that run initialises it)."""
-        if not st.needs_initialisation or not st.is_leader:
-            return True
-        if not st.copy_lock.acquire(timeout=_RUN_ONCE_LOCK_WAIT_S):
-            return False
-        try:
-            if st.needs_initialisation:
-                self.copier.initialise_leader(st)
-        finally:
-            st.copy_lock.release()
-        return True
+        return all(self.tasks.is_idle(st) for st in states)
 
     def initialise_partitions(self, topic: str | None = None,
                               partition: int | None = None) -> None:
@@ -634,10 +443,10 @@ class RemoteLogManager:
             if partition is not None and st.partition != int(partition):
                 continue
             if named:
-                self._check_online(st)
-            elif self._offline(st) is not None:
+                self.tasks.check_online(st)
+            elif self.tasks.offline(st) is not None:
                 continue
-            self._ensure_initialised(st)
+            self.tasks.ensure_initialised(st)
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -650,22 +459,17 @@ class RemoteLogManager:
             st = next((s for s in self._sync_partitions()
                        if (s.topic, s.partition) == (topic, int(partition))), None)
         if st is not None:
-            self._check_online(st)
+            self.tasks.check_online(st)
         return unified, st
-
-    def _plan_read(self, topic, partition, offset, max_bytes, min_one_message,
-                   isolation) -> fetch.ReadPlan:
-        fetch.check_read_args(max_bytes, isolation)
-        unified, st = self._log_and_state(topic, partition)
-        return fetch.plan_read(self, unified, st, topic, partition, offset, max_bytes,
-                               min_one_message, isolation)
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
              min_one_message: bool = True,
              isolation: str = "read_uncommitted") -> RemoteFetchResult:
         """Whole batches from `offset`: from the local log when `offset` >= the local log
-        start offset, else from the remote tier on the reader pool (see engine.rlm.reader).
-        read_committed stops at the last stable offset and lists aborted transactions.
+        start offset, else from the remote tier: on the caller's thread when the read needs
+        no storage I/O, else on the reader pool (see engine.rlm.fetch and
+        engine.rlm.reader). read_committed stops at the last stable offset and lists aborted
+        transactions.
 
         Raises:
             OffsetOutOfRangeError: `offset` outside [log start offset, log end offset], or
@@ -677,47 +481,21 @@ class RemoteLogManager:
             UnknownTopicOrPartitionError: no such partition. ValueError: bad max_bytes or
                 isolation.
         """
-        plan = self._plan_read(topic, partition, offset, max_bytes, min_one_message, isolation)
-        if plan.answer is not None:
-            return plan.answer
-        if self._inline_reads and isolation == "read_uncommitted":
-            answer = fetch.read_remote(self, plan, nonblocking=True)
-            if answer is not None:
-                return answer
-            # else it needs storage I/O: on the reader pool, bounded by the wait
-        future = fetch.submit_read(self, plan)
-        return fetch.await_result(self, plan, future, self.fetch_max_wait_ms / 1000.0)
+        return self.reader.read(topic, partition, offset, max_bytes, min_one_message,
+                                isolation)
 
     def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
         """Reads several partitions: each request is (topic, partition, offset, max_bytes)
-        or (..., min_one_message). Remote reads run in parallel on the reader pool and are
+        or (..., min_one_message). Remote reads that need no storage I/O run on the
+        caller's thread, as in `read`; the others run in parallel on the reader pool and are
         all bounded by one `remote.fetch.max.wait.ms` deadline (every partition may be read
-        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises for one
-        partition: a failed partition's result has `.error` set (OffsetOutOfRangeError,
-        RemoteLogReaderRejectedError, RemoteFetchTimeoutError, RemoteStorageError, ...)."""
-        results: list = []
-        pending = []
-        for i, request in enumerate(requests):
-            topic, partition, offset, max_bytes = request[:4]
-            one = request[4] if len(request) > 4 else min_one_message
-            try:
-                plan = self._plan_read(topic, partition, offset, max_bytes, one, isolation)
-                if plan.answer is None:
-                    pending.append((i, plan, fetch.submit_read(self, plan)))
-                results.append(plan.answer)
-            except Exception as exc:
-                results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
-                                                 error=exc))
-        deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
-        for i, plan, future in pending:
-            st = plan.state
-            try:
-                results[i] = fetch.await_result(self, plan, future, deadline - time.monotonic())
-            except Exception as exc:
-                results[i] = RemoteFetchResult(st.topic, st.partition, plan.offset, b"",
-                                               plan.offset, True, error=exc)
-        return results
+        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises
+        for one partition: a failed partition's result has `.error` set
+        (OffsetOutOfRangeError, RemoteLogReaderRejectedError, RemoteFetchTimeoutError,
+        RemoteStorageError, ...)."""
+        return self.reader.read_many(requests, min_one_message=min_one_message,
+                                     isolation=isolation)
 
     def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
         """(offset, leader epoch) for `spec`: -2/"earliest", -1/"latest",
@@ -728,24 +506,12 @@ class RemoteLogManager:
         unified, st = self._log_and_state(topic, partition)
         spec = offsets.parse_spec(spec)
         if st is not None:
-            self._ensure_initialised(st)
+            self.tasks.ensure_initialised(st)
             # the earliest offset, and a timestamp search that starts in the tier, would
             # answer from offsets no tier holds
             if st.copy.metadata_gap is not None and (spec == offsets.EARLIEST or spec >= 0):
                 raise copier.gap_error(st, st.log.log_start_offset)
-        if spec >= 0 and st is not None:
-            future = fetch.submit(self, st.topic,
-                                  lambda: offsets.list_offsets(self, unified, st, spec))
-            timeout = self.config["remote.list.offsets.request.timeout.ms"] / 1000.0
-            try:
-                return future.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                raise RemoteFetchTimeoutError(
-                    f"ListOffsets by timestamp {spec} of {st.name} did not finish within "
-                    f"remote.list.offsets.request.timeout.ms ({timeout * 1000:.0f} ms)"
-                ) from None
-        return offsets.list_offsets(self, unified, st, spec)
+        return self.reader.list_offsets(unified, st, spec)
 
     # -- status, deletion, close -----------------------------------------------------------
 
@@ -754,10 +520,10 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
-            if self._offline(st) is not None:
+            if self.tasks.offline(st) is not None:
                 continue  # shown offline, with its error
             try:
-                self._ensure_initialised(st)
+                self.tasks.ensure_initialised(st)
             except Exception as exc:
                 st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
                 log.warning("Initialising %s for its status failed: %s", st.name, exc)

@@ -72,9 +72,10 @@ def _epoch(cache, offset: int) -> int:
     return NO_PARTITION_LEADER_EPOCH if epoch is None else epoch
 
 
-def list_offsets(rlm, unified, st, spec) -> tuple[int, int]:
+def list_offsets(log_reader, unified, st, spec) -> tuple[int, int]:
     """(offset, leader epoch) for `spec` on `unified`; `st` is the RLM's partition state
-    (None when the partition is not tiered)."""
+    (None when the partition is not tiered) and `log_reader` its RemoteLogReader
+    (engine.rlm.fetch: the RLMM, RSM and index cache of a remote timestamp search)."""
     spec = parse_spec(spec)
     cache = unified.leader_epoch_cache
     if spec == LATEST:
@@ -103,13 +104,13 @@ def list_offsets(rlm, unified, st, spec) -> tuple[int, int]:
         return highest, _epoch(cache, highest)
     found = None
     if st is not None and unified.remote_log_enabled:
-        found = find_remote_offset_by_timestamp(rlm, st, spec, unified.log_start_offset)
+        found = find_remote_offset_by_timestamp(log_reader, st, spec, unified.log_start_offset)
     if found is None:
         found = find_local_offset_by_timestamp(unified, spec)
     return found if found is not None else _NOT_FOUND
 
 
-def _target_segment(rlm, st, timestamp: int, starting_offset: int):
+def _target_segment(log_reader, st, timestamp: int, starting_offset: int):
     unified = st.log
     cache = unified.leader_epoch_cache
     entries = cache.entries
@@ -121,7 +122,7 @@ def _target_segment(rlm, st, timestamp: int, starting_offset: int):
     for entry in entries:
         if entry.epoch < epoch:
             continue
-        for md in rlm.rlmm.list_remote_log_segments(st.tip, entry.epoch):
+        for md in log_reader.rlmm.list_remote_log_segments(st.tip, entry.epoch):
             if (md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
                     and md.max_timestamp_ms >= timestamp and md.end_offset >= starting_offset
                     and is_remote_segment_within_leader_epochs(md, leo, lineage)):
@@ -129,11 +130,11 @@ def _target_segment(rlm, st, timestamp: int, starting_offset: int):
     return None
 
 
-def find_remote_offset_by_timestamp(rlm, st, timestamp: int,
+def find_remote_offset_by_timestamp(log_reader, st, timestamp: int,
                                     starting_offset: int) -> tuple[int, int] | None:
     """Kafka's RemoteLogManager.findOffsetByTimestamp: None when the answer is not in a
     remote segment below the first local segment."""
-    md = _target_segment(rlm, st, timestamp, starting_offset)
+    md = _target_segment(log_reader, st, timestamp, starting_offset)
     if md is None:
         return None
     segments = st.log.segments
@@ -141,7 +142,7 @@ def find_remote_offset_by_timestamp(rlm, st, timestamp: int,
         return None  # held locally too: the local search answers
     # Kafka searches that segment alone: None when the records reaching the timestamp lie
     # below starting_offset, and the local search answers then
-    return remote_log(rlm, st).offset_for_timestamp(
+    return remote_log(log_reader, st).offset_for_timestamp(
         timestamp, [SegmentSpan(md, md.end_offset + 1)], starting_offset)
 
 

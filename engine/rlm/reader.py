@@ -1,31 +1,24 @@
-"""Remote reads (Kafka's RemoteLogManager.read and RemoteLogReader).
+"""Reads through the RemoteLogManager (Kafka's RemoteLogManager.read and RemoteLogReader):
+remote reads as answers of the partition's read model, and local reads checked as remote
+ones are.
 
-For a fetch offset below the local log start: the epoch of the offset -> the RLMM's
-COPY_SEGMENT_FINISHED segment holding it -> the start position from the segment's remote
-offset index (RemoteIndexCache; byte 0 for the segment's base offset, with no index) ->
-batch headers walked from there with the native scan (engine.remote.segment_access: every
-batch ending before the offset is skipped by its header alone) -> the first batch with
-last offset >= the fetch offset -> whole batches up to `max_bytes`, read with one bounded
-range read. Kafka's rules for the first batch: when it is larger than `max_bytes` it is
-returned whole with `min_one_message`, and nothing is returned without. Unlike Kafka (which
-may end on a partial batch the client drops), only whole batches are returned, as a local
-read does.
-
-Every read, local or remote, is checked as a consumer with `check.crcs` would check it, plus
-what the CRC does not cover: each batch's CRC, and offsets that continue from the fetch
-offset without a gap or an overlap and stay within the segment (segment_access.check_batches).
-The CRCs of a remote read are left to an RSM that declares it checked them before serving
-the bytes (`verifies_batch_crcs`: the filesystem tier with `log.read.verification=full`).
-Damage is a CorruptRecordError naming the segment, byte position and offset; a read that
-finds no batch for an offset below the log end offset is an error, never an empty answer.
+A remote read is `RemoteLog.read` (engine.remote.remote_log) over the partition's segments
+as Kafka's RLM finds them (the epoch of the offset in the leader-epoch cache, then the
+RLMM's COPY_SEGMENT_FINISHED segment of that epoch holding it), its offset index from the
+RemoteIndexCache: whole batches from the fetch offset, checked as a consumer with
+`check.crcs` would check them (the CRCs left to an RSM that declares it checked them before
+serving the bytes: the filesystem tier with `log.read.verification=full`). A read that finds
+no batch for an offset below the log end offset is an error, never an empty answer.
 
 read_committed: the aborted transactions overlapping [fetch offset, next offset) come from
-this segment's transaction index, then later remote segments' (skipping those whose
-metadata says their index is empty, KIP-1058) until one search is complete, then the local
-log's.
+the remote transaction indexes from this segment on (skipping those whose metadata says
+their index is empty, KIP-1058) until one search is complete, then the local log's.
 
-Byte ranges come through the RSM contract (engine.remote.storage): views of the store's
-mapping when its ranges are zero-copy (the filesystem tier), else recycled buffers.
+Local reads (`read_local`) get the same consumer checks, with the segment's verified prefix
+sparing what an earlier read in this process checked.
+
+The functions of a remote read take `log_reader`, the RemoteLogReader (engine.rlm.fetch),
+for the collaborators they use: its RLMM, RSM, RemoteIndexCache and NextPositions.
 """
 
 from __future__ import annotations
@@ -75,37 +68,39 @@ class RemoteFetchResult:
         return memoryview(self.records).nbytes
 
 
-def remote_log(rlm, st) -> RemoteLog:
+def remote_log(log_reader, st) -> RemoteLog:
     """The partition's read model, built once: its segments found as Kafka's RLM finds
     them (LineageSegments), its indexes from the RLM's RemoteIndexCache."""
     found = st.remote_log
     if found is None:
         found = st.remote_log = RemoteLog(
-            rlm.rsm, LineageSegments(rlm.rlmm, st.tip, st.log, st.name),
-            CachedIndexes(rlm.index_cache), rlm.next_positions)
+            log_reader.rsm, LineageSegments(log_reader.rlmm, st.tip, st.log, st.name),
+            CachedIndexes(log_reader.index_cache), log_reader.next_positions)
     return found
 
 
-def read_remote(rlm, st, offset: int, max_bytes: int, min_one_message: bool,
+def read_remote(log_reader, st, offset: int, max_bytes: int, min_one_message: bool,
                 isolation: str, nonblocking: bool = False
                 ) -> tuple[memoryview | bytes, int, list[AbortedTxn]]:
     """(records: a view of whole batches, next offset, aborted transactions) from the
     remote tier. Raises OffsetOutOfRangeError when no copied segment holds `offset`; with
     `nonblocking`, WouldBlock when the read needs storage I/O."""
-    result = remote_log(rlm, st).read(offset, max_bytes, min_one_message,
-                                      nonblocking=nonblocking)
+    result = remote_log(log_reader, st).read(offset, max_bytes, min_one_message,
+                                             nonblocking=nonblocking)
     aborted = []
     if isolation == "read_committed" and len(result.records):
-        aborted = remote_aborted_txns(rlm, st, result.link, offset, result.next_offset)
+        aborted = remote_aborted_txns(log_reader, st, result.link, offset,
+                                      result.next_offset)
     return result.records, result.next_offset, aborted
 
 
-def remote_aborted_txns(rlm, st, link, fetch_offset: int, upper_bound: int
+def remote_aborted_txns(log_reader, st, link, fetch_offset: int, upper_bound: int
                         ) -> list[AbortedTxn]:
     """Aborted transactions a read_committed fetch of [fetch_offset, upper_bound) reports:
     from `link`'s segment and later remote segments until a search completes, then from
     local ones."""
-    out, complete = remote_log(rlm, st).aborted_transactions(link, fetch_offset, upper_bound)
+    out, complete = remote_log(log_reader, st).aborted_transactions(link, fetch_offset,
+                                                                    upper_bound)
     if not complete:
         out.extend(st.log.collect_aborted_transactions(fetch_offset, upper_bound))
     return out

@@ -88,7 +88,7 @@ def _sources(t: Tiered) -> dict[str, tuple[RemoteLog, list]]:
     env = t.env
     st = env.rlm._partitions[(TOPIC, 0)]
     chain = lineage(env.rlmm.list_remote_log_segments(st.tip))
-    broker = remote_log(env.rlm, st)
+    broker = remote_log(env.rlm.reader, st)
     walked, link = [], broker.segments.link_for(0)
     while link is not None:
         walked.append(link)

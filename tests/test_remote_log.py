@@ -180,3 +180,130 @@ def test_an_offset_no_segment_serves_is_out_of_range(tiered):
             log.read(tiered.end + 3, 100)
         assert info.value.offset == tiered.end + 3, name
         assert records_of(log.read(0, 1).records)[0][0] == 0, name
+
+
+# -- indexes that lie: checked against their segment before they decide anything ---------
+
+def _drop_first(rows):
+    return rows[1:]
+
+
+def _other_producer(rows):
+    rows = rows.copy()
+    rows["producer_id"][:1] += 100
+    return rows
+
+
+def _emptied(rows):
+    return rows[:0]
+
+
+TXN_LIES = {"an entry dropped": _drop_first, "another producer": _other_producer,
+            "every entry dropped": _emptied}
+
+
+def _mangling_copies(rsm, tmp_path, txn=None, times=None):
+    """Wraps `rsm.copy_log_segment_data` so that each upload carries a rewritten
+    transaction index (`txn`: rows -> rows, applied where it has entries) or time index
+    (`times`: raw bytes -> raw bytes): the tier holds them as if they were written so."""
+    import dataclasses
+
+    import numpy as np
+
+    from engine.log.transaction_index import ABORTED_TXN_DTYPE
+
+    copy = rsm.copy_log_segment_data
+    count = iter(range(1_000_000))
+
+    def mangled(md, data):
+        n = next(count)
+        if txn is not None and data.transaction_index is not None:
+            rows = np.frombuffer(data.transaction_index.read_bytes(), ABORTED_TXN_DTYPE)
+            if len(rows):
+                path = tmp_path / f"lie-{n}.txnindex"
+                path.write_bytes(txn(rows).tobytes())
+                data = dataclasses.replace(data, transaction_index=path)
+        if times is not None:
+            path = tmp_path / f"lie-{n}.timeindex"
+            path.write_bytes(times(data.time_index.read_bytes()))
+            data = dataclasses.replace(data, time_index=path)
+        return copy(md, data)
+
+    rsm.copy_log_segment_data = mangled
+
+
+def _lying_tier(tmp_path, kind, s3_server, **lies):
+    import test_rlm_helpers
+
+    made = {}
+    real_env = test_rlm_helpers.Env
+
+    def env_with_lies(*args, **kwargs):
+        env = real_env(*args, **kwargs)
+        _mangling_copies(env.rsm, tmp_path, **lies)
+        made["env"] = env
+        return env
+
+    import test_remote_log
+
+    test_remote_log.Env = env_with_lies
+    try:
+        return Tiered(tmp_path, kind, s3_server)
+    finally:
+        test_remote_log.Env = real_env
+
+
+@pytest.mark.parametrize("kind", ["fs", "s3"])
+@pytest.mark.parametrize("lie", sorted(TXN_LIES))
+def test_a_lying_transaction_index_fails_read_committed_never_misleads(tmp_path, kind, lie,
+                                                                     request):
+    from engine.errors import CorruptIndexError
+
+    s3 = request.getfixturevalue("s3_server") if kind == "s3" else None
+    t = _lying_tier(tmp_path, kind, s3, txn=TXN_LIES[lie])
+    try:
+        for name, (log, _) in _each_source(t):
+            failed = set()
+            for offset in range(t.end):
+                got = log.read(offset, 700)  # read_uncommitted needs no transaction index
+                try:
+                    log.aborted_transactions(got.link, offset, got.next_offset)
+                except CorruptIndexError as exc:
+                    assert "transaction index" in str(exc) and "disagrees" in str(exc)
+                    failed.add(got.link.segment.remote_log_segment_id)
+            # the segments holding an abort marker are the ones whose index lies
+            holding = {link.segment.remote_log_segment_id for link in _links(log, t)
+                       if any(link.start_offset <= m < link.end for _, _, m in t.aborted)}
+            assert failed >= holding and holding, (name, lie)
+        # a scan checks each range's markers against the planned aborts as it decodes
+        from engine.arrow import read_topic
+
+        source = ({"bucket": t.url, "store": t.store} if kind == "s3"
+                  else {"config": t.env.config.originals()})
+        with pytest.raises(CorruptIndexError, match="transaction indexes disagree"):
+            with read_topic(TOPIC, isolation_level="read_committed", **source) as stream:
+                stream.read_all()
+        with read_topic(TOPIC, **source) as stream:
+            assert stream.read_all().num_rows == len(t.records)
+    finally:
+        t.close()
+
+
+def test_a_lying_time_index_fails_list_offsets_by_time(tmp_path):
+    from engine.errors import CorruptIndexError
+
+    def later_last(raw):  # the last entry's timestamp one ms earlier than the records say
+        if len(raw) < 12:
+            return raw
+        ts = int.from_bytes(raw[-12:-4], "big") - 1
+        return raw[:-12] + ts.to_bytes(8, "big") + raw[-4:]
+
+    t = _lying_tier(tmp_path, "fs", None, times=later_last)
+    try:
+        for name, (log, links) in _each_source(t):
+            with pytest.raises(CorruptIndexError, match="time index"):
+                for _, ts in t.records:
+                    log.offset_for_timestamp(ts, links)
+            assert log.read(0, 100).next_offset > 0, name
+    finally:
+        t.close()

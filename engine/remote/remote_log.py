@@ -19,11 +19,15 @@ Answers, for one partition:
   (NextPositions), else at the offset index's position.
 - `aborted_transactions`: those overlapping [fetch offset, upper bound), from a segment on
   until one search is complete (Kafka's collectAbortedTxns), with whether it completed;
-  `all_aborted_transactions` for a scan's planning.
+  `all_aborted_transactions` for a scan's planning. The transaction index of the segment
+  read, and of each later one whose entries are searched, is first checked against its
+  segment (engine.remote.index_check, once per segment per process): a damaged or lying
+  index is CorruptIndexError, never an aborted record shown or a committed one hidden.
 - `last_stable_offset`: the end of the log, or the first offset of a transaction still open
   at the end of the last segment (its producer snapshot).
 - `offset_for_timestamp` / `max_timestamp` / `timestamp_at`: ListOffsets by timestamp and
-  max timestamp, positioned by the remote time and offset indexes.
+  max timestamp, positioned by the remote time and offset indexes, each checked against its
+  segment before it answers.
 - `list_offset`: Kafka's ListOffsets specs for a log with no local part (a bucket replica).
 """
 
@@ -46,6 +50,7 @@ from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, AbortedTxn
 from engine.records import MemoryRecords
+from engine.remote.index_check import OFFSET, TIME, TRANSACTION, VERDICTS
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.segment_access import (
     WALK_WINDOW,
@@ -470,6 +475,10 @@ class RemoteLog:
         current: Link | None = link
         while current is not None:
             md = current.segment
+            # the index that decides what the consumer sees is checked against its segment
+            # first (once per segment): the segment read, and each later one with entries
+            if current is link or not md.txn_idx_empty:
+                VERDICTS.require(self.rsm, md, TRANSACTION)
             if not md.txn_idx_empty:
                 found, complete = collect_aborted(self.indexes.aborted_rows(md), md,
                                                   fetch_offset, upper_bound)
@@ -512,6 +521,7 @@ class RemoteLog:
             if md.max_timestamp_ms < timestamp:
                 continue
             start = max(link.start_offset, starting_offset)
+            VERDICTS.require(self.rsm, md, TIME, OFFSET)  # before they answer ListOffsets
             position = self.indexes.timestamp_position(md, timestamp, start)
             found = find_offset_for_timestamp(RemoteSegmentReader(self.rsm, md), position,
                                               timestamp, start, link.end)

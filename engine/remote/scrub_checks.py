@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -42,16 +43,21 @@ from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile, epoch_f
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
-from engine.log.transaction_index import ABORTED_TXN_SIZE
-from engine.records import MemoryRecords
+from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_SIZE
 from engine.remote.bucket import Finding
+from engine.remote.index_check import (
+    IndexMismatch,
+    end_txn_markers,
+    offset_index_mismatch,
+    scan_segment,
+    time_index_mismatch,
+    transaction_index_mismatch,
+)
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.objectstore.keys import INDEXES, LOG
 from engine.remote.objectstore.manifest import MAX_MANIFEST_BYTES, SegmentManifest
 from engine.remote.objectstore.store import TokenBucket
 from engine.remote.segment_access import (
-    check_batches,
-    describe_segment,
     index_bytes,
 )
 from engine.remote.storage import IndexType, RemoteStorageManager
@@ -59,10 +65,6 @@ from engine.remote.storage import IndexType, RemoteStorageManager
 __all__ = ["PacedStorage", "ScrubReport", "SegmentFindings", "check_manifest",
            "check_segment_data", "progress_ticker"]
 
-#: `.log` bytes read (and scanned) at once, per thread: a window's chunks are fetched in
-#: parallel, so larger windows keep more GETs in flight (8 MiB windows scrubbed at 0.6x raw
-#: sequential GETs, 32 MiB ones at 0.85x: bench/compare_scrub.py)
-WINDOW = 32 << 20
 
 
 @dataclass
@@ -256,7 +258,7 @@ def check_segment_data(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata,
     checks = ((IndexType.LEADER_EPOCH, None), (IndexType.OFFSET, _check_offset_index),
               (IndexType.TIMESTAMP, _check_time_index),
               (IndexType.PRODUCER_SNAPSHOT, _check_snapshot),
-              (IndexType.TRANSACTION, _check_txn_index))
+              (IndexType.TRANSACTION, partial(_check_txn_index, rsm)))
     checkpoint = None
     for index_type, check in checks:
         key = index_key(index_type)
@@ -282,82 +284,28 @@ def _read_failure(exc: KafkaEngineError, damage: str) -> str:
 
 
 def _scan_log(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> np.ndarray:
-    """Every batch header of the `.log` (CRCs checked), read in windows through the RSM."""
-    where = describe_segment(md)
-    size = md.segment_size_in_bytes
-    # an RSM that checks every batch CRC before it serves a range (the filesystem tier with
-    # its checksum record) fails the read itself: a second pass would find nothing more
-    verify = not rsm.verifies_batch_crcs(md)
-    parts, position = [], 0
-    window = WINDOW
-    while position < size:
-        end = min(size, position + window)
-        records = MemoryRecords(rsm.read_range(md, position, end))
-        headers = records.scan(verify_crc=verify)
-        if not len(headers):
-            if end == size:
-                raise CorruptRecordError(f"{where}: {size - position} bytes at byte {position} "
-                                         "are not a whole batch before the segment's end",
-                                         position=position)
-            window *= 2  # one batch larger than the window
-            continue
-        headers = headers.copy()
-        check_batches(headers, where, position=position, min_offset=md.start_offset,
-                      max_offset=md.end_offset, crc=verify)
-        headers["position"] += position
-        parts.append(headers)
-        position += records.valid_bytes
-        window = WINDOW
-    if not parts:
-        raise CorruptRecordError(f"{where}: the segment is empty", position=0)
-    headers = np.concatenate(parts)
-    check_batches(headers, where, crc=False, min_offset=md.start_offset,
-                  max_offset=md.end_offset)
-    last = int(headers["last_offset"][-1])
-    if last != md.end_offset:
-        raise CorruptRecordError(f"{where}: its last batch ends at offset {last}, its metadata "
-                                 f"says {md.end_offset}", offset=last)
-    return headers
+    """Every batch header of the `.log` (index_check.scan_segment) with its CRC checked,
+    unless the RSM checks every batch CRC before it serves a range (the filesystem tier
+    with its checksum record): the read itself fails then, a second pass finds nothing."""
+    return scan_segment(rsm, md, verify_crc=not rsm.verifies_batch_crcs(md))
 
 
 def _check_offset_index(md, headers: np.ndarray, data: bytes, found: SegmentFindings,
                         key: str) -> None:
     entries = OffsetIndex.from_buffer(data, md.start_offset).entries_array()
-    if not len(entries):
-        return
-    starts = headers["position"].astype(np.int64)
-    offsets = entries["offset"].astype(np.int64)
-    positions = entries["position"].astype(np.int64)
-    i = np.searchsorted(starts, positions)
-    at = np.minimum(i, len(starts) - 1)
-    good = (i < len(starts)) & (starts[at] == positions) \
-        & (headers["base_offset"][at] <= offsets) & (offsets <= md.end_offset)
-    bad = np.flatnonzero(~good)
-    if len(bad):
-        off, pos = int(offsets[bad[0]]), int(positions[bad[0]])
-        found.add("index-mismatch", key,
-                  f"offset index entry (offset {off}, position {pos}) does not point at a "
-                  "batch start holding an offset at or below it", off, off)
+    _report(found, key, offset_index_mismatch(md, entries, headers))
 
 
 def _check_time_index(md, headers: np.ndarray, data: bytes, found: SegmentFindings,
                       key: str) -> None:
     entries = TimeIndex.from_buffer(data, md.start_offset).entries_array()
-    if not len(entries):
-        return
-    running = np.maximum.accumulate(headers["max_timestamp"])
-    stamps = entries["timestamp"].astype(np.int64)
-    offsets = entries["offset"].astype(np.int64)
-    i = np.searchsorted(headers["last_offset"], offsets)
-    at = np.minimum(i, len(headers) - 1)
-    good = (md.start_offset <= offsets) & (offsets <= md.end_offset) & (i < len(headers)) \
-        & (stamps <= running[at])
-    bad = np.flatnonzero(~good)
-    if len(bad):
-        ts, off = int(stamps[bad[0]]), int(offsets[bad[0]])
-        found.add("index-mismatch", key,
-                  f"time index entry (timestamp {ts}, offset {off}) is outside the segment "
-                  "or later than every record up to that offset", off, off)
+    _report(found, key, time_index_mismatch(md, entries, headers))
+
+
+def _report(found: SegmentFindings, key: str, mismatch: IndexMismatch | None) -> None:
+    if mismatch is not None:
+        found.add("index-mismatch", key, f"{mismatch.index} index {mismatch.detail}",
+                  mismatch.offset, mismatch.offset)
 
 
 def _check_epochs(md, headers: np.ndarray, checkpoint: list[EpochEntry],
@@ -392,11 +340,14 @@ def _check_snapshot(md, headers, data: bytes, found, key: str) -> None:
         decode_snapshot(data, file=f"{key} (producer snapshot)")
 
 
-def _check_txn_index(md, headers, data: bytes, found, key: str) -> None:
+def _check_txn_index(rsm, md, headers, data: bytes, found, key: str) -> None:
     if len(data) % ABORTED_TXN_SIZE:
         raise CorruptRecordError(
             f"{key}: the transaction index has {len(data)} bytes, not a multiple of the "
             f"{ABORTED_TXN_SIZE}-byte entry", position=len(data))
+    rows = np.frombuffer(data, dtype=ABORTED_TXN_DTYPE, count=len(data) // ABORTED_TXN_SIZE)
+    _report(found, key, transaction_index_mismatch(md, rows, headers,
+                                                   end_txn_markers(rsm, md, headers)))
 
 
 def progress_ticker(progress, total: int, paced: PacedStorage) -> Callable[[], None]:

@@ -9,8 +9,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from engine.errors import CorruptRecordError, KafkaEngineError
+from engine.errors import CorruptIndexError, CorruptRecordError, KafkaEngineError
 from engine.records import MemoryRecords
+from engine.remote.index_check import aborts_mismatch, markers_in
 from engine.remote.segment_access import check_batches
 from engine.scan.planning import SegmentRange
 
@@ -75,6 +76,18 @@ def aborted_batches(headers: np.ndarray, aborted: Sequence[tuple[int, int, int]]
     return out
 
 
+def _check_aborted(r: SegmentRange, data, headers: np.ndarray) -> None:
+    """The aborted transactions a read_committed scan skips (from the transaction indexes)
+    against this range's own batches: each one whose ABORT marker or first batch lies in
+    the range is there, and every ABORT marker in the range is listed. Each range checks its
+    own offsets, so a scan checks every marker it reads without reading anything more."""
+    found = aborts_mismatch(r.aborted or (), headers, markers_in(data, headers),
+                            int(headers["base_offset"][0]), int(headers["last_offset"][-1]))
+    if found is not None:
+        raise CorruptIndexError(f"{describe_range(r)}: the transaction indexes disagree with "
+                                f"the segment: {found.detail}", offset=found.offset)
+
+
 def batch_runs(keep: np.ndarray, sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
     """[start, stop) rows of kept batches, cut into runs of about `chunk_bytes`."""
     rows = np.flatnonzero(keep)
@@ -129,6 +142,8 @@ def scan_range(data, r: SegmentRange, schema, *, chunk_bytes: int = ARROW_BATCH_
         keep &= ~headers["is_control"]  # consumers never see control records
         if r.min_timestamp is not None:
             keep &= headers["max_timestamp"] >= r.min_timestamp
+        if r.aborted is not None and len(headers):
+            _check_aborted(r, data, headers)
         if r.aborted:  # whole batches: a batch holds one transaction's records
             keep &= ~aborted_batches(headers, r.aborted)
         for a, b in batch_runs(keep, headers["size"], chunk_bytes):

@@ -6,7 +6,17 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from batch cimport *
+from batch cimport (
+    ENG_LOG_OVERHEAD,
+    ENG_RECORD_BATCH_OVERHEAD,
+    kb_store_u16,
+    kb_store_u32,
+    kb_store_u64,
+    kb_varint_size,
+    kb_varlong_size,
+    kb_write_varint,
+    kb_write_varlong,
+)
 from checksums cimport eng_crc32c
 from engine._native.codecs cimport compress
 from engine._native.decode cimport _wrap_sub

@@ -54,6 +54,7 @@ cdef extern from "batch.h" nogil:
                            eng_header_view *out)
     int32_t eng_increment_sequence(int32_t sequence, int32_t increment)
     void eng_touch(const uint8_t *p, size_t n)
+    void eng_prefetch(const uint8_t *p, size_t n)
 
 
 cdef extern from "kbytes.h" nogil:

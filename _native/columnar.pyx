@@ -30,6 +30,7 @@ from batch cimport (
     eng_header_view,
     eng_parse_headers,
     eng_record_view,
+    eng_prefetch,
     eng_touch,
 )
 from checksums cimport eng_crc32c
@@ -428,14 +429,16 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, size_t sec_len,
                     const eng_record_view *views, const eng_batch_header *h,
                     int32_t batch_index, int64_t min_offset, int64_t max_offset,
                     eng_header_view *hbuf, int32_t buffer, int64_t base,
-                    CrcCursor *crc) noexcept nogil:
+                    CrcCursor *crc, const uint8_t *ahead, size_t ahead_len) noexcept nogil:
     """Appends the records of one parsed v2 batch whose offsets lie in [min_offset,
     max_offset): copies, or with `c.as_views` views into buffer `buffer` whose byte `base` is
     the section's first. With `crc` (an uncompressed batch's cursor), each record is
     checksummed just before it is copied and the whole batch by the end. Returns ENG_OK,
     ENG_ERR_NOMEM, ENG_ERR_LIMIT (past Arrow's int32 offsets) or ENG_ERR_CORRUPT (the CRC
-    does not match)."""
+    does not match). [ahead, ahead + ahead_len) (the next batch) is prefetched a slice a
+    record, so it streams in while this batch is decoded."""
     cdef int32_t i, count = h.record_count
+    cdef size_t slice = (ahead_len + <size_t>count - 1) // <size_t>count if count > 0 else 0
     cdef const eng_record_view *r
     cdef int64_t off
     cdef int rc = _reserve_meta(c, count)
@@ -443,8 +446,12 @@ cdef int _append_v2(ColumnSet *c, const uint8_t *sec, size_t sec_len,
         rc = _reserve_views(c, views, count) if c.as_views else _reserve_copies(c, views, count)
     if rc != ENG_OK:
         return rc
+    if count <= 0:
+        eng_prefetch(ahead, ahead_len)
     for i in range(count):
         r = &views[i]
+        if <size_t>i * slice < ahead_len:
+            eng_prefetch(ahead + <size_t>i * slice, min(slice, ahead_len - <size_t>i * slice))
         if crc != NULL:  # through this record's end: the next one's key lies past it
             _crc_through(crc, sec + (views[i + 1].key_off if i + 1 < count else sec_len))
         off = _wrap_add(h.base_offset, r.offset_delta)
@@ -676,6 +683,7 @@ cdef class _RangeDecoder:
     cdef int64_t min_offset, max_offset
     cdef bint include_control, verify_crc, touch
     cdef bint fuse_crc             # copies: check uncompressed batches' CRCs while copying
+    cdef Py_ssize_t prefetched     # the batch the last one's decode prefetched
     cdef ColumnSet c
     cdef eng_record_view *views
     cdef eng_header_view *hbuf
@@ -690,6 +698,7 @@ cdef class _RangeDecoder:
     def __cinit__(self):
         memset(&self.c, 0, sizeof(ColumnSet))
         self.legacy_buffer = self.arena_buffer = -1
+        self.prefetched = -1
 
     def __dealloc__(self):
         free(self.views)
@@ -732,9 +741,10 @@ cdef class _RangeDecoder:
             fused = self.fuse_crc and h.magic == 2 and h.compression == 0
             if self.verify_crc and not fused:
                 b.ensure_valid()  # which brings the batch into cache as it goes
-            elif h.compression == 0 and self.touch:
+            elif h.compression == 0 and self.touch and self.prefetched != i:
                 # the parse chases record lengths: stream the batch into cache ahead of it
-                # (a fused CRC still needs this; it runs after the parse)
+                # (a fused CRC still needs this; it runs after the parse), unless the last
+                # batch's decode did (see _append_v2)
                 eng_touch(self.v.ptr + h.position, <size_t>h.size)
             if h.magic < 2:
                 self._legacy(b, <int32_t>i)
@@ -764,6 +774,9 @@ cdef class _RangeDecoder:
         cdef int64_t base = 0
         cdef int rc
         cdef CrcCursor crc
+        cdef const eng_batch_header *nxt
+        cdef const uint8_t *ahead = NULL
+        cdef size_t ahead_len = 0
         if self.c.as_views:
             owner = _v2_section(b, &sec, &sec_len, self.arena if h.compression else None)
             self._place(owner, h, sec, sec_len, &buffer, &base)
@@ -778,9 +791,14 @@ cdef class _RangeDecoder:
         crc.at = self.v.ptr + h.position + 21  # a v2 CRC covers [21, size)
         crc.end = self.v.ptr + h.position + h.size
         crc.crc = 0
+        if index + 1 < self.stop and self.rows[index + 1].compression == 0:
+            nxt = &self.rows[index + 1]
+            ahead, ahead_len = self.v.ptr + nxt.position, <size_t>nxt.size
+            self.prefetched = index + 1
         with nogil:
             rc = _append_v2(&self.c, sec, sec_len, self.views, h, index, self.min_offset,
-                            self.max_offset, self.hbuf, buffer, base, &crc if fused else NULL)
+                            self.max_offset, self.hbuf, buffer, base, &crc if fused else NULL,
+                            ahead, ahead_len)
         if rc != ENG_OK:
             if fused:
                 b.ensure_valid()  # raises the CRC error if the CRC is why

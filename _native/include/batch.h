@@ -127,6 +127,32 @@ static inline void eng_touch(const uint8_t *p, size_t n)
 #else
     volatile uint64_t keep = sum;
     (void)keep;
+/* Asks for [p, p+n) to be brought into cache while other work goes on (a hint: unlike
+ * eng_touch it never waits for memory, and the CPU may drop it). */
+static inline void eng_prefetch(const uint8_t *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t i = 0; i < n; i += 64)
+        __builtin_prefetch(p + i);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+#endif
+}
+
+/* Asks for [p, p+n) to be brought into cache while other work goes on (a hint: unlike
+ * eng_touch it never waits for memory, and the CPU may drop it). */
+static inline void eng_prefetch(const uint8_t *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t i = 0; i < n; i += 64)
+        __builtin_prefetch(p + i);
+#else
+    (void)p;
+    (void)n;
 #endif
 }
 

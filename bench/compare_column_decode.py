@@ -3,6 +3,7 @@ checked while copying (fused, the default) and in a pass of its own first (unfus
 the stages that make up the difference.
 
     .venv/bin/python bench/compare_column_decode.py [--mb 48] [--repeat 15] [--markdown FILE]
+        [--baseline OLD/engine/_native/columnar.cpython-*.so]
 
 The segment holds the record shape the peers are measured on (bench/segment.py's records:
 keys `user-N`, JSON-like values of 100-1,000 bytes, one header a record) in batches of 100
@@ -15,6 +16,8 @@ disturb least). Reported: median, min and max of each, and the median's ratio to
   memcpy             one memmove of the segment into a warm buffer of its size (the floor)
   decode, fused      decode_columns(verify_crc=True): CRC checked while copying
   decode, unfused    decode_columns(verify_crc=True, fuse_crc=False): CRC pass, then copy
+  decode, baseline   with --baseline: decode_columns(verify_crc=True) of a columnar module
+                     built from an earlier commit (a git worktree), loaded beside this one
   stage: scan+CRC    scan(verify_crc=True): batch headers and every CRC, nothing decoded
   stage: scan        scan(verify_crc=False): batch headers only
   stage: no CRC      decode_columns(verify_crc=False): each batch streamed into cache, parsed
@@ -33,6 +36,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 if __package__ in (None, ""):  # run as a script: make `bench` and `engine` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -44,7 +49,21 @@ from engine._native.scan import scan
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def contenders(buf: bytes) -> dict:
+def baseline(path: str):
+    """decode_columns of the columnar extension at `path`, loaded as a module of its own
+    (not registered in sys.modules, so this process's own module stays in use)."""
+    from importlib.machinery import ExtensionFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+
+    loader = ExtensionFileLoader("engine._native.columnar", path)
+    spec = spec_from_loader("engine._native.columnar", loader)
+    assert spec is not None
+    module = module_from_spec(spec)
+    loader.exec_module(module)
+    return module.decode_columns
+
+
+def contenders(buf: bytes, baseline_decode=None) -> dict:
     dst = bytearray(len(buf))
     into = (ctypes.c_char * len(buf)).from_buffer(dst)
     headers, _ = scan(buf, False)
@@ -52,10 +71,14 @@ def contenders(buf: bytes) -> dict:
     def floor():
         ctypes.memmove(into, buf, len(buf))
 
-    return {
+    fns = {
         "memcpy": floor,
         "decode, fused": lambda: decode_columns(buf, headers),
         "decode, unfused": lambda: decode_columns(buf, headers, fuse_crc=False),
+    }
+    if baseline_decode is not None:
+        fns["decode, baseline"] = lambda: baseline_decode(buf, headers)
+    return fns | {
         "stage: scan+CRC": lambda: scan(buf, True),
         "stage: scan": lambda: scan(buf, False),
         "stage: no CRC": lambda: decode_columns(buf, headers, verify_crc=False),
@@ -109,9 +132,15 @@ def main(argv=None) -> int:
     p.add_argument("--mb", type=float, default=48, help="segment MiB (uncompressed)")
     p.add_argument("--repeat", type=int, default=15, help="round-robin runs per contender")
     p.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
+    p.add_argument("--baseline", metavar="SO", help="a columnar extension built from an "
+                   "earlier commit, timed as 'decode, baseline'")
     args = p.parse_args(argv)
     buf = aiokafka_segment(make_records(int(args.mb * (1 << 20))), "none")
-    times = measure(contenders(buf), args.repeat)
+    old = baseline(args.baseline) if args.baseline else None
+    if old is not None:  # the same columns, or the comparison means nothing
+        new, was = decode_columns(buf), old(buf)
+        assert all(np.array_equal(new[k], was[k]) for k in new if isinstance(new[k], np.ndarray))
+    times = measure(contenders(buf, old), args.repeat)
     fused, unfused = (statistics.median(times[k]["cpu"])
                       for k in ("decode, fused", "decode, unfused"))
     lines = [f"- segment: {len(buf) / 2**20:.1f} MiB, {len(buf)} bytes, aiokafka "
@@ -121,6 +150,9 @@ def main(argv=None) -> int:
     lines += [f"- {line}" for line in machine()]
     lines += ["", *table(times, len(buf)), "",
               f"unfused / fused CPU time (median): {unfused / fused:.3f}"]
+    if old is not None:
+        lines.append("baseline / fused CPU time (median): "
+                     f"{statistics.median(times['decode, baseline']['cpu']) / fused:.3f}")
     print("\n".join(lines))
     if args.markdown:
         with open(args.markdown, "w") as f:

@@ -3,15 +3,14 @@
 """Leader appends over scan rows: checked scans, offset assignment, stamped writes."""
 
 cimport numpy as cnp
-from cpython.exc cimport PyErr_SetFromErrno
-from libc.errno cimport errno
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from batch cimport *
+from batch cimport eng_batch_header
+from engine._native.errors cimport raise_status
 from engine._native.scan cimport BufferView, _HEADER_DESCR, _view
+from status cimport ENG_ERR_ARGUMENT, ENG_ERR_INVALID, ENG_ERR_OS
 
-from engine._native.errors import InvalidRecordError
 from engine._native.scan import BATCH_HEADER_DTYPE, scan
 
 cnp.import_array()
@@ -23,6 +22,7 @@ cdef extern from "append.h" nogil:
         ENG_ASSIGN_NOT_V2
         ENG_ASSIGN_BAD_DELTA
         ENG_ASSIGN_OVERFLOW
+        ENG_PWRITE_NOT_TILED
     int eng_assign_offsets(eng_batch_header *rows, size_t n, int64_t next_offset,
                            int32_t epoch, int64_t *next, size_t *failed)
     int eng_pwrite_batches(int fd, const uint8_t *buf, size_t len,
@@ -87,8 +87,8 @@ def assign_offsets(cnp.ndarray headers, int64_t next_offset, int32_t leader_epoc
                    f"must lie in [0, 2147483647]")
         else:
             why = f"would get offsets beyond 2**63 - 1 (next offset {next_offset})"
-        raise InvalidRecordError(f"batch at byte {row.position} {why}", position=row.position,
-                                 offset=row.base_offset)
+        raise_status(ENG_ERR_INVALID, f"batch at byte {row.position} {why}",
+                     position=row.position, offset=row.base_offset)
     return rows[0].base_offset, nxt - 1
 
 
@@ -127,13 +127,12 @@ def write_batches(int fd, object data, cnp.ndarray headers, int64_t position):
     cdef int rc
     with nogil:
         rc = eng_pwrite_batches(fd, v.ptr, v.nbytes, rows, n, position, &written)
-    if rc == -1:
-        if position < 0:
-            raise ValueError(f"file position must be >= 0, got {position}")
-        raise ValueError(f"headers do not tile the {v.nbytes}-byte buffer exactly")
+    if rc == ENG_PWRITE_NOT_TILED:
+        why = (f"file position must be >= 0, got {position}" if position < 0
+               else f"headers do not tile the {v.nbytes}-byte buffer exactly")
+        raise_status(ENG_ERR_ARGUMENT, why)
     if rc != 0:
-        errno = rc  # no-cython-lint (C's errno, read by PyErr_SetFromErrno)
-        PyErr_SetFromErrno(OSError)
+        raise_status(ENG_ERR_OS, None, None, None, None, rc)
     return written
 
 

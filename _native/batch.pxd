@@ -1,23 +1,14 @@
-# C declarations of the batch kernels (_native/include/batch.h).
+# C declarations of the batch kernels (_native/include/batch.h); their statuses and error
+# record are in status.pxd.
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+
+from status cimport eng_error
 
 
 cdef extern from "batch.h" nogil:
     enum:
-        ENG_OK
-        ENG_ERR_CORRUPT
-        ENG_ERR_INVALID
-        ENG_ERR_NOMEM
-        ENG_ERR_LIMIT
-        ENG_ERR_CODEC
         ENG_LOG_OVERHEAD
         ENG_RECORD_BATCH_OVERHEAD
-
-    ctypedef struct eng_error:
-        int code
-        int64_t position
-        int64_t offset
-        char message[192]
 
     ctypedef struct eng_batch_header:
         int64_t position
@@ -63,6 +54,7 @@ cdef extern from "batch.h" nogil:
                            eng_header_view *out)
     int32_t eng_increment_sequence(int32_t sequence, int32_t increment)
     void eng_touch(const uint8_t *p, size_t n)
+    void eng_prefetch(const uint8_t *p, size_t n)
 
 
 cdef extern from "kbytes.h" nogil:

@@ -349,10 +349,9 @@ cdef Py_ssize_t _zstd_bound(const uint8_t *p, Py_ssize_t n, int64_t position,
                             int64_t offset) except -1:
     """Walks the frames' block headers (RFC 8878): proves the stream is whole and returns an
     upper bound of its decompressed size, without decompressing anything."""
-    cdef Py_ssize_t pos = 0, bound = 0, size, fcs_size, window
-    cdef uint32_t magic, header
-    cdef uint8_t fhd, wd
-    cdef int last, btype
+    cdef Py_ssize_t pos = 0, bound = 0, window
+    cdef uint32_t magic
+    cdef uint8_t fhd
     if n == 0:
         _codec_error("Empty zstd stream", position, offset)
     while pos < n:
@@ -370,48 +369,66 @@ cdef Py_ssize_t _zstd_bound(const uint8_t *p, Py_ssize_t n, int64_t position,
         if pos >= n:
             _codec_error("Truncated zstd frame header", position, offset)
         fhd = p[pos]
-        pos += 1
-        if fhd & 0x08:
-            _codec_error("zstd frame header has its reserved bit set", position, offset)
-        fcs_size = (0, 2, 4, 8)[fhd >> 6]
-        if fcs_size == 0 and (fhd & 0x20):
-            fcs_size = 1
-        window = ZSTD_BLOCK_MAX
-        if not (fhd & 0x20):
-            if pos >= n:
-                _codec_error("Truncated zstd frame header", position, offset)
-            wd = p[pos]
-            pos += 1
-            window = <Py_ssize_t>1 << (10 + (wd >> 3))  # Py_ssize_t: exponents reach 31
-            window += (window >> 3) * (wd & 7)
-        pos += (0, 1, 2, 4)[fhd & 0x03] + fcs_size
-        while True:
-            if n - pos < 3:
-                _codec_error("Truncated zstd block header", position, offset)
-            header = p[pos] | (<uint32_t>p[pos + 1] << 8) | (<uint32_t>p[pos + 2] << 16)
-            pos += 3
-            last = header & 1
-            btype = (header >> 1) & 3
-            size = header >> 3
-            if btype == 3:
-                _codec_error("Reserved zstd block type", position, offset)
-            if btype == 1:  # RLE: one byte, repeated `size` times
-                bound += size
-                size = 1
-            elif btype == 0:
-                bound += size
-            else:
-                bound += min(window, ZSTD_BLOCK_MAX)
-            if size > n - pos:
-                _codec_error("Truncated zstd block", position, offset)
-            pos += size
-            if last:
-                break
+        pos = _zstd_frame_header(p, n, pos + 1, fhd, &window, position, offset)
+        pos = _zstd_blocks(p, n, pos, window, &bound, position, offset)
         if fhd & 0x04:
             if n - pos < 4:
                 _codec_error("Truncated zstd content checksum", position, offset)
             pos += 4
     return bound
+
+
+cdef Py_ssize_t _zstd_frame_header(const uint8_t *p, Py_ssize_t n, Py_ssize_t pos, uint8_t fhd,
+                                   Py_ssize_t *window, int64_t position,
+                                   int64_t offset) except -1:
+    """Steps over a frame header after its descriptor byte `fhd`; sets the frame's window."""
+    cdef Py_ssize_t fcs_size
+    cdef uint8_t wd
+    if fhd & 0x08:
+        _codec_error("zstd frame header has its reserved bit set", position, offset)
+    fcs_size = (0, 2, 4, 8)[fhd >> 6]
+    if fcs_size == 0 and (fhd & 0x20):
+        fcs_size = 1
+    window[0] = ZSTD_BLOCK_MAX
+    if not (fhd & 0x20):
+        if pos >= n:
+            _codec_error("Truncated zstd frame header", position, offset)
+        wd = p[pos]
+        pos += 1
+        window[0] = <Py_ssize_t>1 << (10 + (wd >> 3))  # Py_ssize_t: exponents reach 31
+        window[0] += (window[0] >> 3) * (wd & 7)
+    return pos + (0, 1, 2, 4)[fhd & 0x03] + fcs_size
+
+
+cdef Py_ssize_t _zstd_blocks(const uint8_t *p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t window,
+                             Py_ssize_t *bound, int64_t position, int64_t offset) except -1:
+    """Steps over a frame's blocks up to its last one, adding their decompressed sizes (at
+    most) to `bound`; returns the position after them."""
+    cdef Py_ssize_t size
+    cdef uint32_t header
+    cdef int last, btype
+    while True:
+        if n - pos < 3:
+            _codec_error("Truncated zstd block header", position, offset)
+        header = p[pos] | (<uint32_t>p[pos + 1] << 8) | (<uint32_t>p[pos + 2] << 16)
+        pos += 3
+        last = header & 1
+        btype = (header >> 1) & 3
+        size = header >> 3
+        if btype == 3:
+            _codec_error("Reserved zstd block type", position, offset)
+        if btype == 1:  # RLE: one byte, repeated `size` times
+            bound[0] += size
+            size = 1
+        elif btype == 0:
+            bound[0] += size
+        else:
+            bound[0] += min(window, ZSTD_BLOCK_MAX)
+        if size > n - pos:
+            _codec_error("Truncated zstd block", position, offset)
+        pos += size
+        if last:
+            return pos
 
 
 cdef object _thread_state = None

@@ -13,14 +13,27 @@
 # arrays, so wrapping them copies nothing. A column not asked for (with_keys, with_values,
 # with_headers) has no entries: its bytes are neither reserved nor copied, and the parse
 # steps over them (headers are not even split into keys and values).
+#
+# The view decode (decode_view_columns, below) fills the same buffers with Arrow binary
+# views instead of copies; both run through one walk (`_RangeDecoder`): the filters, the CRC
+# check, the parse of each batch and the per-record columns are the same code.
 
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
-from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint8_t
+from libc.stdint cimport INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
-from batch cimport *
+from batch cimport (
+    ENG_RECORD_BATCH_OVERHEAD,
+    eng_batch_header,
+    eng_header_view,
+    eng_parse_headers,
+    eng_record_view,
+    eng_prefetch,
+    eng_touch,
+)
+from checksums cimport eng_crc32c
 from engine._native.codecs cimport Scratch, give_scratch, take_scratch
 from engine._native.decode cimport (
     Record,
@@ -34,12 +47,13 @@ from engine._native.decode cimport (
     _v2_section,
     _wrap_add,
 )
+from engine._native.errors cimport raise_status
 from engine._native.scan cimport BufferView, _view
+from status cimport ENG_ERR_CORRUPT, ENG_ERR_LIMIT, ENG_ERR_NOMEM, ENG_OK
 
 import numpy as np
 
 from engine._native.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES
-from engine._native.errors import RecordSizeLimitError
 from engine._native.scan import scan
 
 cnp.import_array()
@@ -60,19 +74,20 @@ cdef extern from "bigbuf.h" nogil:
 
 
 cdef int gb_reserve(GrowBuf *g, size_t extra) noexcept nogil:
+    """Room for `extra` more bytes: ENG_OK or ENG_ERR_NOMEM."""
     cdef size_t want = g.len + extra, cap
     cdef uint8_t *p
     if want <= g.cap:
-        return 0
+        return ENG_OK
     cap = g.cap * 2 if g.cap else 4096
     while cap < want:
         cap *= 2
     p = <uint8_t *>eng_big_realloc(g.data, g.cap, &cap)
     if p == NULL:
-        return -1
+        return ENG_ERR_NOMEM
     g.data = p
     g.cap = cap
-    return 0
+    return ENG_OK
 
 
 cdef struct ColumnSet:
@@ -82,6 +97,9 @@ cdef struct ColumnSet:
     GrowBuf hdr_off, hk_off, hk_data, hv_off, hv_data, hv_valid
     int64_t n, nh, key_nulls, val_nulls, hv_nulls
     bint keys, values, headers  # the columns asked for
+    # key_data, val_data, hk_data and hv_data hold 16-byte Arrow views, not bytes (the
+    # *_off buffers then stay unused)
+    bint as_views
 
 
 cdef inline void _put_i64(GrowBuf *g, int64_t v) noexcept nogil:
@@ -97,11 +115,11 @@ cdef inline void _put_i32(GrowBuf *g, int32_t v) noexcept nogil:
 cdef inline int _reserve_bits(GrowBuf *g, int64_t bits) noexcept nogil:
     cdef size_t need = <size_t>((bits + 7) >> 3)
     if need > g.len:
-        if gb_reserve(g, need - g.len) != 0:
-            return -1
+        if gb_reserve(g, need - g.len) != ENG_OK:
+            return ENG_ERR_NOMEM
         memset(g.data + g.len, 0, need - g.len)
         g.len = need
-    return 0
+    return ENG_OK
 
 
 cdef inline void _set_bit(GrowBuf *g, int64_t i) noexcept nogil:
@@ -112,13 +130,13 @@ cdef int _columns_init(ColumnSet *c) noexcept nogil:
     memset(c, 0, sizeof(ColumnSet))
     if (gb_reserve(&c.key_off, 4) or gb_reserve(&c.val_off, 4) or gb_reserve(&c.hdr_off, 4)
             or gb_reserve(&c.hk_off, 4) or gb_reserve(&c.hv_off, 4)):
-        return -1
+        return ENG_ERR_NOMEM
     _put_i32(&c.key_off, 0)
     _put_i32(&c.val_off, 0)
     _put_i32(&c.hdr_off, 0)
     _put_i32(&c.hk_off, 0)
     _put_i32(&c.hv_off, 0)
-    return 0
+    return ENG_OK
 
 
 cdef inline void _gb_free(GrowBuf *g) noexcept nogil:
@@ -163,139 +181,365 @@ cdef inline void _small_copy(uint8_t *dst, const uint8_t *src, size_t n) noexcep
         dst[n - 1] = src[n - 1]
 
 
+# ---- per-record columns, shared by both decodes ---------------------------------------------
+
+cdef inline bint _left_out(int64_t offset, int64_t min_offset, int64_t max_offset) noexcept nogil:
+    """Whether a record's offset lies outside [min_offset, max_offset) (-1: unbounded)."""
+    return offset < min_offset or (max_offset >= 0 and offset >= max_offset)
+
+
+cdef inline int _reserve_meta(ColumnSet *c, size_t count) noexcept nogil:
+    if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
+            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)):
+        return ENG_ERR_NOMEM
+    return ENG_OK
+
+
+cdef inline void _put_meta(ColumnSet *c, int64_t offset, int64_t timestamp, int8_t ts_type,
+                           int32_t batch_index) noexcept nogil:
+    """The columns every record has (space reserved by `_reserve_meta`)."""
+    _put_i64(&c.offset, offset)
+    _put_i64(&c.timestamp, timestamp)
+    c.ts_type.data[c.ts_type.len] = <uint8_t>ts_type
+    c.ts_type.len += 1
+    _put_i32(&c.batch_index, batch_index)
+
+
+# ---- the CRC, fused with the copies -------------------------------------------------------
+#
+# A batch's CRC-32C covers every byte from its attributes on, and the copying decode reads
+# every value byte again to copy it. Checksummed a block at a time just ahead of the copies,
+# the bytes are still in L1 when copied: one pass over the batch instead of two.
+
+cdef size_t _CRC_BLOCK = 8192  # well within L1 with the copies' own lines
+
+
+cdef struct CrcCursor:
+    const uint8_t *at   # the next byte to checksum
+    const uint8_t *end  # the batch's end
+    uint32_t crc
+
+
+cdef inline void _crc_through(CrcCursor *k, const uint8_t *p) noexcept nogil:
+    """Checksums up to `p` at least (a block at a time, the batch's end at most)."""
+    cdef const uint8_t *to
+    if p <= k.at:
+        return
+    to = k.at + _CRC_BLOCK
+    if to < p:
+        to = p
+    if to > k.end:
+        to = k.end
+    k.crc = eng_crc32c(k.crc, k.at, <size_t>(to - k.at))
+    k.at = to
+
+
+# ---- copies: keys, values and headers as Arrow binary columns ------------------------------
+
 cdef inline int _append_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
                                int64_t *nulls, const uint8_t *src, int32_t length) noexcept nogil:
-    """Appends one nullable binary value; -1 out of memory, -2 past Arrow's int32 offsets."""
+    """Appends one nullable binary value: ENG_OK, or ENG_ERR_LIMIT past Arrow's int32
+    offsets (space reserved by the caller)."""
     if length < 0:
         nulls[0] += 1
     else:
         if data.len + <size_t>length > _INT32_LIMIT:
-            return -2
+            return ENG_ERR_LIMIT
         if length:  # an empty value may come with no buffer yet (NULL): memcpy wants neither
             _small_copy(data.data + data.len, src, length)
         data.len += length
         _set_bit(valid, index)
     _put_i32(offs, <int32_t>data.len)
-    return 0
+    return ENG_OK
 
 
-cdef int _append_v2(ColumnSet *c, const uint8_t *sec, const eng_record_view *views,
-                    const eng_batch_header *h, int32_t batch_index, int64_t min_offset,
-                    int64_t max_offset, eng_header_view *hbuf) noexcept nogil:
-    """Appends the records of one parsed v2 batch whose offsets lie in
-    [min_offset, max_offset). Returns 0, -1 (out of memory) or -2 (int32 offsets overflow)."""
-    cdef int32_t i, count = h.record_count
+cdef int _reserve_copies(ColumnSet *c, const eng_record_view *views,
+                         int32_t count) noexcept nogil:
+    """Room for the key, value and header copies of `count` parsed records."""
     cdef size_t kbytes = 0, vbytes = 0, hbytes = 0, nh = 0
-    cdef const eng_record_view *r
-    cdef int64_t off
-    cdef int rc
+    cdef int32_t i
     for i in range(count):
-        r = &views[i]
-        kbytes += r.key_len if r.key_len > 0 else 0
-        vbytes += r.value_len if r.value_len > 0 else 0
-        hbytes += r.headers_bytes
-        nh += r.headers_count
-    if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
-            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)):
-        return -1
+        kbytes += views[i].key_len if views[i].key_len > 0 else 0
+        vbytes += views[i].value_len if views[i].value_len > 0 else 0
+        hbytes += views[i].headers_bytes
+        nh += views[i].headers_count
     if c.keys and (gb_reserve(&c.key_off, 4 * count) or gb_reserve(&c.key_data, kbytes)
                    or _reserve_bits(&c.key_valid, c.n + count)):
-        return -1
+        return ENG_ERR_NOMEM
     if c.values and (gb_reserve(&c.val_off, 4 * count) or gb_reserve(&c.val_data, vbytes)
                      or _reserve_bits(&c.val_valid, c.n + count)):
-        return -1
+        return ENG_ERR_NOMEM
     if c.headers and (gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.hk_off, 4 * nh)
                       or gb_reserve(&c.hv_off, 4 * nh) or gb_reserve(&c.hk_data, hbytes)
                       or gb_reserve(&c.hv_data, hbytes)
                       or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
-        return -1
-    for i in range(count):
-        r = &views[i]
-        off = _wrap_add(h.base_offset, r.offset_delta)
-        if off < min_offset or (max_offset >= 0 and off >= max_offset):
-            continue
-        _put_i64(&c.offset, off)
-        _put_i64(&c.timestamp, _record_timestamp(h, r.timestamp_delta))
-        c.ts_type.data[c.ts_type.len] = <uint8_t>h.timestamp_type
-        c.ts_type.len += 1
-        _put_i32(&c.batch_index, batch_index)
-        rc = 0
-        if c.keys:
-            rc = _append_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
-                                sec + r.key_off, r.key_len)
-        if rc == 0 and c.values:
-            rc = _append_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
-                                sec + r.value_off, r.value_len)
-        if rc != 0:
-            return rc
-        if c.headers:
-            if r.headers_count:
-                rc = _append_headers(c, sec, r, hbuf)
-                if rc != 0:
-                    return rc
-            _put_i32(&c.hdr_off, <int32_t>c.nh)
-        c.n += 1
-    return 0
+        return ENG_ERR_NOMEM
+    return ENG_OK
 
 
-cdef int _append_headers(ColumnSet *c, const uint8_t *sec, const eng_record_view *r,
-                         eng_header_view *hbuf) noexcept nogil:
-    """Appends one record's headers (space reserved by the caller); 0 or -2 as above."""
+cdef inline int _copy_record(ColumnSet *c, const uint8_t *sec, const eng_record_view *r,
+                             eng_header_view *hbuf) noexcept nogil:
+    """Copies the key, value and headers of one record asked for: ENG_OK or ENG_ERR_LIMIT."""
+    cdef int rc = ENG_OK
+    if c.keys:
+        rc = _append_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
+                            sec + r.key_off, r.key_len)
+    if rc == ENG_OK and c.values:
+        rc = _append_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
+                            sec + r.value_off, r.value_len)
+    if rc == ENG_OK and c.headers:
+        if r.headers_count:
+            rc = _copy_headers(c, sec, r, hbuf)
+        _put_i32(&c.hdr_off, <int32_t>c.nh)
+    return rc
+
+
+cdef int _copy_headers(ColumnSet *c, const uint8_t *sec, const eng_record_view *r,
+                       eng_header_view *hbuf) noexcept nogil:
+    """Appends one record's headers (space reserved by the caller): ENG_OK or ENG_ERR_LIMIT."""
     cdef int32_t j
     cdef int rc
     eng_parse_headers(sec, r, hbuf)
     for j in range(r.headers_count):
         if c.hk_data.len + <size_t>hbuf[j].key_len > _INT32_LIMIT:
-            return -2
+            return ENG_ERR_LIMIT
         _small_copy(c.hk_data.data + c.hk_data.len, sec + hbuf[j].key_off, hbuf[j].key_len)
         c.hk_data.len += hbuf[j].key_len
         _put_i32(&c.hk_off, <int32_t>c.hk_data.len)
         rc = _append_binary(&c.hv_off, &c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls,
                             sec + hbuf[j].value_off, hbuf[j].value_len)
-        if rc != 0:
+        if rc != ENG_OK:
             return rc
         c.nh += 1
+    return ENG_OK
+
+
+cdef int _copy_py_value(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
+                        int64_t *nulls, object value) except -1:
+    """A legacy record's key or value, copied (with the GIL)."""
+    cdef const uint8_t[::1] mv
+    cdef int rc
+    if value is None:
+        rc = _append_binary(offs, data, valid, index, nulls, NULL, -1)
+    else:
+        mv = value
+        if gb_reserve(data, mv.shape[0]) != ENG_OK:
+            raise MemoryError()
+        rc = _append_binary(offs, data, valid, index, nulls,
+                            &mv[0] if mv.shape[0] else NULL, <int32_t>mv.shape[0])
+    if rc != ENG_OK:
+        raise_status(rc, "Decoded keys or values exceed 2 GiB: decode a smaller range")
     return 0
 
 
-cdef int _append_record(ColumnSet *c, Record rec, int32_t batch_index) except -1:
-    """Appends one decoded Record (the legacy path, with the GIL)."""
-    cdef int rc = 0
-    if (gb_reserve(&c.offset, 8) or gb_reserve(&c.timestamp, 8) or gb_reserve(&c.ts_type, 1)
-            or gb_reserve(&c.batch_index, 4) or gb_reserve(&c.key_off, 4)
-            or gb_reserve(&c.val_off, 4) or gb_reserve(&c.hdr_off, 4)
+# ---- views: keys and values as Arrow binary views into the source -------------------------
+#
+# Arrow's BinaryView layout, 16 bytes a value: int32 length, then for up to 12 bytes the value
+# itself (zero-padded), else a 4-byte prefix, int32 buffer index and int32 offset into that
+# buffer. Keys, values, header keys and header values of uncompressed batches point into the
+# source buffer (buffer 0), those of a compressed batch into its decompressed section (the
+# sections lie in a few big blocks, one buffer each, kept alive by the arrays), so nothing is
+# copied but values of 12 bytes or less and legacy (magic 0/1) records, which are copied into
+# one buffer of their own.
+
+cdef inline void _put_view(GrowBuf *g, const uint8_t *src, int32_t length, int32_t buffer,
+                           int64_t offset) noexcept nogil:
+    cdef uint8_t *v = g.data + g.len
+    cdef int32_t at = <int32_t>offset  # (checked to fit int32)
+    memset(v, 0, 16)
+    memcpy(v, &length, 4)
+    if length <= 12:
+        _small_copy(v + 4, src, length)
+    else:
+        memcpy(v + 4, src, 4)
+        memcpy(v + 8, &buffer, 4)
+        memcpy(v + 12, &at, 4)
+    g.len += 16
+
+
+cdef inline void _view_value(GrowBuf *views, GrowBuf *valid, int64_t index, int64_t *nulls,
+                             const uint8_t *sec, int32_t off, int32_t length, int32_t buffer,
+                             int64_t base) noexcept nogil:
+    if length < 0:
+        nulls[0] += 1
+        _put_view(views, NULL, 0, 0, 0)
+    else:
+        _put_view(views, sec + off, length, buffer, base + off)
+        _set_bit(valid, index)
+
+
+cdef int _reserve_views(ColumnSet *c, const eng_record_view *views,
+                        int32_t count) noexcept nogil:
+    """Room for the key, value and header views of `count` parsed records."""
+    cdef size_t nh = 0
+    cdef int32_t i
+    for i in range(count):
+        nh += views[i].headers_count
+    if (gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.key_data, 16 * count)
+            or gb_reserve(&c.val_data, 16 * count) or gb_reserve(&c.hk_data, 16 * nh)
+            or gb_reserve(&c.hv_data, 16 * nh)
+            or _reserve_bits(&c.key_valid, c.n + count) or _reserve_bits(&c.val_valid, c.n + count)
+            or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
+        return ENG_ERR_NOMEM
+    return ENG_OK
+
+
+cdef inline void _view_record(ColumnSet *c, const uint8_t *sec, const eng_record_view *r,
+                              eng_header_view *hbuf, int32_t buffer, int64_t base) noexcept nogil:
+    """Views of one record's key, value and headers into buffer `buffer`, whose byte `base`
+    is the section's first: no byte is copied beyond the 12 that a view inlines."""
+    cdef int32_t j
+    _view_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, sec, r.key_off, r.key_len,
+                buffer, base)
+    _view_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, sec, r.value_off, r.value_len,
+                buffer, base)
+    if r.headers_count:
+        eng_parse_headers(sec, r, hbuf)
+        for j in range(r.headers_count):
+            _put_view(&c.hk_data, sec + hbuf[j].key_off, hbuf[j].key_len, buffer,
+                      base + hbuf[j].key_off)
+            _view_value(&c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls, sec, hbuf[j].value_off,
+                        hbuf[j].value_len, buffer, base)
+            c.nh += 1
+    _put_i32(&c.hdr_off, <int32_t>c.nh)
+
+
+cdef int _view_py_value(GrowBuf *views, GrowBuf *valid, int64_t index, int64_t *nulls,
+                        object value, bytearray arena, int32_t buffer) except -1:
+    """A legacy record's key or value: copied to the end of `arena` (buffer `buffer`)."""
+    cdef const uint8_t[::1] mv
+    cdef Py_ssize_t at = len(arena)
+    if gb_reserve(views, 16) != ENG_OK:
+        raise MemoryError()
+    if value is None:
+        _view_value(views, valid, index, nulls, NULL, 0, -1, 0, 0)
+        return 0
+    if at + len(value) > <Py_ssize_t>_INT32_LIMIT:
+        raise_status(ENG_ERR_LIMIT, "Legacy keys or values exceed 2 GiB: decode a smaller range")
+    arena += value
+    mv = arena
+    _view_value(views, valid, index, nulls, &mv[0], <int32_t>at, <int32_t>len(value), buffer,
+                0)
+    return 0
+
+
+# ---- one batch, one record: both decodes ------------------------------------------------------
+
+cdef int _append_v2(ColumnSet *c, const uint8_t *sec, size_t sec_len,
+                    const eng_record_view *views, const eng_batch_header *h,
+                    int32_t batch_index, int64_t min_offset, int64_t max_offset,
+                    eng_header_view *hbuf, int32_t buffer, int64_t base,
+                    CrcCursor *crc, const uint8_t *ahead, size_t ahead_len) noexcept nogil:
+    """Appends the records of one parsed v2 batch whose offsets lie in [min_offset,
+    max_offset): copies, or with `c.as_views` views into buffer `buffer` whose byte `base` is
+    the section's first. With `crc` (an uncompressed batch's cursor), each record is
+    checksummed just before it is copied and the whole batch by the end. Returns ENG_OK,
+    ENG_ERR_NOMEM, ENG_ERR_LIMIT (past Arrow's int32 offsets) or ENG_ERR_CORRUPT (the CRC
+    does not match). [ahead, ahead + ahead_len) (the next batch) is prefetched a slice a
+    record, so it streams in while this batch is decoded."""
+    cdef int32_t i, count = h.record_count
+    cdef size_t slice = (ahead_len + <size_t>count - 1) // <size_t>count if count > 0 else 0
+    cdef const eng_record_view *r
+    cdef int64_t off
+    cdef int rc = _reserve_meta(c, count)
+    if rc == ENG_OK:
+        rc = _reserve_views(c, views, count) if c.as_views else _reserve_copies(c, views, count)
+    if rc != ENG_OK:
+        return rc
+    if count <= 0:
+        eng_prefetch(ahead, ahead_len)
+    for i in range(count):
+        r = &views[i]
+        if <size_t>i * slice < ahead_len:
+            eng_prefetch(ahead + <size_t>i * slice, min(slice, ahead_len - <size_t>i * slice))
+        if crc != NULL:  # through this record's end: the next one's key lies past it
+            _crc_through(crc, sec + (views[i + 1].key_off if i + 1 < count else sec_len))
+        off = _wrap_add(h.base_offset, r.offset_delta)
+        if _left_out(off, min_offset, max_offset):
+            continue
+        _put_meta(c, off, _record_timestamp(h, r.timestamp_delta), h.timestamp_type,
+                  batch_index)
+        if c.as_views:
+            _view_record(c, sec, r, hbuf, buffer, base)
+        else:
+            rc = _copy_record(c, sec, r, hbuf)
+            if rc != ENG_OK:
+                return rc
+        c.n += 1
+    if crc != NULL:
+        _crc_through(crc, crc.end)
+        if crc.crc != h.crc:
+            return ENG_ERR_CORRUPT
+    return ENG_OK
+
+
+cdef int _append_record(ColumnSet *c, Record rec, int32_t batch_index, bytearray arena,
+                        int32_t buffer) except -1:
+    """Appends one decoded legacy Record (with the GIL): copies of its key and value, or with
+    `c.as_views` views of their copies at the end of `arena` (buffer `buffer`)."""
+    if (_reserve_meta(c, 1) or gb_reserve(&c.key_off, 4) or gb_reserve(&c.val_off, 4)
+            or gb_reserve(&c.hdr_off, 4)
             or _reserve_bits(&c.key_valid, c.n + 1) or _reserve_bits(&c.val_valid, c.n + 1)):
         raise MemoryError()
-    _put_i64(&c.offset, rec.offset)
-    _put_i64(&c.timestamp, rec.timestamp)
-    c.ts_type.data[c.ts_type.len] = <uint8_t>rec._timestamp_type
-    c.ts_type.len += 1
-    _put_i32(&c.batch_index, batch_index)
-    if c.keys:
-        rc = _append_py_binary(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls,
-                               rec.key)
-    if rc == 0 and c.values:
-        rc = _append_py_binary(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
-                               rec.value)
-    if rc == -2:
-        raise RecordSizeLimitError("Decoded keys or values exceed 2 GiB: decode a smaller range")
+    _put_meta(c, rec.offset, rec.timestamp, rec._timestamp_type, batch_index)
+    if c.as_views:
+        _view_py_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key, arena, buffer)
+        _view_py_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, rec.value, arena, buffer)
+    else:
+        if c.keys:
+            _copy_py_value(&c.key_off, &c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key)
+        if c.values:
+            _copy_py_value(&c.val_off, &c.val_data, &c.val_valid, c.n, &c.val_nulls,
+                           rec.value)
     if c.headers:
         _put_i32(&c.hdr_off, <int32_t>c.nh)
     c.n += 1
     return 0
 
 
-cdef int _append_py_binary(GrowBuf *offs, GrowBuf *data, GrowBuf *valid, int64_t index,
-                           int64_t *nulls, object value) except -1:
-    cdef const uint8_t[::1] mv
-    if value is None:
-        return _append_binary(offs, data, valid, index, nulls, NULL, -1)
-    mv = value
-    if gb_reserve(data, mv.shape[0]) != 0:
-        raise MemoryError()
-    return _append_binary(offs, data, valid, index, nulls,
-                          &mv[0] if mv.shape[0] else NULL, <int32_t>mv.shape[0])
+cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t start,
+                        Py_ssize_t stop) noexcept nogil:
+    """Sizes the buffers once for the range, so growth (and its page faults) is rare."""
+    cdef size_t records = 0, raw = 0
+    cdef Py_ssize_t i
+    cdef size_t section
+    for i in range(start, stop):
+        # counts are untrusted until parsed: reserve only what the bytes could hold
+        if rows[i].magic == 2 and rows[i].record_count > 0:
+            section = <size_t>(rows[i].size - ENG_RECORD_BATCH_OVERHEAD)
+            if rows[i].compression != 0:
+                # a guess (typical ratios are 2-4x): growing by mremap later costs more
+                # than address space reserved now and never touched
+                section *= 4
+            if <size_t>rows[i].record_count <= section // 7:
+                records += <size_t>rows[i].record_count
+                raw += section
+    if _reserve_meta(c, records) != ENG_OK:
+        return ENG_ERR_NOMEM
+    if c.as_views:
+        if (gb_reserve(&c.key_data, 16 * records) or gb_reserve(&c.val_data, 16 * records)
+                # a header a record, as most topics with headers carry (more grow the buffers)
+                or gb_reserve(&c.hk_data, 16 * records) or gb_reserve(&c.hv_data, 16 * records)
+                or gb_reserve(&c.hdr_off, 4 * records)):
+            return ENG_ERR_NOMEM
+    elif ((c.keys and gb_reserve(&c.key_off, 4 * records))
+            or (c.values and (gb_reserve(&c.val_off, 4 * records)
+                              or gb_reserve(&c.val_data, raw)))
+            or (c.headers and gb_reserve(&c.hdr_off, 4 * records))):
+        return ENG_ERR_NOMEM
+    return ENG_OK
 
+
+cdef inline bint _batch_left_out(const eng_batch_header *h, bint include_control,
+                                 int64_t min_offset, int64_t max_offset) noexcept nogil:
+    """Whether no record of the batch can be wanted (a v2 batch's base offset is exact; a
+    legacy wrapper's is not, so its records are filtered one by one)."""
+    return ((h.is_control and not include_control)
+            or (max_offset >= 0 and h.base_offset >= max_offset and h.magic == 2)
+            or h.last_offset < min_offset)
+
+
+# ---- results --------------------------------------------------------------------------------
 
 cdef struct _Owned:
     void *data
@@ -328,175 +572,64 @@ cdef object _take_array(GrowBuf *g, object dtype, Py_ssize_t count):
     return arr
 
 
-cdef int _reserve_range(ColumnSet *c, const eng_batch_header *rows, Py_ssize_t start,
-                        Py_ssize_t stop, bint views=False) noexcept nogil:
-    """Sizes the buffers once for the range, so growth (and its page faults) is rare;
-    with `views`, key_data and val_data hold 16-byte views."""
-    cdef size_t records = 0, raw = 0
-    cdef Py_ssize_t i
-    cdef size_t section
-    for i in range(start, stop):
-        # counts are untrusted until parsed: reserve only what the bytes could hold
-        if rows[i].magic == 2 and rows[i].record_count > 0:
-            section = <size_t>(rows[i].size - ENG_RECORD_BATCH_OVERHEAD)
-            if rows[i].compression != 0:
-                # a guess (typical ratios are 2-4x): growing by mremap later costs more
-                # than address space reserved now and never touched
-                section *= 4
-            if <size_t>rows[i].record_count <= section // 7:
-                records += <size_t>rows[i].record_count
-                raw += section
-    if (gb_reserve(&c.offset, 8 * records) or gb_reserve(&c.timestamp, 8 * records)
-            or gb_reserve(&c.ts_type, records) or gb_reserve(&c.batch_index, 4 * records)):
-        return -1
-    if views:
-        return (gb_reserve(&c.key_data, 16 * records) or gb_reserve(&c.val_data, 16 * records)
-                # a header a record, as most topics with headers carry (more grow the buffers)
-                or gb_reserve(&c.hk_data, 16 * records) or gb_reserve(&c.hv_data, 16 * records)
-                or gb_reserve(&c.hdr_off, 4 * records))
-    if ((c.keys and gb_reserve(&c.key_off, 4 * records))
-            or (c.values and (gb_reserve(&c.val_off, 4 * records)
-                              or gb_reserve(&c.val_data, raw)))
-            or (c.headers and gb_reserve(&c.hdr_off, 4 * records))):
-        return -1
-    return 0
+cdef dict _meta_columns(ColumnSet *c):
+    cdef Py_ssize_t n = c.n
+    return {
+        "num_records": c.n,
+        "num_headers": c.nh,
+        "offset": _take_array(&c.offset, np.int64, n),
+        "timestamp": _take_array(&c.timestamp, np.int64, n),
+        "timestamp_type": _take_array(&c.ts_type, np.int8, n),
+        "batch_index": _take_array(&c.batch_index, np.int32, n),
+    }
 
 
-def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
-                   Py_ssize_t stop=-1, int64_t min_offset=-1, int64_t max_offset=-1,
-                   bint include_control=True, bint verify_crc=True,
-                   Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
-                   bint with_keys=True, bint with_values=True, bint with_headers=True):
-    """Decodes the records of scan rows [start, stop) of `data` into column buffers (see the
-    layout above). `headers` is a scan of `data` (scanned here when None); records outside
-    [min_offset, max_offset) are left out (-1: unbounded); control batches are left out
-    unless `include_control`. With `verify_crc`, a batch with a bad CRC raises
-    CorruptRecordError (the CRC covers every byte, so it reads the values too). Keys,
-    values and headers are built only when asked for (`with_keys`, ...); without them, and
-    without `verify_crc`, the value bytes of an uncompressed batch are never read. Parsing
-    and copying run without the GIL; one decompression per compressed batch runs in its
-    codec library. Returns a dict of numpy arrays."""
-    cdef BufferView v = _view(data)
-    if headers is None:
-        headers, _ = scan(v, False)  # CRCs are checked per batch below, while hot in cache
-    cdef Py_ssize_t n = headers.shape[0], i
-    if stop < 0 or stop > n:
-        stop = n
-    if start < 0 or start > stop:
-        raise ValueError(f"start {start} outside [0, {stop}]")
-    _check_headers(headers, v, start, stop)
-    if min_offset < 0:  # unbounded: records with negative offsets are not left out either
-        min_offset = INT64_MIN
-    cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
-    cdef ColumnSet c
-    cdef RecordBatch b
-    cdef const uint8_t *sec
-    cdef size_t sec_len
-    cdef eng_record_view *views = NULL
-    cdef size_t views_cap = 0
-    cdef eng_header_view *hbuf = NULL
-    cdef size_t hbuf_cap = 0, max_h
-    cdef int rc
-    cdef int32_t j
-    cdef eng_batch_header *h
-    cdef Scratch scratch = take_scratch()  # every compressed section is decompressed here
-    if _columns_init(&c) != 0:
-        raise MemoryError()
-    c.keys, c.values, c.headers = with_keys, with_values, with_headers
-    try:
-        if _reserve_range(&c, rows, start, stop) != 0:
-            raise MemoryError()
-        for i in range(start, stop):
-            h = &rows[i]
-            if h.is_control and not include_control:
-                continue
-            if max_offset >= 0 and h.base_offset >= max_offset and h.magic == 2:
-                continue
-            if h.last_offset < min_offset:
-                continue
-            b = _make_batch(v, h, False, max_decompressed_bytes)
-            if verify_crc:
-                b.ensure_valid()  # which brings the batch into cache as it goes
-            elif h.compression == 0 and with_values:  # (values not asked for stay untouched)
-                eng_touch(v.ptr + h.position, <size_t>h.size)
-            if h.magic < 2:
-                for rec in _legacy_records(b):
-                    if rec.offset >= min_offset and (max_offset < 0 or rec.offset < max_offset):
-                        _append_record(&c, rec, <int32_t>i)
-                continue
-            _owner = _v2_section(b, &sec, &sec_len, scratch)  # holds `sec` while parsed
-            if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
-                free(_alloc_views(b, sec_len))  # raises the typed error
-            if <size_t>h.record_count > views_cap:
-                free(views)
-                views_cap = max(<size_t>h.record_count, 2 * views_cap)
-                views = <eng_record_view *>malloc(views_cap * sizeof(eng_record_view))
-                if views == NULL:
-                    views_cap = 0
-                    raise MemoryError()
-            _parse_views(b, sec, sec_len, views)
-            max_h = 0
-            for j in range(h.record_count if with_headers else 0):
-                max_h = max(max_h, <size_t>views[j].headers_count)
-            if max_h > hbuf_cap:
-                free(hbuf)
-                hbuf_cap = max(max_h, 2 * hbuf_cap)
-                hbuf = <eng_header_view *>malloc(hbuf_cap * sizeof(eng_header_view))
-                if hbuf == NULL:
-                    hbuf_cap = 0
-                    raise MemoryError()
-            with nogil:
-                rc = _append_v2(&c, sec, views, h, <int32_t>i, min_offset, max_offset, hbuf)
-            if rc == -1:
-                raise MemoryError()
-            if rc == -2:
-                raise RecordSizeLimitError(
-                    "Decoded keys, values or headers exceed 2 GiB (Arrow int32 offsets): "
-                    "decode a smaller range", position=h.position, offset=h.base_offset)
-        nrec, nhdr = c.n, c.nh
-        out = {
-            "num_records": nrec,
-            "num_headers": nhdr,
-            "offset": _take_array(&c.offset, np.int64, nrec),
-            "timestamp": _take_array(&c.timestamp, np.int64, nrec),
-            "timestamp_type": _take_array(&c.ts_type, np.int8, nrec),
-            "batch_index": _take_array(&c.batch_index, np.int32, nrec),
-        }
-        if with_keys:
-            out["key_offsets"] = _take_array(&c.key_off, np.int32, nrec + 1)
-            out["key_data"] = _take_array(&c.key_data, np.uint8, c.key_data.len)
-            out["key_validity"] = _take_array(&c.key_valid, np.uint8, (nrec + 7) // 8)
-            out["key_null_count"] = c.key_nulls
-        if with_values:
-            out["value_offsets"] = _take_array(&c.val_off, np.int32, nrec + 1)
-            out["value_data"] = _take_array(&c.val_data, np.uint8, c.val_data.len)
-            out["value_validity"] = _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8)
-            out["value_null_count"] = c.val_nulls
-        if with_headers:
-            out["header_offsets"] = _take_array(&c.hdr_off, np.int32, nrec + 1)
-            out["header_key_offsets"] = _take_array(&c.hk_off, np.int32, nhdr + 1)
-            out["header_key_data"] = _take_array(&c.hk_data, np.uint8, c.hk_data.len)
-            out["header_value_offsets"] = _take_array(&c.hv_off, np.int32, nhdr + 1)
-            out["header_value_data"] = _take_array(&c.hv_data, np.uint8, c.hv_data.len)
-            out["header_value_validity"] = _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8)
-            out["header_value_null_count"] = c.hv_nulls
-        return out
-    finally:
-        free(views)
-        free(hbuf)
-        _columns_free(&c)
-        give_scratch(scratch)
+cdef dict _copied_columns(ColumnSet *c):
+    cdef Py_ssize_t n = c.n, nh = c.nh
+    cdef dict out = _meta_columns(c)
+    if c.keys:
+        out["key_offsets"] = _take_array(&c.key_off, np.int32, n + 1)
+        out["key_data"] = _take_array(&c.key_data, np.uint8, c.key_data.len)
+        out["key_validity"] = _take_array(&c.key_valid, np.uint8, (n + 7) // 8)
+        out["key_null_count"] = c.key_nulls
+    if c.values:
+        out["value_offsets"] = _take_array(&c.val_off, np.int32, n + 1)
+        out["value_data"] = _take_array(&c.val_data, np.uint8, c.val_data.len)
+        out["value_validity"] = _take_array(&c.val_valid, np.uint8, (n + 7) // 8)
+        out["value_null_count"] = c.val_nulls
+    if c.headers:
+        out["header_offsets"] = _take_array(&c.hdr_off, np.int32, n + 1)
+        out["header_key_offsets"] = _take_array(&c.hk_off, np.int32, nh + 1)
+        out["header_key_data"] = _take_array(&c.hk_data, np.uint8, c.hk_data.len)
+        out["header_value_offsets"] = _take_array(&c.hv_off, np.int32, nh + 1)
+        out["header_value_data"] = _take_array(&c.hv_data, np.uint8, c.hv_data.len)
+        out["header_value_validity"] = _take_array(&c.hv_valid, np.uint8, (nh + 7) // 8)
+        out["header_value_null_count"] = c.hv_nulls
+    return out
 
 
-# ---- view columns: keys and values as Arrow binary views into the source -------------------
-#
-# Arrow's BinaryView layout, 16 bytes a value: int32 length, then for up to 12 bytes the value
-# itself (zero-padded), else a 4-byte prefix, int32 buffer index and int32 offset into that
-# buffer. Keys, values, header keys and header values of uncompressed batches point into the
-# source buffer (buffer 0), those of a compressed batch into its decompressed section (the
-# sections lie in a few big blocks, one buffer each, kept alive by the arrays), so nothing is
-# copied but values of 12 bytes or less and legacy (magic 0/1) records, which are copied into
-# one buffer of their own.
+cdef dict _view_columns(ColumnSet *c, list buffers):
+    cdef Py_ssize_t n = c.n, nh = c.nh
+    cdef dict out = _meta_columns(c)
+    out.update({
+        "buffers": buffers,
+        "key_views": _take_array(&c.key_data, np.uint8, 16 * n),
+        "key_validity": _take_array(&c.key_valid, np.uint8, (n + 7) // 8),
+        "key_null_count": c.key_nulls,
+        "value_views": _take_array(&c.val_data, np.uint8, 16 * n),
+        "value_validity": _take_array(&c.val_valid, np.uint8, (n + 7) // 8),
+        "value_null_count": c.val_nulls,
+        "header_offsets": _take_array(&c.hdr_off, np.int32, n + 1),
+        "header_key_views": _take_array(&c.hk_data, np.uint8, 16 * nh),
+        "header_key_null_count": 0,
+        "header_value_views": _take_array(&c.hv_data, np.uint8, 16 * nh),
+        "header_value_validity": _take_array(&c.hv_valid, np.uint8, (nh + 7) // 8),
+        "header_value_null_count": c.hv_nulls,
+    })
+    return out
+
+
+# ---- the walk over a range of scan rows -----------------------------------------------------
 
 cdef size_t _ARENA_FIRST_BLOCK = 256 * 1024
 cdef size_t _ARENA_MAX_BLOCK = 32 * 1024 * 1024
@@ -522,7 +655,7 @@ cdef class _SectionArena(Scratch):
             return 0
         self.next_cap = min(max(2 * self.next_cap, _ARENA_FIRST_BLOCK), _ARENA_MAX_BLOCK)
         memset(&g, 0, sizeof(GrowBuf))
-        if gb_reserve(&g, max(n, self.next_cap)) != 0:
+        if gb_reserve(&g, max(n, self.next_cap)) != ENG_OK:
             raise MemoryError()
         if keep:
             memcpy(g.data, self.data, keep)  # a section outgrew the block: move it along
@@ -539,97 +672,222 @@ cdef class _SectionArena(Scratch):
         return at
 
 
-cdef inline void _put_view(GrowBuf *g, const uint8_t *src, int32_t length, int32_t buffer,
-                           int64_t offset) noexcept nogil:
-    cdef uint8_t *v = g.data + g.len
-    cdef int32_t at = <int32_t>offset  # (checked to fit int32)
-    memset(v, 0, 16)
-    memcpy(v, &length, 4)
-    if length <= 12:
-        _small_copy(v + 4, src, length)
-    else:
-        memcpy(v + 4, src, 4)
-        memcpy(v + 8, &buffer, 4)
-        memcpy(v + 12, &at, 4)
-    g.len += 16
+cdef class _RangeDecoder:
+    """One decode of scan rows [start, stop) into a ColumnSet, copying or as views: the
+    batch filters, the CRC check, each v2 batch's parse into record views and the records'
+    columns are the same for both; they differ only in where a section's bytes live."""
+    cdef BufferView v
+    cdef cnp.ndarray headers
+    cdef eng_batch_header *rows
+    cdef Py_ssize_t start, stop, limit
+    cdef int64_t min_offset, max_offset
+    cdef bint include_control, verify_crc, touch
+    cdef bint fuse_crc             # copies: check uncompressed batches' CRCs while copying
+    cdef Py_ssize_t prefetched     # the batch the last one's decode prefetched
+    cdef ColumnSet c
+    cdef eng_record_view *views
+    cdef eng_header_view *hbuf
+    cdef size_t views_cap, hbuf_cap
+    cdef Scratch scratch           # copies: where compressed sections are decompressed
+    cdef _SectionArena arena       # views: where they are decompressed and kept
+    cdef list buffers              # views: what they point into (the source first)
+    cdef bytearray legacy_arena    # views: copies of legacy keys and values
+    cdef int32_t legacy_buffer, arena_buffer
+    cdef object arena_block
 
+    def __cinit__(self):
+        memset(&self.c, 0, sizeof(ColumnSet))
+        self.legacy_buffer = self.arena_buffer = -1
+        self.prefetched = -1
 
-cdef inline void _view_value(GrowBuf *views, GrowBuf *valid, int64_t index, int64_t *nulls,
-                             const uint8_t *sec, int32_t off, int32_t length, int32_t buffer,
-                             int64_t base) noexcept nogil:
-    if length < 0:
-        nulls[0] += 1
-        _put_view(views, NULL, 0, 0, 0)
-    else:
-        _put_view(views, sec + off, length, buffer, base + off)
-        _set_bit(valid, index)
+    def __dealloc__(self):
+        free(self.views)
+        free(self.hbuf)
+        _columns_free(&self.c)
 
-
-cdef int _append_v2_views(ColumnSet *c, const uint8_t *sec, const eng_record_view *views,
-                          const eng_batch_header *h, int32_t batch_index, int64_t min_offset,
-                          int64_t max_offset, eng_header_view *hbuf, int32_t buffer,
-                          int64_t base) noexcept nogil:
-    """_append_v2 with keys, values, header keys and header values as views into buffer
-    `buffer`, whose byte `base` is the section's first (key_data, val_data, hk_data and
-    hv_data hold the views): no record byte is copied beyond the 12 that a view inlines."""
-    cdef int32_t i, j, count = h.record_count
-    cdef size_t nh = 0
-    cdef const eng_record_view *r
-    cdef int64_t off
-    for i in range(count):
-        nh += views[i].headers_count
-    if (gb_reserve(&c.offset, 8 * count) or gb_reserve(&c.timestamp, 8 * count)
-            or gb_reserve(&c.ts_type, count) or gb_reserve(&c.batch_index, 4 * count)
-            or gb_reserve(&c.hdr_off, 4 * count) or gb_reserve(&c.key_data, 16 * count)
-            or gb_reserve(&c.val_data, 16 * count) or gb_reserve(&c.hk_data, 16 * nh)
-            or gb_reserve(&c.hv_data, 16 * nh)
-            or _reserve_bits(&c.key_valid, c.n + count) or _reserve_bits(&c.val_valid, c.n + count)
-            or _reserve_bits(&c.hv_valid, c.nh + <int64_t>nh)):
-        return -1
-    for i in range(count):
-        r = &views[i]
-        off = _wrap_add(h.base_offset, r.offset_delta)
-        if off < min_offset or (max_offset >= 0 and off >= max_offset):
-            continue
-        _put_i64(&c.offset, off)
-        _put_i64(&c.timestamp, _record_timestamp(h, r.timestamp_delta))
-        c.ts_type.data[c.ts_type.len] = <uint8_t>h.timestamp_type
-        c.ts_type.len += 1
-        _put_i32(&c.batch_index, batch_index)
-        _view_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, sec, r.key_off, r.key_len,
-                    buffer, base)
-        _view_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, sec, r.value_off,
-                    r.value_len, buffer, base)
-        if r.headers_count:
-            eng_parse_headers(sec, r, hbuf)
-            for j in range(r.headers_count):
-                _put_view(&c.hk_data, sec + hbuf[j].key_off, hbuf[j].key_len, buffer,
-                          base + hbuf[j].key_off)
-                _view_value(&c.hv_data, &c.hv_valid, c.nh, &c.hv_nulls, sec,
-                            hbuf[j].value_off, hbuf[j].value_len, buffer, base)
-                c.nh += 1
-        _put_i32(&c.hdr_off, <int32_t>c.nh)
-        c.n += 1
-    return 0
-
-
-cdef int _view_py_value(GrowBuf *views, GrowBuf *valid, int64_t index, int64_t *nulls,
-                        object value, bytearray arena, int32_t buffer) except -1:
-    """A legacy record's key or value: copied to the end of `arena` (buffer `buffer`)."""
-    cdef const uint8_t[::1] mv
-    cdef Py_ssize_t at = len(arena)
-    if gb_reserve(views, 16) != 0:
-        raise MemoryError()
-    if value is None:
-        _view_value(views, valid, index, nulls, NULL, 0, -1, 0, 0)
+    cdef int open(self, object data, cnp.ndarray headers, Py_ssize_t start, Py_ssize_t stop,
+                  int64_t min_offset, int64_t max_offset, bint include_control,
+                  bint verify_crc, Py_ssize_t limit) except -1:
+        self.v = _view(data)
+        if headers is None:
+            headers, _ = scan(self.v, False)  # CRCs are checked per batch, while hot in cache
+        if stop < 0 or stop > headers.shape[0]:
+            stop = headers.shape[0]
+        if start < 0 or start > stop:
+            raise ValueError(f"start {start} outside [0, {stop}]")
+        _check_headers(headers, self.v, start, stop)
+        self.headers = headers
+        self.rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
+        self.start, self.stop, self.limit = start, stop, limit
+        # unbounded: records with negative offsets are not left out either
+        self.min_offset = INT64_MIN if min_offset < 0 else min_offset
+        self.max_offset = max_offset
+        self.include_control, self.verify_crc = include_control, verify_crc
+        if _columns_init(&self.c) != ENG_OK:
+            raise MemoryError()
         return 0
-    if at + len(value) > <Py_ssize_t>_INT32_LIMIT:
-        raise RecordSizeLimitError("Legacy keys or values exceed 2 GiB: decode a smaller range")
-    arena += value
-    mv = arena
-    _view_value(views, valid, index, nulls, &mv[0], <int32_t>at, <int32_t>len(value), buffer,
-                0)
-    return 0
+
+    cdef int run(self) except -1:
+        cdef Py_ssize_t i
+        cdef eng_batch_header *h
+        cdef RecordBatch b
+        if _reserve_range(&self.c, self.rows, self.start, self.stop) != ENG_OK:
+            raise MemoryError()
+        for i in range(self.start, self.stop):
+            h = &self.rows[i]
+            if _batch_left_out(h, self.include_control, self.min_offset, self.max_offset):
+                continue
+            b = _make_batch(self.v, h, False, self.limit)
+            fused = self.fuse_crc and h.magic == 2 and h.compression == 0
+            if self.verify_crc and not fused:
+                b.ensure_valid()  # which brings the batch into cache as it goes
+            elif h.compression == 0 and self.touch and self.prefetched != i:
+                # the parse chases record lengths: stream the batch into cache ahead of it
+                # (a fused CRC still needs this; it runs after the parse), unless the last
+                # batch's decode did (see _append_v2)
+                eng_touch(self.v.ptr + h.position, <size_t>h.size)
+            if h.magic < 2:
+                self._legacy(b, <int32_t>i)
+            else:
+                self._v2(b, h, <int32_t>i, fused)
+        return 0
+
+    cdef int _legacy(self, RecordBatch b, int32_t index) except -1:
+        cdef Record rec
+        if self.c.as_views and self.legacy_buffer < 0:
+            self.legacy_buffer = len(self.buffers)
+            self.buffers.append(self.legacy_arena)
+        for item in _legacy_records(b):
+            rec = <Record>item
+            if not _left_out(rec.offset, self.min_offset, self.max_offset):
+                _append_record(&self.c, rec, index, self.legacy_arena, self.legacy_buffer)
+        return 0
+
+    cdef int _v2(self, RecordBatch b, const eng_batch_header *h, int32_t index,
+                 bint fused) except -1:
+        """Appends a v2 batch's records; with `fused` (an uncompressed batch whose CRC is
+        still to check) checksums it while copying. Any failure of such a batch is its CRC
+        error when the CRC does not match, as when the CRC is checked first."""
+        cdef const uint8_t *sec
+        cdef size_t sec_len
+        cdef int32_t buffer = 0
+        cdef int64_t base = 0
+        cdef int rc
+        cdef CrcCursor crc
+        cdef const eng_batch_header *nxt
+        cdef const uint8_t *ahead = NULL
+        cdef size_t ahead_len = 0
+        if self.c.as_views:
+            owner = _v2_section(b, &sec, &sec_len, self.arena if h.compression else None)
+            self._place(owner, h, sec, sec_len, &buffer, &base)
+        else:
+            owner = _v2_section(b, &sec, &sec_len, self.scratch)  # holds `sec` while parsed
+        try:
+            self._parse(b, sec, sec_len)
+        except Exception:
+            if fused:
+                b.ensure_valid()
+            raise
+        crc.at = self.v.ptr + h.position + 21  # a v2 CRC covers [21, size)
+        crc.end = self.v.ptr + h.position + h.size
+        crc.crc = 0
+        if index + 1 < self.stop and self.rows[index + 1].compression == 0:
+            nxt = &self.rows[index + 1]
+            ahead, ahead_len = self.v.ptr + nxt.position, <size_t>nxt.size
+            self.prefetched = index + 1
+        with nogil:
+            rc = _append_v2(&self.c, sec, sec_len, self.views, h, index, self.min_offset,
+                            self.max_offset, self.hbuf, buffer, base, &crc if fused else NULL,
+                            ahead, ahead_len)
+        if rc != ENG_OK:
+            if fused:
+                b.ensure_valid()  # raises the CRC error if the CRC is why
+            raise_status(rc, "Record batch changed while it was decoded" if rc == ENG_ERR_CORRUPT
+                         else "Decoded keys, values or headers exceed 2 GiB (Arrow int32 "
+                         "offsets): decode a smaller range", position=h.position,
+                         offset=h.base_offset)
+        return 0
+
+    cdef int _parse(self, RecordBatch b, const uint8_t *sec, size_t sec_len) except -1:
+        """Parses a v2 section into `views` (and sizes `hbuf` for its headers)."""
+        cdef int32_t j, count = b.h.record_count
+        cdef size_t max_h = 0
+        if count < 0 or <size_t>count > sec_len // 7:
+            free(_alloc_views(b, sec_len))  # raises the typed error
+        if <size_t>count > self.views_cap:
+            free(self.views)
+            self.views_cap = max(<size_t>count, 2 * self.views_cap)
+            self.views = <eng_record_view *>malloc(self.views_cap * sizeof(eng_record_view))
+            if self.views == NULL:
+                self.views_cap = 0
+                raise MemoryError()
+        _parse_views(b, sec, sec_len, self.views)
+        for j in range(count if self.c.headers else 0):
+            max_h = max(max_h, <size_t>self.views[j].headers_count)
+        if max_h > self.hbuf_cap:
+            free(self.hbuf)
+            self.hbuf_cap = max(max_h, 2 * self.hbuf_cap)
+            self.hbuf = <eng_header_view *>malloc(self.hbuf_cap * sizeof(eng_header_view))
+            if self.hbuf == NULL:
+                self.hbuf_cap = 0
+                raise MemoryError()
+        return 0
+
+    cdef int _place(self, object owner, const eng_batch_header *h, const uint8_t *sec,
+                    size_t sec_len, int32_t *buffer, int64_t *base) except -1:
+        """The buffer views of a section point into, and where the section starts in it."""
+        if owner is self.v:
+            buffer[0], base[0] = 0, sec - self.v.ptr
+        elif owner is self.arena:
+            base[0] = self.arena.commit(sec_len)
+            if self.arena.block is not self.arena_block:
+                self.arena_block = self.arena.block
+                self.arena_buffer = len(self.buffers)
+                self.buffers.append(self.arena_block)
+            buffer[0] = self.arena_buffer
+        else:  # decompressed by a codec binding into an object of its own
+            buffer[0], base[0] = len(self.buffers), 0
+            self.buffers.append(owner)
+        if base[0] + <int64_t>sec_len > <int64_t>_INT32_LIMIT:
+            raise_status(ENG_ERR_LIMIT, "Batch lies beyond 2 GiB into the buffer (Arrow view "
+                         "offsets are int32): decode a slice of the segment",
+                         position=h.position, offset=h.base_offset)
+        return 0
+
+
+def decode_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
+                   Py_ssize_t stop=-1, int64_t min_offset=-1, int64_t max_offset=-1,
+                   bint include_control=True, bint verify_crc=True,
+                   Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                   bint with_keys=True, bint with_values=True, bint with_headers=True,
+                   bint fuse_crc=True):
+    """Decodes the records of scan rows [start, stop) of `data` into column buffers (see the
+    layout above). `headers` is a scan of `data` (scanned here when None); records outside
+    [min_offset, max_offset) are left out (-1: unbounded); control batches are left out
+    unless `include_control`. With `verify_crc`, a batch with a bad CRC raises
+    CorruptRecordError (the CRC covers every byte, so it reads the values too). Keys,
+    values and headers are built only when asked for (`with_keys`, ...); without them, and
+    without `verify_crc`, the value bytes of an uncompressed batch are never read. Parsing
+    and copying run without the GIL; one decompression per compressed batch runs in its
+    codec library. Returns a dict of numpy arrays.
+
+    With `verify_crc`, an uncompressed batch is checksummed while its records are copied,
+    a block ahead of the copies, so its bytes are read from memory once; `fuse_crc=False`
+    checks each batch's CRC in a pass of its own first (for tests and benchmarks: the
+    result, and the error a bad CRC raises, are the same)."""
+    cdef _RangeDecoder d = _RangeDecoder()
+    d.open(data, headers, start, stop, min_offset, max_offset, include_control, verify_crc,
+           max_decompressed_bytes)
+    d.c.keys, d.c.values, d.c.headers = with_keys, with_values, with_headers
+    d.touch = with_values  # (values not asked for stay untouched)
+    d.fuse_crc = verify_crc and fuse_crc
+    d.scratch = take_scratch()  # every compressed section is decompressed here
+    try:
+        d.run()
+        return _copied_columns(&d.c)
+    finally:
+        give_scratch(d.scratch)
+        d.scratch = None
 
 
 def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=0,
@@ -640,146 +898,14 @@ def decode_view_columns(object data, cnp.ndarray headers=None, Py_ssize_t start=
     copies: "key_views" / "value_views" (uint8, 16 bytes a record) index into "buffers", a
     list of buffer-protocol objects (the source first) that the arrays must keep alive.
     Header keys and values are views too ("header_key_views" / "header_value_views"). The
-    source must not change while the views
-    are used (a sealed segment: a mapping whose file is deleted stays readable; one whose
-    file is truncated does not)."""
-    cdef BufferView v = _view(data)
-    if headers is None:
-        headers, _ = scan(v, False)
-    cdef Py_ssize_t n = headers.shape[0], i
-    if stop < 0 or stop > n:
-        stop = n
-    if start < 0 or start > stop:
-        raise ValueError(f"start {start} outside [0, {stop}]")
-    _check_headers(headers, v, start, stop)
-    if min_offset < 0:
-        min_offset = INT64_MIN
-    cdef eng_batch_header *rows = <eng_batch_header *>cnp.PyArray_DATA(headers)
-    cdef ColumnSet c
-    cdef RecordBatch b
-    cdef const uint8_t *sec
-    cdef size_t sec_len
-    cdef eng_record_view *views = NULL
-    cdef size_t views_cap = 0
-    cdef eng_header_view *hbuf = NULL
-    cdef size_t hbuf_cap = 0, max_h
-    cdef int rc
-    cdef int32_t j, buffer, legacy_buffer = -1
-    cdef int64_t base
-    cdef eng_batch_header *h
-    cdef Record rec
-    cdef list buffers = [v.obj]
-    cdef bytearray legacy_arena = bytearray()
-    cdef _SectionArena arena = _SectionArena()
-    cdef object arena_block = None
-    cdef int32_t arena_buffer = -1
-    if _columns_init(&c) != 0 or _reserve_range(&c, rows, start, stop, True) != 0:
-        _columns_free(&c)
-        raise MemoryError()
-    try:
-        for i in range(start, stop):
-            h = &rows[i]
-            if h.is_control and not include_control:
-                continue
-            if max_offset >= 0 and h.base_offset >= max_offset and h.magic == 2:
-                continue
-            if h.last_offset < min_offset:
-                continue
-            b = _make_batch(v, h, False, max_decompressed_bytes)
-            if verify_crc:
-                b.ensure_valid()  # which brings the batch into cache as it goes
-            elif h.compression == 0:
-                eng_touch(v.ptr + h.position, <size_t>h.size)
-            if h.magic < 2:
-                if legacy_buffer < 0:
-                    legacy_buffer = len(buffers)
-                    buffers.append(legacy_arena)
-                for item in _legacy_records(b):
-                    rec = <Record>item
-                    if rec.offset < min_offset or (max_offset >= 0 and rec.offset >= max_offset):
-                        continue
-                    if (gb_reserve(&c.offset, 8) or gb_reserve(&c.timestamp, 8)
-                            or gb_reserve(&c.ts_type, 1) or gb_reserve(&c.batch_index, 4)
-                            or gb_reserve(&c.hdr_off, 4) or _reserve_bits(&c.key_valid, c.n + 1)
-                            or _reserve_bits(&c.val_valid, c.n + 1)):
-                        raise MemoryError()
-                    _put_i64(&c.offset, rec.offset)
-                    _put_i64(&c.timestamp, rec.timestamp)
-                    c.ts_type.data[c.ts_type.len] = <uint8_t>rec._timestamp_type
-                    c.ts_type.len += 1
-                    _put_i32(&c.batch_index, <int32_t>i)
-                    _view_py_value(&c.key_data, &c.key_valid, c.n, &c.key_nulls, rec.key,
-                                   legacy_arena, legacy_buffer)
-                    _view_py_value(&c.val_data, &c.val_valid, c.n, &c.val_nulls, rec.value,
-                                   legacy_arena, legacy_buffer)
-                    _put_i32(&c.hdr_off, <int32_t>c.nh)
-                    c.n += 1
-                continue
-            owner = _v2_section(b, &sec, &sec_len, arena if h.compression else None)
-            if owner is v:
-                buffer, base = 0, sec - v.ptr
-            elif owner is arena:
-                base = arena.commit(sec_len)
-                if arena.block is not arena_block:
-                    arena_block = arena.block
-                    arena_buffer = len(buffers)
-                    buffers.append(arena_block)
-                buffer = arena_buffer
-            else:  # decompressed by a codec binding into an object of its own
-                buffer, base = len(buffers), 0
-                buffers.append(owner)
-            if base + <int64_t>sec_len > <int64_t>_INT32_LIMIT:
-                raise RecordSizeLimitError(
-                    "Batch lies beyond 2 GiB into the buffer (Arrow view offsets are int32): "
-                    "decode a slice of the segment", position=h.position, offset=h.base_offset)
-            if h.record_count < 0 or <size_t>h.record_count > sec_len // 7:
-                free(_alloc_views(b, sec_len))  # raises the typed error
-            if <size_t>h.record_count > views_cap:
-                free(views)
-                views_cap = max(<size_t>h.record_count, 2 * views_cap)
-                views = <eng_record_view *>malloc(views_cap * sizeof(eng_record_view))
-                if views == NULL:
-                    views_cap = 0
-                    raise MemoryError()
-            _parse_views(b, sec, sec_len, views)
-            max_h = 0
-            for j in range(h.record_count):
-                max_h = max(max_h, <size_t>views[j].headers_count)
-            if max_h > hbuf_cap:
-                free(hbuf)
-                hbuf_cap = max(max_h, 2 * hbuf_cap)
-                hbuf = <eng_header_view *>malloc(hbuf_cap * sizeof(eng_header_view))
-                if hbuf == NULL:
-                    hbuf_cap = 0
-                    raise MemoryError()
-            with nogil:
-                rc = _append_v2_views(&c, sec, views, h, <int32_t>i, min_offset, max_offset,
-                                      hbuf, buffer, base)
-            if rc == -1:
-                raise MemoryError()
-        nrec, nhdr = c.n, c.nh
-        return {
-            "num_records": nrec,
-            "num_headers": nhdr,
-            "buffers": buffers,
-            "offset": _take_array(&c.offset, np.int64, nrec),
-            "timestamp": _take_array(&c.timestamp, np.int64, nrec),
-            "timestamp_type": _take_array(&c.ts_type, np.int8, nrec),
-            "batch_index": _take_array(&c.batch_index, np.int32, nrec),
-            "key_views": _take_array(&c.key_data, np.uint8, 16 * nrec),
-            "key_validity": _take_array(&c.key_valid, np.uint8, (nrec + 7) // 8),
-            "key_null_count": c.key_nulls,
-            "value_views": _take_array(&c.val_data, np.uint8, 16 * nrec),
-            "value_validity": _take_array(&c.val_valid, np.uint8, (nrec + 7) // 8),
-            "value_null_count": c.val_nulls,
-            "header_offsets": _take_array(&c.hdr_off, np.int32, nrec + 1),
-            "header_key_views": _take_array(&c.hk_data, np.uint8, 16 * nhdr),
-            "header_key_null_count": 0,
-            "header_value_views": _take_array(&c.hv_data, np.uint8, 16 * nhdr),
-            "header_value_validity": _take_array(&c.hv_valid, np.uint8, (nhdr + 7) // 8),
-            "header_value_null_count": c.hv_nulls,
-        }
-    finally:
-        free(views)
-        free(hbuf)
-        _columns_free(&c)
+    source must not change while the views are used (a sealed segment: a mapping whose file
+    is deleted stays readable; one whose file is truncated does not)."""
+    cdef _RangeDecoder d = _RangeDecoder()
+    d.open(data, headers, start, stop, min_offset, max_offset, include_control, verify_crc,
+           max_decompressed_bytes)
+    d.c.keys = d.c.values = d.c.headers = d.c.as_views = d.touch = True
+    d.buffers = [d.v.obj]
+    d.legacy_arena = bytearray()
+    d.arena = _SectionArena()
+    d.run()
+    return _view_columns(&d.c, d.buffers)

@@ -16,9 +16,26 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
-from checksums cimport *
+from checksums cimport (
+    ENG_CRC_IMPL_UNAVAILABLE,
+    ENG_CRC_UNKNOWN_IMPL,
+    eng_crc32,
+    eng_crc32c,
+    eng_crc32c_combine,
+    eng_crc32c_fold_constants,
+    eng_crc32c_impl,
+    eng_crc32c_impl_available,
+    eng_crc32c_impl_count,
+    eng_crc32c_impl_name,
+    eng_crc32c_with,
+    eng_crc32c_xpow,
+    eng_murmur2,
+    eng_xxh32,
+)
+from engine._native.errors cimport raise_status
+from status cimport ENG_ERR_ARGUMENT, ENG_ERR_UNAVAILABLE
 
-from engine._native.errors import ImplementationUnavailableError
+from engine._native.errors import ImplementationUnavailableError  # re-exported
 
 __all__ = [
     "crc32c", "crc32c_combine", "crc32c_implementation", "crc32c_implementations",
@@ -99,10 +116,11 @@ def crc32c_with(name, data, uint32_t value=0):
         if release:
             PyBuffer_Release(&view)
     if status == ENG_CRC_UNKNOWN_IMPL:
-        raise ValueError(f"unknown CRC-32C implementation {name!r}; known: "
-                         f"{', '.join(_crc32c_known_implementations())}")
+        raise_status(ENG_ERR_ARGUMENT, f"unknown CRC-32C implementation {name!r}; known: "
+                     f"{', '.join(_crc32c_known_implementations())}")
     if status == ENG_CRC_IMPL_UNAVAILABLE:
-        raise ImplementationUnavailableError(
+        raise_status(
+            ENG_ERR_UNAVAILABLE,
             f"CRC-32C implementation {name!r} is unavailable on this CPU or build; available: "
             f"{', '.join(crc32c_implementations())}")
     return r

@@ -20,7 +20,19 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-from batch cimport *
+from batch cimport (
+    ENG_LOG_OVERHEAD,
+    ENG_RECORD_BATCH_OVERHEAD,
+    eng_batch_header,
+    eng_header_view,
+    eng_increment_sequence,
+    eng_parse_headers,
+    eng_parse_records,
+    eng_record_view,
+    eng_scan_count,
+    eng_scan_fill,
+    kb_load_i32,
+)
 from checksums cimport eng_crc32, eng_crc32c
 from engine._native.codecs cimport (
     Scratch,
@@ -30,7 +42,9 @@ from engine._native.codecs cimport (
     give_scratch,
     take_scratch,
 )
-from engine._native.scan cimport BufferView, _raise_error, _view
+from engine._native.errors cimport raise_eng_error, raise_status
+from engine._native.scan cimport BufferView, _view
+from status cimport ENG_OK, eng_error
 
 import enum
 
@@ -445,10 +459,10 @@ cdef int _parse_views(RecordBatch b, const uint8_t *sec, size_t sec_len,
         if b.h.compression != 0:
             # positions inside a decompressed stream mean nothing in the file: name the batch
             msg = err.message.decode("utf-8", "replace")
-            raise InvalidRecordError(
-                f"{msg} (byte {err.position - base_pos} of the decompressed records)",
-                position=b.h.position, offset=b.h.base_offset)
-        _raise_error(&err)
+            raise_status(err.code,
+                         f"{msg} (byte {err.position - base_pos} of the decompressed records)",
+                         position=b.h.position, offset=b.h.base_offset)
+        raise_eng_error(&err)
     return 0
 
 

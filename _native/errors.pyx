@@ -4,7 +4,27 @@
 They live here, below the rest of `engine`, so the compiled modules can raise them without
 importing upward. Each is also a fitting builtin (ValueError, OSError), and each carries the
 structured context a reader needs to find the damage: file, byte position and offset.
+
+`error_for` / `raise_status` (cimported by the other modules) are the one place a native
+status (`_native/include/status.h`) becomes one of these, so a status means the same error
+in every module.
 """
+
+from status cimport (
+    ENG_ERR_ARGUMENT,
+    ENG_ERR_CODEC,
+    ENG_ERR_CORRUPT,
+    ENG_ERR_INDEX_FULL,
+    ENG_ERR_INVALID,
+    ENG_ERR_INVALID_OFFSET,
+    ENG_ERR_LIMIT,
+    ENG_ERR_NOMEM,
+    ENG_ERR_OS,
+    ENG_ERR_UNAVAILABLE,
+    eng_error,
+)
+
+import os
 
 __all__ = [
     "KafkaEngineError", "CorruptRecordError", "InvalidRecordError",
@@ -108,3 +128,43 @@ class CorruptCheckpointError(KafkaEngineError, OSError):
 
 class ImplementationUnavailableError(KafkaEngineError, RuntimeError):
     """A named CRC-32C implementation exists but this CPU or build cannot run it."""
+
+
+cdef dict _TYPED = {
+    ENG_ERR_CORRUPT: CorruptRecordError,
+    ENG_ERR_INVALID: InvalidRecordError,
+    ENG_ERR_LIMIT: RecordSizeLimitError,
+    ENG_ERR_CODEC: UnsupportedCompressionTypeError,
+    ENG_ERR_INDEX_FULL: IndexFullError,
+    ENG_ERR_INVALID_OFFSET: InvalidOffsetError,
+    ENG_ERR_UNAVAILABLE: ImplementationUnavailableError,
+}
+
+
+cdef object error_for(int status, str message=None, object position=None,
+                      object offset=None, object file=None, int errnum=0):
+    """The exception for a native status other than ENG_OK. Statuses about the data carry
+    `position`, `offset` and `file` (None when unknown); MemoryError, ValueError (a bad
+    argument, `message`) and OSError (of `errnum`, as the C library reported it) are the
+    builtins Python code would raise. An unknown status is data damage: CorruptRecordError."""
+    if status == ENG_ERR_NOMEM:
+        return MemoryError()  # as Python's own allocation failures: no message
+    if status == ENG_ERR_ARGUMENT:
+        return ValueError(message)
+    if status == ENG_ERR_OS:
+        return OSError(errnum, os.strerror(errnum))
+    cls = _TYPED.get(status, CorruptRecordError)
+    return cls(message, file=file, position=position, offset=offset)
+
+
+cdef int raise_status(int status, str message=None, object position=None,
+                      object offset=None, object file=None, int errnum=0) except -1:
+    """Raises `error_for(...)`."""
+    raise error_for(status, message, position, offset, file, errnum)
+
+
+cdef int raise_eng_error(const eng_error *err) except -1:
+    """Raises the error a kernel reported in `err` (-1 position or offset: unknown)."""
+    raise error_for(err.code, err.message.decode("utf-8", "replace"),
+                    err.position if err.position >= 0 else None,
+                    err.offset if err.offset >= 0 else None)

@@ -35,11 +35,42 @@ from cpython.buffer cimport (
 from libc.stddef cimport ptrdiff_t
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint64_t
 
-from index cimport *
+from index cimport (
+    IX_NO_TIMESTAMP,
+    IX_OFFSET,
+    IX_OFFSET_ENTRY_SIZE,
+    IX_OFFSET_INDEX_FULL,
+    IX_OFFSET_NOT_INCREASING,
+    IX_OFFSET_OVERFLOW,
+    IX_OK,
+    IX_POSITION_OVERFLOW,
+    IX_SIZE_INVALID,
+    IX_TIME,
+    IX_TIME_DECREASING,
+    IX_TIME_ENTRY_SIZE,
+    IX_TIME_INDEX_FULL,
+    IX_TIME_OFFSET_DECREASING,
+    IX_WARM_BYTES,
+    ix_append_offsets,
+    ix_first_key_ge,
+    ix_first_value_ge,
+    ix_last_le_many,
+    ix_maybe_append_times,
+    ix_rebuild,
+    ix_relative,
+    ix_table,
+    ix_table_build,
+    ix_table_free,
+    ix_table_last_le,
+    kb_load_i32,
+    kb_load_i64,
+)
+from engine._native.errors cimport error_for
+from status cimport ENG_ERR_ARGUMENT, ENG_ERR_INDEX_FULL, ENG_ERR_INVALID_OFFSET
 
 import numpy as np
 
-from engine._native.errors import IndexFullError, InvalidOffsetError
+from engine._native.errors import IndexFullError  # re-exported
 
 __all__ = [
     "OffsetPosition", "TimestampOffset", "OffsetIndexCore", "TimeIndexCore", "IndexFullError",
@@ -180,16 +211,21 @@ def append_status_message(int status):
 
 
 def status_error(int status, str message, *, file=None, position=None, offset=None):
-    """The exception for an IX status other than IX_OK: the one place index statuses
-    become exceptions (the rebuild here, OffsetIndex.append and TimeIndex.maybe_append
-    above), whatever message each caller gives. A full index is IndexFullError; a byte
-    position or batch size no index field can hold is ValueError; every other refusal
-    (ordering, an offset outside the int32 relative range) is InvalidOffsetError."""
-    if status in (IX_OFFSET_INDEX_FULL, IX_TIME_INDEX_FULL):
-        return IndexFullError(message, file=file, position=position, offset=offset)
-    if status in (IX_POSITION_OVERFLOW, IX_SIZE_INVALID):
-        return ValueError(message)
-    return InvalidOffsetError(message, file=file, position=position, offset=offset)
+    """The exception for an IX status other than IX_OK (the rebuild here, OffsetIndex.append
+    and TimeIndex.maybe_append above), whatever message each caller gives. A full index is
+    IndexFullError; a byte position or batch size no index field can hold is ValueError;
+    every other refusal (ordering, an offset outside the int32 relative range) is
+    InvalidOffsetError."""
+    return error_for(_engine_status(status), message, position, offset, file)
+
+
+cdef int _engine_status(int status) noexcept:
+    """The engine status (status.pxd) an IX status is raised as."""
+    if status == IX_OFFSET_INDEX_FULL or status == IX_TIME_INDEX_FULL:
+        return ENG_ERR_INDEX_FULL
+    if status == IX_POSITION_OVERFLOW or status == IX_SIZE_INVALID:
+        return ENG_ERR_ARGUMENT
+    return ENG_ERR_INVALID_OFFSET
 
 
 STATUS_OFFSET_NOT_INCREASING = IX_OFFSET_NOT_INCREASING

@@ -1,10 +1,8 @@
-# Shared declarations of engine._native.scan: the held buffer every native reader works on,
-# the scan row array and the native error conversion.
+# Shared declarations of engine._native.scan: the held buffer every native reader works on
+# and the scan row array.
 cimport numpy as cnp
 from cpython.buffer cimport Py_buffer
 from libc.stdint cimport uint8_t
-
-from batch cimport eng_error
 
 
 cdef class BufferView:
@@ -24,4 +22,3 @@ cdef inline BufferView _view(object data):
 cdef cnp.dtype _HEADER_DESCR
 
 cdef cnp.ndarray _new_headers(size_t count)
-cdef int _raise_error(const eng_error *err) except -1

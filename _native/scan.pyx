@@ -5,7 +5,7 @@
 Byte layouts are documented in `_native/include/batch.h` and Kafka's DefaultRecordBatch /
 LegacyRecord. `BufferView` holds the buffer export (bytes, bytearray, memoryview, mmap,
 numpy) that every native reader works on without the GIL; objects built over it keep the
-buffer alive. Native error codes become the typed errors of engine._native.errors here.
+buffer alive.
 """
 
 cimport numpy as cnp
@@ -13,16 +13,11 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.ref cimport Py_INCREF
 
-from batch cimport *
+from batch cimport eng_batch_header, eng_scan_count, eng_scan_fill
+from engine._native.errors cimport raise_eng_error
+from status cimport ENG_OK, eng_error
 
 import numpy as np
-
-from engine._native.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    RecordSizeLimitError,
-    UnsupportedCompressionTypeError,
-)
 
 cnp.import_array()
 
@@ -83,17 +78,6 @@ cdef class BufferView:
         return self.nbytes
 
 
-cdef int _raise_error(const eng_error *err) except -1:
-    cdef str msg = err.message.decode("utf-8", "replace")
-    position = err.position if err.position >= 0 else None
-    offset = err.offset if err.offset >= 0 else None
-    if err.code == ENG_ERR_NOMEM:
-        raise MemoryError(msg)
-    cls = {ENG_ERR_INVALID: InvalidRecordError, ENG_ERR_LIMIT: RecordSizeLimitError,
-           ENG_ERR_CODEC: UnsupportedCompressionTypeError}.get(err.code, CorruptRecordError)
-    raise cls(msg, position=position, offset=offset)
-
-
 def scan(object data, bint verify_crc=True):
     """Scans every whole entry (v2 batch or v0/v1 message) of `data` in one pass.
 
@@ -110,7 +94,7 @@ def scan(object data, bint verify_crc=True):
     with nogil:
         rc = eng_scan_count(v.ptr, v.nbytes, &count, &valid, &err)
     if rc != ENG_OK:
-        _raise_error(&err)
+        raise_eng_error(&err)
     cdef cnp.ndarray headers = _new_headers(count)
     cdef eng_batch_header *out = <eng_batch_header *>cnp.PyArray_DATA(headers)
     with nogil:

@@ -35,9 +35,11 @@ int eng_assign_offsets(eng_batch_header *rows, size_t n, int64_t next_offset, in
  * Writes buf[0, len) at file offset `position` of fd, with bytes [0, 8) and [12, 16) of each
  * v2 batch taken from its row's base_offset and partition_leader_epoch (big-endian). Rows must
  * tile buf exactly from 0 (each row's size matching the length field in buf). Retries short
- * writes and EINTR. Returns 0, -1 when the rows do not tile buf (*written 0, nothing written),
- * or an errno value (*written then holds the bytes written before the failure).
+ * writes and EINTR. Returns 0, ENG_PWRITE_NOT_TILED when the rows do not tile buf or position
+ * is negative (*written 0, nothing written), or an errno value (*written then holds the bytes
+ * written before the failure).
  */
+enum { ENG_PWRITE_NOT_TILED = -1 };
 int eng_pwrite_batches(int fd, const uint8_t *buf, size_t len, const eng_batch_header *rows,
                        size_t n, int64_t position, size_t *written);
 

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "kbytes.h"
+#include "status.h" /* ENG_OK, ENG_ERR_*, eng_error */
 
 #define ENG_LOG_OVERHEAD 12
 #define ENG_HEADER_SIZE_UP_TO_MAGIC 17
@@ -27,22 +28,6 @@
 #define ENG_RECORD_OVERHEAD_V0 14
 #define ENG_RECORD_OVERHEAD_V1 22
 #define ENG_MIN_RECORD_SIZE 7 /* length, attributes, ts delta, offset delta, key, value, headers */
-
-enum {
-    ENG_OK = 0,
-    ENG_ERR_CORRUPT = 1,       /* CorruptRecordError */
-    ENG_ERR_INVALID = 2,       /* InvalidRecordError */
-    ENG_ERR_NOMEM = 3,         /* MemoryError */
-    ENG_ERR_LIMIT = 4,         /* RecordSizeLimitError */
-    ENG_ERR_CODEC = 5,         /* UnsupportedCompressionTypeError */
-};
-
-typedef struct {
-    int code;
-    int64_t position; /* byte position in the scanned buffer, -1 if unknown */
-    int64_t offset;   /* Kafka offset, -1 if unknown */
-    char message[192];
-} eng_error;
 
 /* One row of the scan: field order and types mirror BATCH_HEADER_DTYPE (aligned). */
 typedef struct {
@@ -142,6 +127,32 @@ static inline void eng_touch(const uint8_t *p, size_t n)
 #else
     volatile uint64_t keep = sum;
     (void)keep;
+/* Asks for [p, p+n) to be brought into cache while other work goes on (a hint: unlike
+ * eng_touch it never waits for memory, and the CPU may drop it). */
+static inline void eng_prefetch(const uint8_t *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t i = 0; i < n; i += 64)
+        __builtin_prefetch(p + i);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+#endif
+}
+
+/* Asks for [p, p+n) to be brought into cache while other work goes on (a hint: unlike
+ * eng_touch it never waits for memory, and the CPU may drop it). */
+static inline void eng_prefetch(const uint8_t *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t i = 0; i < n; i += 64)
+        __builtin_prefetch(p + i);
+#else
+    (void)p;
+    (void)n;
 #endif
 }
 

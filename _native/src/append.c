@@ -85,16 +85,16 @@ int eng_pwrite_batches(int fd, const uint8_t *buf, size_t len, const eng_batch_h
     struct iovec iov[2 * GROUP + 1];
     size_t i, end = 0;
     *written = 0;
-    if (position < 0) return -1;
+    if (position < 0) return ENG_PWRITE_NOT_TILED;
     for (i = 0; i < n; i++) {
         if (rows[i].position < 0 || (size_t)rows[i].position != end
                 || rows[i].size < ENG_HEADER_SIZE_UP_TO_MAGIC
                 || (size_t)rows[i].size > len - end
                 || (int64_t)kb_load_i32(buf + end + 8) + ENG_LOG_OVERHEAD != rows[i].size)
-            return -1;
+            return ENG_PWRITE_NOT_TILED;
         end += (size_t)rows[i].size;
     }
-    if (end != len) return -1;
+    if (end != len) return ENG_PWRITE_NOT_TILED;
 
     const uint8_t *plain = buf; /* start of the bytes not yet queued */
     int cnt = 0, g = 0;

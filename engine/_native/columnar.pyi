@@ -12,7 +12,8 @@ def decode_columns(data: Buffer | BufferView, headers: npt.NDArray[np.void] | No
                    stop: int = -1, min_offset: int = -1, max_offset: int = -1,
                    include_control: bool = True, verify_crc: bool = True,
                    max_decompressed_bytes: int = ..., with_keys: bool = True,
-                   with_values: bool = True, with_headers: bool = True) -> dict[str, Any]: ...
+                   with_values: bool = True, with_headers: bool = True,
+                   fuse_crc: bool = True) -> dict[str, Any]: ...
 def decode_view_columns(data: Buffer | BufferView, headers: npt.NDArray[np.void] | None = None,
                         start: int = 0, stop: int = -1, min_offset: int = -1,
                         max_offset: int = -1, include_control: bool = True,

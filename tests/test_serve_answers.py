@@ -307,3 +307,33 @@ def test_damaged_remote_log_metadata_answers_list_offsets_with_a_storage_error(
     assert [r["error_code"] for r in rows] == [E.KAFKA_STORAGE_ERROR, E.NONE], rows
     [record] = [r for r in caplog.records if r.name == "engine.protocol.broker"]
     assert record.levelno == logging.ERROR and str(damaged) in record.getMessage()
+
+
+# ---------------------------------------------------------------------- topic ids
+
+def test_topic_ids_are_the_log_managers(tmp_path):
+    """A topic's id is the LogManager's (engine.log.topic_ids), one rule for `run` and
+    `serve`: the one its partitions record, written to a partition that records none, and
+    partitions that disagree are an InconsistentTopicIdError naming each one, not an id
+    picked among them."""
+    from engine.common import Uuid
+    from engine.errors import InconsistentTopicIdError
+    from engine.log.checkpoint import PartitionMetadataFile
+
+    with LogManager([str(tmp_path)]) as manager:
+        for p in (0, 1, 2):
+            manager.get_or_create_log(TOPIC, p)
+    (tmp_path / f"{TOPIC}-2" / "partition.metadata").unlink()
+    with LogManager([str(tmp_path)]) as manager:
+        broker = ReadBroker(LogReader(manager, LocalReads(manager)))
+        topic_id = manager.topic_id(TOPIC)
+        assert broker.topic_ids == {TOPIC: bytes(topic_id)}
+        assert manager.get_log(TOPIC, 2).partition_metadata.read().topic_id == topic_id
+    ids = {0: topic_id, 1: Uuid.random()}
+    for p, i in ids.items():
+        PartitionMetadataFile(tmp_path / f"{TOPIC}-{p}" / "partition.metadata").write(i)
+    with LogManager([str(tmp_path)]) as manager, \
+            pytest.raises(InconsistentTopicIdError) as caught:
+        ReadBroker(LogReader(manager, LocalReads(manager)))
+    for p, i in ids.items():
+        assert f"{TOPIC}-{p} has {i}" in str(caught.value)

@@ -3,6 +3,10 @@ log dirs: every partition of the LogManager, read through the RemoteLogManager (
 segments and the tier), as Kafka's ReplicaManager answers KafkaApis.
 
 Kafka's answers kept here:
+- a topic's id is the LogManager's (`LogManager.topic_id`: the one its partitions'
+  `partition.metadata` record, also written to those that record none;
+  InconsistentTopicIdError naming each partition when they disagree, so `serve` refuses to
+  start as `run` does);
 - the leader epoch is the last of the partition's leader-epoch cache (0 when it is empty);
 - ListOffsets latest is the high watermark (the last stable offset for read_committed); max
   timestamp is answered from the local segments, with the offset of the record holding it;
@@ -13,7 +17,6 @@ Kafka's answers kept here:
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Sequence
@@ -32,8 +35,6 @@ from engine.protocol.partition_reader import (
 from engine.records import MemoryRecords
 
 __all__ = ["LogReader"]
-
-log = logging.getLogger(__name__)
 
 
 
@@ -61,20 +62,7 @@ class LogReader:
         return out
 
     def topic_id(self, topic: str) -> Uuid:
-        """From the partitions' `partition.metadata`; a partition without one gets its
-        topic's id (or a new one for the whole topic), as Kafka gives every topic an id."""
-        logs = [u for p in self.topics().get(topic, [])
-                if (u := self.log_manager.get_log(topic, p)) is not None]
-        ids = {str(u.partition_metadata.read().topic_id) for u in logs
-               if u.partition_metadata.exists()}
-        if len(ids) > 1:
-            log.warning("Partitions of topic %s carry different topic ids %s; serving %s",
-                        topic, sorted(ids), min(ids))
-        topic_id = Uuid.from_string(min(ids)) if ids else Uuid.random()
-        for u in logs:
-            if not u.partition_metadata.exists():
-                u.partition_metadata.write(topic_id)
-        return topic_id
+        return self.log_manager.topic_id(topic)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return self._leader_epoch(self._log(topic, partition))

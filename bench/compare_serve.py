@@ -96,10 +96,11 @@ def ceiling_server(config: str) -> None:
     from engine.cli._broker import open_broker
     from engine.protocol import codec
     from engine.protocol.broker import Endpoint, ReadBroker
+    from engine.protocol.log_reader import LogReader
 
     session = open_broker(config)
     rlm = session.remote_log_manager()
-    broker = ReadBroker(session.log_manager, rlm)
+    broker = ReadBroker(LogReader(session.log_manager, rlm))
     chunks: dict[tuple[int, int], bytes] = {}
     starts: dict[int, list[int]] = {}
     ends = {}

@@ -23,6 +23,7 @@ from engine.protocol import codec
 from engine.protocol import errors as E
 from engine.protocol.acl import CLUSTER_NAME, Acl, Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
+from engine.protocol.log_reader import LogReader
 from engine.records import RecordBatchBuilder
 from engine.rlm import fetch as rlm_fetch
 
@@ -37,7 +38,7 @@ def tiered(tmp_path_factory):
 @pytest.fixture(scope="module")
 def broker(tiered):
     with BrokerSession(load_broker_config(tiered.config), tiered.config) as session:
-        yield ReadBroker(session.log_manager, session.remote_log_manager())
+        yield ReadBroker(LogReader(session.log_manager, session.remote_log_manager()))
 
 
 def _wire(api_key: int, version: int, body: dict, answer) -> dict:
@@ -88,8 +89,8 @@ def test_an_expired_remote_read_answers_no_error_and_no_records(broker, tiered,
 
     monkeypatch.setattr(rlm_fetch, "read_remote", hung)
     # no read is served on the caller's thread: every one goes to the reader pool
-    monkeypatch.setattr(broker.rlm.reader, "inline_reads", False)
-    monkeypatch.setattr(broker.rlm.reader, "fetch_max_wait_ms", 50)
+    monkeypatch.setattr(broker.reader.rlm.reader, "inline_reads", False)
+    monkeypatch.setattr(broker.reader.rlm.reader, "fetch_max_wait_ms", 50)
     local = tiered.offsets[1]["earliest-local"]
     try:
         resp = fetch(broker, 12, [_part(0, 0), _part(1, local)])
@@ -107,8 +108,8 @@ def test_a_remote_read_refused_by_a_full_reader_queue_is_unknown_server_error(
     def full(*args, **kwargs):
         raise RemoteLogReaderRejectedError("the remote log reader queue is full")
 
-    monkeypatch.setattr(broker.rlm.reader_pool, "submit", full)
-    monkeypatch.setattr(broker.rlm.reader, "inline_reads", False)  # to the reader pool
+    monkeypatch.setattr(broker.reader.rlm.reader_pool, "submit", full)
+    monkeypatch.setattr(broker.reader.rlm.reader, "inline_reads", False)  # to the reader pool
     row = fetch(broker, 12, [_part(0, 0)])["responses"][0]["partitions"][0]
     assert row["error_code"] == E.UNKNOWN_SERVER_ERROR
 
@@ -179,7 +180,7 @@ def open_transaction(tmp_path):
     manager.append_as_leader(TOPIC, 0, txn.build(), 0)
     unified = manager.get_log(TOPIC, 0)
     assert (unified.last_stable_offset, unified.high_watermark) == (10, 15)
-    yield ReadBroker(manager, LocalReads(manager))
+    yield ReadBroker(LogReader(manager, LocalReads(manager)))
     manager.shutdown()
 
 
@@ -208,7 +209,7 @@ def test_list_offsets_v0_answers_offsets_arrays_from_the_local_segments(broker, 
     """Kafka's v0 (legacyFetchOffsetsBefore): the local segments' base offsets and the log
     end offset, highest first, at most max_num_offsets of them; earliest is the first
     local offset (tiered records are not listed), unlike v1+ where it is the log start."""
-    unified = broker.log_manager.get_log(TOPIC, 0)
+    unified = broker.reader.log_manager.get_log(TOPIC, 0)
     bases = [seg.base_offset for seg in unified.segments]
     end = unified.high_watermark
     assert len(bases) > 1 and end == unified.log_end_offset
@@ -302,10 +303,40 @@ def test_damaged_remote_log_metadata_answers_list_offsets_with_a_storage_error(
     data[len(data) // 2] ^= 0x01
     damaged.write_bytes(data)
     with BrokerSession(load_broker_config(tiered.config), tiered.config) as session:
-        broker = ReadBroker(session.log_manager, session.remote_log_manager())
+        broker = ReadBroker(LogReader(session.log_manager, session.remote_log_manager()))
         with caplog.at_level(logging.INFO, logger="engine.protocol.broker"):
             rows = list_offsets(broker, 9, [{"partition_index": p, "timestamp": -2}
                                             for p in (0, 1)])
     assert [r["error_code"] for r in rows] == [E.KAFKA_STORAGE_ERROR, E.NONE], rows
     [record] = [r for r in caplog.records if r.name == "engine.protocol.broker"]
     assert record.levelno == logging.ERROR and str(damaged) in record.getMessage()
+
+
+# ---------------------------------------------------------------------- topic ids
+
+def test_topic_ids_are_the_log_managers(tmp_path):
+    """A topic's id is the LogManager's (engine.log.topic_ids), one rule for `run` and
+    `serve`: the one its partitions record, written to a partition that records none, and
+    partitions that disagree are an InconsistentTopicIdError naming each one, not an id
+    picked among them."""
+    from engine.common import Uuid
+    from engine.errors import InconsistentTopicIdError
+    from engine.log.checkpoint import PartitionMetadataFile
+
+    with LogManager([str(tmp_path)]) as manager:
+        for p in (0, 1, 2):
+            manager.get_or_create_log(TOPIC, p)
+    (tmp_path / f"{TOPIC}-2" / "partition.metadata").unlink()
+    with LogManager([str(tmp_path)]) as manager:
+        broker = ReadBroker(LogReader(manager, LocalReads(manager)))
+        topic_id = manager.topic_id(TOPIC)
+        assert broker.topic_ids == {TOPIC: bytes(topic_id)}
+        assert manager.get_log(TOPIC, 2).partition_metadata.read().topic_id == topic_id
+    ids = {0: topic_id, 1: Uuid.random()}
+    for p, i in ids.items():
+        PartitionMetadataFile(tmp_path / f"{TOPIC}-{p}" / "partition.metadata").write(i)
+    with LogManager([str(tmp_path)]) as manager, \
+            pytest.raises(InconsistentTopicIdError) as caught:
+        ReadBroker(LogReader(manager, LocalReads(manager)))
+    for p, i in ids.items():
+        assert f"{TOPIC}-{p} has {i}" in str(caught.value)

@@ -66,7 +66,7 @@ def _coordinator(log_dir):
     config = {"group.min.session.timeout.ms": 1000, "group.max.session.timeout.ms": 60000,
               "group.initial.rebalance.delay.ms": 0, "offsets.retention.minutes": 1,
               "offset.metadata.max.bytes": 4096, "group.max.size": 10}
-    return GroupCoordinator(config, OffsetsStore(log_dir), log_manager=None)
+    return GroupCoordinator(config, OffsetsStore(log_dir), reader=None)
 
 
 def _expire_at(coordinator, monkeypatch, at_ms: int) -> dict:

@@ -39,9 +39,9 @@ from engine.cli._bucket_args import key_values
 from engine.config import BrokerConfig, ConfigError, load_broker_config, load_properties
 from engine.protocol.acl import Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
-from engine.protocol.bucket_broker import BucketBroker
 from engine.protocol.groups import GroupCoordinator
-from engine.protocol.replica import open_replica
+from engine.protocol.log_reader import LogReader
+from engine.protocol.replica import BucketReplica, open_replica
 from engine.protocol.sasl import MECHANISMS, Credentials
 from engine.protocol.server import KafkaServer, parse_listeners
 from engine.protocol.tls import server_context
@@ -130,8 +130,8 @@ async def _serve(broker, listen: _Listen, read_broker, coordinator, housekeeping
 async def _serve_logs(session, broker, listen: _Listen) -> None:
     rlm = session.remote_log_manager()
     manager = session.log_manager
-    read_broker = ReadBroker(manager, rlm)
-    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], manager)
+    read_broker = ReadBroker(LogReader(manager, rlm))
+    coordinator = GroupCoordinator.open(broker, manager.log_dirs[0], read_broker.reader)
     await _serve(broker, listen, read_broker, coordinator, _Housekeeping(manager, broker),
                  rlm.start, ", the remote log manager and the logs")
 
@@ -158,15 +158,18 @@ class _Refresh:
     """Lists the bucket again every `--refresh-interval-ms`; a failed listing keeps what
     was served (one warning)."""
 
-    def __init__(self, read_broker: BucketBroker, interval_ms: int) -> None:
+    def __init__(self, replica: BucketReplica, read_broker: ReadBroker,
+                 interval_ms: int) -> None:
+        self.replica = replica
         self.read_broker = read_broker
         self.every_s = interval_ms / 1000
 
     def run(self) -> None:
         try:
-            self.read_broker.refresh()
+            self.replica.refresh()
+            self.read_broker.refresh_topics()
         except Exception as exc:  # noqa: BLE001 - a failed listing never stops the server
-            log.warning("bucket %s not listed again: %s: %s", self.read_broker.replica.url,
+            log.warning("bucket %s not listed again: %s: %s", self.replica.url,
                         type(exc).__name__, exc)
 
 
@@ -210,13 +213,13 @@ def _run_bucket(args) -> int:
     try:
         replica = open_replica(args.bucket, store, props, args.state_dir)
         try:
-            read_broker = BucketBroker(replica)
+            read_broker = ReadBroker(replica)
             topics = replica.topics()
             print(f"serve: bucket {args.bucket}: {sum(map(len, topics.values()))} partitions "
                   f"of {len(topics)} topics", file=sys.stderr, flush=True)
             coordinator = GroupCoordinator.open(broker, args.state_dir, replica)
             asyncio.run(_serve(broker, listen, read_broker, coordinator,
-                               _Refresh(read_broker, args.refresh_interval_ms),
+                               _Refresh(replica, read_broker, args.refresh_interval_ms),
                                stopping=" and the bucket"))
         finally:
             replica.close()

@@ -1,14 +1,14 @@
-"""The read APIs of `serve`: ApiVersions, Metadata, ListOffsets, Fetch and the refusal of
-Produce, answered from the LogManager and the RemoteLogManager as one Kafka broker that
-leads every partition in its log dirs.
+"""The read APIs of `serve`: ApiVersions, Metadata, ListOffsets, Fetch, DescribeConfigs and
+the refusal of Produce, answered as one Kafka broker that leads every partition of a
+PartitionReader (engine.protocol.partition_reader): a broker's log dirs read through the
+RemoteLogManager (engine.protocol.log_reader) or a bucket alone (engine.protocol.replica).
 
 Each handler takes the decoded request body (engine.protocol.codec) and returns the response
 body. The blocking ones (`list_offsets`, `fetch_once`) run on the server's I/O threads, never
-on the event loop. Fetch returns the record views that `RemoteLogManager.read_many` returns
-(local segment views, remote chunk views): record bytes are never decoded or re-encoded,
-only cut at batch boundaries to honour the response byte limit. For a plain TCP listener the
-local ones become FileRegions (engine.records.file_region), which the server sends with
-sendfile.
+on the event loop. Fetch returns the record views the reader's `fetch` returns (local
+segment views, remote chunk views): record bytes are never decoded or re-encoded, only cut
+at batch boundaries to honour the response byte limit. For a plain TCP listener the local
+ones become FileRegions (engine.records.file_region), which the server sends with sendfile.
 
 Kafka's behaviours kept here:
 - KIP-74: each partition is read with min(its partition_max_bytes, the response bytes
@@ -23,10 +23,11 @@ Kafka's behaviours kept here:
   closes that one); an incremental fetch gets FETCH_SESSION_ID_NOT_FOUND;
 - read_uncommitted answers null aborted transactions; read_committed stops at the last
   stable offset and lists the aborted transactions of what it returns;
-- ListOffsets v0 answers offsets arrays as Kafka's legacy path does: from the local
-  segments' base offsets and the log end offset, at most max_num_offsets, highest first;
-- DescribeConfigs answers topic resources with each config's source, as kafka-configs.sh
-  shows them, and its declared type (engine.config.definitions: INT, LONG, ...);
+- ListOffsets v0 answers offsets arrays as Kafka's legacy path does (the reader's
+  `legacy_offsets`), at most max_num_offsets, highest first;
+- DescribeConfigs, served when the reader has topic configs, answers topic resources with
+  each config's source, as kafka-configs.sh shows them, and its declared type
+  (engine.config.definitions: INT, LONG, ...);
 - a write (Produce) is answered NOT_LEADER_OR_FOLLOWER for every partition, as Kafka's
   read-only replica answers it (acks=0 gets no answer). Produce stays advertised: librdkafka
   derives its message format v2 feature from Produce v3 in ApiVersions, and without it its
@@ -35,21 +36,23 @@ Kafka's behaviours kept here:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
-import os
 import struct
-import time
 from dataclasses import dataclass
 
-from engine.common import Uuid
 from engine.config.definitions import TOPIC_CONFIGS
 from engine.errors import UnknownTopicOrPartitionError
 from engine.protocol import errors as E
 from engine.protocol.acl import CLUSTER_NAME, authorized_operations
 from engine.protocol.messages import API_VERSIONS
-from engine.records import MemoryRecords
+from engine.protocol.partition_reader import (
+    EARLIEST,
+    EARLIEST_LOCAL,
+    LATEST,
+    LATEST_TIERED,
+    PartitionReader,
+    TopicConfigs,
+)
 
 __all__ = ["Endpoint", "ReadBroker", "whole_batches"]
 
@@ -61,9 +64,6 @@ ZERO_UUID = b"\x00" * 16
 #: local records smaller than this are written from their view: sendfile's set-up (the
 #: transport's buffer drained first, a descriptor dup) costs more than copying them
 SENDFILE_MIN_BYTES = 32 * 1024
-#: ListOffsets specs (ListOffsetsRequest): latest, earliest, max timestamp, earliest local,
-#: latest tiered
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 #: DescribeConfigsResponse.ConfigSource and ConfigType codes
@@ -106,58 +106,37 @@ def whole_batches(view: memoryview, limit: int) -> memoryview:
     return view[:pos]
 
 
-def cluster_id_of(log_dirs) -> str:
-    """A stable cluster id (22 characters, as Kafka's) derived from the log dirs."""
-    digest = hashlib.sha256("\0".join(map(str, log_dirs)).encode()).digest()[:16]
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
 class ReadBroker:
-    """One broker leading every partition of `log_manager`; see the module docstring."""
+    """One broker leading every partition of `reader`; see the module docstring."""
 
-    #: whether DescribeConfigs is answered (topic configs are known)
-    describes_configs = True
-
-    def __init__(self, log_manager, rlm) -> None:
-        self.log_manager = log_manager
-        self.rlm = rlm
-        self.cluster_id = cluster_id_of(log_manager.log_dirs)
+    def __init__(self, reader: PartitionReader) -> None:
+        self.reader = reader
+        self.cluster_id = reader.cluster_id
         self.topic_ids: dict[str, bytes] = {}
         self.topics_by_id: dict[bytes, str] = {}
         self.refresh_topics()
 
+    @property
+    def describes_configs(self) -> bool:
+        """Whether DescribeConfigs is answered (the reader knows topic configs)."""
+        return isinstance(self.reader, TopicConfigs)
+
     # -- topics ----------------------------------------------------------------------------
 
     def refresh_topics(self) -> None:
-        """Topic ids from the partitions' `partition.metadata`; a partition without one gets
-        its topic's id (or a new one for the whole topic), as Kafka gives every topic an id."""
-        by_topic: dict[str, list] = {}
-        for tp in self.log_manager.partitions():
-            unified = self.log_manager.get_log(tp.topic, tp.partition)
-            if unified is not None:
-                by_topic.setdefault(tp.topic, []).append(unified)
-        for topic, logs in by_topic.items():
-            ids = {str(u.partition_metadata.read().topic_id) for u in logs
-                   if u.partition_metadata.exists()}
-            if len(ids) > 1:
-                log.warning("Partitions of topic %s carry different topic ids %s; serving %s",
-                            topic, sorted(ids), min(ids))
-            topic_id = Uuid.from_string(min(ids)) if ids else Uuid.random()
-            for u in logs:
-                if not u.partition_metadata.exists():
-                    u.partition_metadata.write(topic_id)
-            raw = bytes(topic_id)
-            self.topic_ids[topic] = raw
-            self.topics_by_id[raw] = topic
+        """Takes the reader's topics and their ids (after the reader's partitions changed)."""
+        ids = {topic: bytes(self.reader.topic_id(topic)) for topic in self.reader.topics()}
+        self.topic_ids = ids
+        self.topics_by_id = {raw: topic for topic, raw in ids.items()}
 
     def partitions_of(self, topic: str) -> list[int]:
-        return sorted(tp.partition for tp in self.log_manager.partitions() if tp.topic == topic)
+        return self.reader.topics().get(topic, [])
 
     def topics(self) -> list[str]:
-        return sorted({tp.topic for tp in self.log_manager.partitions()})
+        return list(self.reader.topics())
 
     def leader_epoch_of(self, topic: str, partition: int) -> int:
-        return self._leader_epoch(self.log_manager.get_log(topic, partition))
+        return self.reader.leader_epoch(topic, partition)
 
     def leader_epoch_error(self, topic: str, partition: int, current: int) -> int:
         """Kafka's check of a request's `current_leader_epoch` against the partition's: an
@@ -173,13 +152,6 @@ class ReadBroker:
         if current < epoch:
             return E.FENCED_LEADER_EPOCH
         return E.UNKNOWN_LEADER_EPOCH if current > epoch else E.NONE
-
-    def _leader_epoch(self, unified) -> int:
-        if unified is None:
-            raise UnknownTopicOrPartitionError("no such partition")
-        cache = unified.leader_epoch_cache
-        epoch = cache.latest_epoch if cache is not None else None
-        return 0 if epoch is None else epoch
 
     # -- ApiVersions, Metadata -------------------------------------------------------------
 
@@ -247,53 +219,6 @@ class ReadBroker:
 
     # -- ListOffsets -----------------------------------------------------------------------
 
-    def _timestamp_at(self, topic: str, partition: int, offset: int) -> int:
-        """The timestamp of the record at `offset` (read through the RLM: local or remote)."""
-        result = self.rlm.read(topic, partition, offset, 1, min_one_message=True)
-        for batch in MemoryRecords(bytes(result.records)).batches():
-            for record in batch:
-                if record.offset >= offset:
-                    return record.timestamp
-        return -1
-
-    def _max_timestamp(self, topic: str, partition: int, unified) -> tuple[int, int]:
-        """(timestamp, offset) of the record with the largest timestamp in the local log
-        (Kafka's MAX_TIMESTAMP is answered from local segments)."""
-        best = None
-        for seg in unified.segments:
-            ts = seg.max_timestamp_so_far
-            if ts >= 0 and (best is None or ts > best[0]):
-                best = (ts, seg.shallow_offset_of_max_timestamp_so_far)
-        if best is None:
-            return -1, -1
-        ts, shallow = best
-        # the shallow offset is the batch's last: the record is the first one of that batch
-        # holding the timestamp (Kafka answers the record's own offset)
-        batches = MemoryRecords(bytes(unified.read(shallow, 1, True)[0])).batches()
-        for batch in batches:
-            for record in batch:
-                if record.timestamp == ts:
-                    return ts, record.offset
-        return ts, shallow
-
-    def _list_offset(self, topic: str, partition: int, spec: int,
-                     read_committed: bool) -> tuple[int, int, int]:
-        """(timestamp, offset, leader epoch) of one ListOffsets partition."""
-        unified = self.log_manager.get_log(topic, partition)
-        if unified is None:
-            raise UnknownTopicOrPartitionError.no_log(topic, partition)
-        if spec == LATEST:
-            end = unified.last_stable_offset if read_committed else unified.high_watermark
-            return -1, end, self._leader_epoch(unified)
-        if spec == MAX_TIMESTAMP:
-            ts, offset = self._max_timestamp(topic, partition, unified)
-            epoch = unified.leader_epoch_cache.epoch_for_offset(offset) if offset >= 0 else None
-            return ts, offset, -1 if epoch is None else epoch
-        offset, epoch = self.rlm.list_offsets(topic, partition, spec)
-        if spec >= 0 and offset >= 0:
-            return self._timestamp_at(topic, partition, offset), offset, epoch
-        return -1, offset, epoch
-
     def _fetchable(self, topic: str, partition: int, spec: int, found: tuple[int, int, int],
                    read_committed: bool, client: bool) -> tuple[int, int, int]:
         """`found`, or -1/-1 as Kafka answers when a by-time spec (a timestamp, max
@@ -303,7 +228,7 @@ class ReadBroker:
         offset = found[1]
         if spec in (LATEST, EARLIEST, EARLIEST_LOCAL) or offset < 0:
             return found
-        log_ = self.log_manager.get_log(topic, partition)
+        log_ = self.reader.log_offsets(topic, partition)
         end = ((log_.last_stable_offset if read_committed else log_.high_watermark)
                if client else log_.log_end_offset)
         return found if offset < end else (-1, -1, -1)
@@ -324,7 +249,7 @@ class ReadBroker:
         try:
             ts, offset, epoch = self._fetchable(
                 topic, partition, p["timestamp"],
-                self._list_offset(topic, partition, p["timestamp"], read_committed),
+                self.reader.list_offset(topic, partition, p["timestamp"], read_committed),
                 read_committed, client)
             row.update(timestamp=ts, offset=offset, leader_epoch=epoch)
         except Exception as exc:  # noqa: BLE001 - one partition fails alone
@@ -345,7 +270,7 @@ class ReadBroker:
             row["error_code"] = E.UNSUPPORTED_VERSION
             return row
         try:
-            row["old_style_offsets"] = self.legacy_offsets(
+            row["old_style_offsets"] = self.reader.legacy_offsets(
                 topic, p["partition_index"], p["timestamp"], p["max_num_offsets"], client)
         except Exception as exc:  # noqa: BLE001 - one partition fails alone
             row["error_code"] = E.error_code(exc)
@@ -353,39 +278,6 @@ class ReadBroker:
                 log.warning("ListOffsets v0 %s-%s failed: %s", topic, p["partition_index"],
                             exc)
         return row
-
-    def legacy_offsets(self, topic: str, partition: int, timestamp: int, max_num: int,
-                       client: bool) -> list[int]:
-        """Kafka's ListOffsets v0 (legacyFetchOffsetsBefore), from the local segments only:
-        each segment's base offset (at least the log start offset) with its `.log`
-        modification time, then the log end offset (now) if the last segment holds data.
-        Earliest picks the first of them, latest the last, a timestamp the last one modified
-        at or before it; the answer is the picked one and those before it, at most
-        `max_num`, highest first. For a consumer, offsets past the high watermark give way
-        to the high watermark."""
-        unified = self.log_manager.get_log(topic, partition)
-        if unified is None:
-            raise UnknownTopicOrPartitionError.no_log(topic, partition)
-        segments = unified.segments
-        start = unified.log_start_offset
-        points = [(max(seg.base_offset, start), os.stat(seg.log_file).st_mtime_ns // 1_000_000)
-                  for seg in segments]
-        if segments[-1].size_in_bytes > 0:
-            points.append((unified.log_end_offset, int(time.time() * 1000)))
-        if timestamp == LATEST:
-            picked = len(points) - 1
-        elif timestamp == EARLIEST:
-            picked = 0
-        else:
-            picked = max((i for i, (_, mtime) in enumerate(points) if mtime <= timestamp),
-                         default=-1)
-        count = max(0, min(max_num, picked + 1))
-        offsets = [offset for offset, _ in points[picked + 1 - count:picked + 1]][::-1]
-        if client:
-            hw = unified.high_watermark
-            if any(o > hw for o in offsets):
-                offsets = [hw] + [o for o in offsets if o <= hw]
-        return offsets
 
     def list_offsets(self, body: dict, version: int, allowed=_allow_all) -> dict:
         read_committed = body["isolation_level"] == 1
@@ -426,10 +318,10 @@ class ReadBroker:
         ends = []
         for _, name, parts in targets:
             for p in parts:
-                unified = (self.log_manager.get_log(name, p["partition"])
+                offsets = (self.reader.log_offsets(name, p["partition"])
                            if isinstance(name, str) else None)
-                ends.append(None if not isinstance(name, str) or unified is None else (
-                    unified.last_stable_offset if read_committed else unified.high_watermark))
+                ends.append(None if offsets is None else (
+                    offsets.last_stable_offset if read_committed else offsets.high_watermark))
         return ends
 
     def fetch_once(self, targets, max_bytes: int, read_committed: bool,
@@ -437,36 +329,27 @@ class ReadBroker:
         """One pass over the requested partitions: (responses, record bytes). With
         `file_regions`, records of a local segment of at least SENDFILE_MIN_BYTES are a
         FileRegion (sent with sendfile), others views."""
-        isolation = "read_committed" if read_committed else "read_uncommitted"
         responses, requests, slots = self.fetch_requests(targets, max_bytes)
-        results = self.rlm.read_many(requests, isolation=isolation) if requests else []
         total = 0
-        for (row, name), request, result in zip(slots, requests, results):
-            if result.error is not None and not E.is_expired_remote_read(result.error):
-                row["error_code"] = E.error_code(result.error)
+        for (row, _), request, data in zip(slots, requests,
+                                           self.reader.fetch(requests, read_committed)):
+            if data.error is not None or data.offsets is None:
+                error = data.error or UnknownTopicOrPartitionError.no_log(*request[:2])
+                row["error_code"] = E.error_code(error)
                 if row["error_code"] == E.UNKNOWN_SERVER_ERROR:
-                    log.warning("Fetch %s-%s at %s failed: %s", name, result.partition,
-                                result.fetch_offset, result.error)
+                    log.warning("Fetch %s-%s at %s failed: %s", *request[:3], error)
                 continue
-            try:
-                unified = self.log_manager.get_log(name, result.partition)
-            except Exception as exc:  # noqa: BLE001 - an offline log dir fails its partitions
-                row["error_code"] = E.error_code(exc)
-                continue
-            if unified is None:
-                row["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            row["high_watermark"] = unified.high_watermark
-            row["last_stable_offset"] = unified.last_stable_offset
-            row["log_start_offset"] = unified.log_start_offset
-            total = self.add_records(row, result.records, result.aborted_transactions,
+            row["high_watermark"] = data.offsets.high_watermark
+            row["last_stable_offset"] = data.offsets.last_stable_offset
+            row["log_start_offset"] = data.offsets.log_start_offset
+            total = self.add_records(row, data.records, data.aborted_transactions,
                                      total, min(request[3], max_bytes - total),
                                      read_committed)
             view = row["records"]
             if file_regions and view.nbytes >= SENDFILE_MIN_BYTES and \
-                    result.local_segment is not None:
-                row["records"] = result.local_segment.file_region(result.local_position,
-                                                                  view) or view
+                    data.local_segment is not None:
+                row["records"] = data.local_segment.file_region(data.local_position,
+                                                                view) or view
         return responses, total
 
     def fetch_requests(self, targets, max_bytes: int) -> tuple[list, list, list]:
@@ -505,15 +388,16 @@ class ReadBroker:
     @staticmethod
     def add_records(row: dict, records, aborted, total: int, limit: int,
                     read_committed: bool) -> int:
-        """Puts a read's records (and, read_committed, its aborted transactions) into `row`:
-        whole, for the first records of the response (they may pass `limit` by their first
-        batch), else the whole batches within `limit` (min(partition max, response bytes
-        left)); returns the response's record bytes so far."""
+        """Puts a read's records (and, read_committed, its aborted transactions: null when
+        the read gives none, as for an expired remote read) into `row`: whole, for the first
+        records of the response (they may pass `limit` by their first batch), else the whole
+        batches within `limit` (min(partition max, response bytes left)); returns the
+        response's record bytes so far."""
         view = memoryview(records)
         if total and view.nbytes > limit:
             view = whole_batches(view, max(0, limit))
         row["records"] = view
-        if read_committed:
+        if read_committed and aborted is not None:
             row["aborted_transactions"] = [
                 {"producer_id": a.producer_id, "first_offset": a.first_offset}
                 for a in aborted] if view.nbytes else []
@@ -550,7 +434,8 @@ class ReadBroker:
                 row.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
                            error_message=f"no topic {res['resource_name']}")
                 continue
-            config = self.log_manager.get_log(res["resource_name"], partitions[0]).config
+            assert isinstance(self.reader, TopicConfigs)  # the server asks only then
+            config = self.reader.topic_config(res["resource_name"], partitions[0])
             wanted = res["configuration_keys"]
             for name, resolved in config.items():
                 if wanted is not None and name not in wanted:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from engine.protocol import errors as E
 from engine.protocol.group_model import COMPLETING, DEAD, EMPTY, STABLE, Group, now_ms
 from engine.protocol.offsets_store import CommittedOffset, OffsetsStore
+from engine.protocol.partition_reader import PartitionReader
 
 __all__ = ["OffsetApis"]
 
@@ -23,7 +23,8 @@ class OffsetApis:
 
     store: OffsetsStore
     groups: dict[str, Group]
-    log_manager: Any
+    #: the partitions offsets may be committed for
+    reader: PartitionReader
     retention_ms: int
     metadata_max_bytes: int
 
@@ -88,8 +89,8 @@ class OffsetApis:
                 code = error
                 if not code and not allowed("read", "topic", t["name"]):
                     code = E.TOPIC_AUTHORIZATION_FAILED
-                if not code and self.log_manager.get_log(t["name"],
-                                                         p["partition_index"]) is None:
+                if not code and self.reader.log_offsets(t["name"],
+                                                        p["partition_index"]) is None:
                     code = E.UNKNOWN_TOPIC_OR_PARTITION
                 if not code and self._metadata_too_large(p["committed_metadata"]):
                     code = E.OFFSET_METADATA_TOO_LARGE

@@ -46,6 +46,7 @@ from engine.protocol.group_model import (
 )
 from engine.protocol.group_offsets import OffsetApis
 from engine.protocol.offsets_store import OffsetsStore
+from engine.protocol.partition_reader import PartitionReader
 
 __all__ = ["GroupCoordinator"]
 
@@ -62,9 +63,9 @@ class GroupCoordinator(OffsetApis):
     api_keys = frozenset({FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
                           OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS})
 
-    def __init__(self, config, store: OffsetsStore, log_manager) -> None:
+    def __init__(self, config, store: OffsetsStore, reader: PartitionReader) -> None:
         self.store = store
-        self.log_manager = log_manager
+        self.reader = reader
         self.min_session_ms = config["group.min.session.timeout.ms"]
         self.max_session_ms = config["group.max.session.timeout.ms"]
         self.initial_delay_s = config["group.initial.rebalance.delay.ms"] / 1000.0
@@ -80,8 +81,8 @@ class GroupCoordinator(OffsetApis):
         self._closed = False
 
     @classmethod
-    def open(cls, config, log_dir, log_manager) -> GroupCoordinator:
-        return cls(config, OffsetsStore(log_dir), log_manager)
+    def open(cls, config, log_dir, reader: PartitionReader) -> GroupCoordinator:
+        return cls(config, OffsetsStore(log_dir), reader)
 
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick())

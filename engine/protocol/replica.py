@@ -11,6 +11,12 @@ A partition's offsets, as Kafka's for a log whose local part is empty:
   bucket yet), where a read_committed consumer stops;
 - the leader epoch: the last epoch of the lineage.
 
+A BucketReplica is the PartitionReader (engine.protocol.partition_reader) `serve --bucket`
+answers with: Metadata lists the bucket's topics (their ids from the object keys) and
+partitions; ListOffsets and Fetch answer from the bucket's segments and indexes. It has no
+topic configs (DescribeConfigs is not served) and no local segments (ListOffsets v0 gives
+the one offset the later versions give).
+
 `refresh` lists the bucket again and resolves every partition; the partitions' states are
 swapped in one assignment, so a read sees one listing whole. A segment described once is
 not described again (its objects never change once its manifest exists). A partition whose
@@ -36,6 +42,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import (
     KafkaEngineError,
@@ -45,6 +52,8 @@ from engine.errors import (
 )
 from engine.log.checkpoint import EpochEntry
 from engine.log.transaction_index import AbortedTxn
+from engine.protocol import errors as E
+from engine.protocol.partition_reader import FetchPartitionData, cluster_id_of
 from engine.remote.bucket import Bucket, Described, PartitionView, SegmentLink, SegmentObjects
 from engine.remote.metadata import TopicIdPartition
 from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
@@ -146,6 +155,7 @@ class BucketReplica:
         self.bucket = _DescribedOnce(url, settings, broker_props)
         self.rsm = self.bucket.rsm
         self.url = url
+        self.cluster_id = cluster_id_of([url])
         self._partitions: dict[tuple[str, int], ReplicaPartition] = {}
         self._refresh_lock = threading.Lock()
         self._next_positions = NextPositions()
@@ -231,7 +241,19 @@ class BucketReplica:
             out.setdefault(topic, []).append(partition)
         return {t: sorted(ps) for t, ps in sorted(out.items())}
 
-    def get_log(self, topic: str, partition: int) -> ReplicaPartition | None:
+    def topic_id(self, topic: str) -> Uuid:
+        """The topic's id in the object keys (`_listed_partitions` serves each topic under
+        one)."""
+        partitions = self.topics().get(topic)
+        if not partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic}: the bucket {self.url} holds no such topic", topic=topic)
+        return self.partition(topic, partitions[0]).tip.topic_id
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self.partition(topic, partition).leader_epoch
+
+    def log_offsets(self, topic: str, partition: int) -> ReplicaPartition | None:
         return self._partitions.get((topic, partition))
 
     def partition(self, topic: str, partition: int) -> ReplicaPartition:
@@ -281,6 +303,20 @@ class BucketReplica:
             return [one(r) for r in requests]
         return list(self._pool.map(one, requests))
 
+    def fetch(self, requests, read_committed: bool) -> list[FetchPartitionData]:
+        """`read_many`, as ReadBroker takes it: a remote read past its wait is no error
+        and no records (null aborted transactions), with the partition's offsets now."""
+        out = []
+        for request, result in zip(requests, self.read_many(requests, read_committed)):
+            if isinstance(result, Exception) and E.is_expired_remote_read(result):
+                out.append(FetchPartitionData(offsets=self.log_offsets(*request[:2])))
+            elif isinstance(result, Exception):
+                out.append(FetchPartitionData(result))
+            else:
+                out.append(FetchPartitionData(None, result.records, result.partition,
+                                              result.aborted_transactions))
+        return out
+
     # -- ListOffsets ------------------------------------------------------------------
 
     def list_offset(self, topic: str, partition: int, spec: int,
@@ -290,6 +326,14 @@ class BucketReplica:
         part = self.partition(topic, partition)
         return part.log.list_offset(spec, part.chain, part.last_stable_offset,
                                     read_committed, part.leader_epoch, part.epoch_for)
+
+    def legacy_offsets(self, topic: str, partition: int, timestamp: int, max_num: int,
+                       from_consumer: bool) -> list[int]:
+        """ListOffsets v0: a bucket has no local segments to list, so the one offset the
+        later versions give, if any and `max_num` allows. None passes the high watermark
+        (the log end offset), so a consumer's answer is the same."""
+        _, offset, _ = self.list_offset(topic, partition, timestamp, False)
+        return [offset] if offset >= 0 and max_num > 0 else []
 
 
 def serving_settings(settings, broker_props, state_dir) -> dict[str, str]:

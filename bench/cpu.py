@@ -25,10 +25,11 @@ def _stat(pid: int) -> list[str]:
         return f.read().rsplit(")", 1)[1].split()  # fields from the 3rd (state) on
 
 
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of every thread of a process so far."""
+def process_cpu(pid: int, reaped: bool = False) -> float:
+    """User + system CPU seconds of every thread of a process so far; `reaped`: with those
+    of the children it has waited for (a forked worker that exited is in cutime)."""
     fields = _stat(pid)
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return sum(int(f) for f in fields[11:15 if reaped else 13]) / _TICK
 
 
 def self_cpu() -> float:
@@ -37,7 +38,7 @@ def self_cpu() -> float:
     return u.ru_utime + u.ru_stime
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -65,16 +66,14 @@ def descendants(root: int) -> list[int]:
 def tree_cpu(root: int, match: Callable[[str], bool]) -> float:
     """CPU seconds of the live processes below `root` whose command line `match`es, each
     with the children it reaped (a forked worker that exited is in its parent's cutime)."""
-    total = 0
+    total = 0.0
     for pid in descendants(root):
-        if not match(_cmdline(pid)):
-            continue
-        try:
-            f = _stat(pid)
-        except OSError:
-            continue
-        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-    return total / _TICK
+        if match(cmdline(pid)):
+            try:
+                total += process_cpu(pid, reaped=True)
+            except OSError:
+                continue  # gone meanwhile
+    return total
 
 
 @dataclass

@@ -90,23 +90,25 @@ def _bucket_ends(port: int) -> dict[int, int]:
 
 
 def _one_round(side: str, config: str, url: str, settings: dict, base: Path, expected: int,
-               state: str) -> list[tuple[float, float, int]]:
-    """[(MiB/s, server CPU s, payload bytes delivered)]: the in-memory server's, or the
+               state: str, s3_pid: int) -> list[tuple[float, float, int, float]]:
+    """[(MiB/s, server CPU s, payload bytes delivered, S3 server CPU s)]: the in-memory
+    server's, or the
     filesystem-backed `serve`'s (`config`: its fresh process, one consumer); or a fresh
     `serve --bucket`'s (empty caches: every chunk from the S3 server), then a second
     consumer's on the same process (warm: from its chunk cache), then eight consumers' at
     once on it (warm)."""
     if side in ("ceiling", "serve"):
+        store = process_cpu(s3_pid)
         rate, used, _, nbytes = cs._one_consumer(side, config, expected)
-        return [(rate, used, nbytes)]
+        return [(rate, used, nbytes, process_cpu(s3_pid) - store)]
     serve = _BucketServe(url, settings, base, state).proc
     out = []
     try:
         for n in (1, 1, 8):
-            before = process_cpu(serve.proc.pid)
+            before, store = process_cpu(serve.proc.pid), process_cpu(s3_pid)
             reports, rate = cs._consumers(serve.bootstrap, expected, n)
             out.append((rate, process_cpu(serve.proc.pid) - before,
-                        sum(r["bytes"] for r in reports)))
+                        sum(r["bytes"] for r in reports), process_cpu(s3_pid) - store))
     finally:
         serve.stop()
     return out
@@ -114,8 +116,10 @@ def _one_round(side: str, config: str, url: str, settings: dict, base: Path, exp
 
 def _cpu_report(cpu: dict) -> None:
     """serve --bucket's CPU seconds per GiB delivered against the filesystem-backed
-    serve's (and the in-memory server's), and eight consumers' against one's."""
-    per_gib = {k: [c * GiB / n for c, n in v] for k, v in cpu.items()}
+    serve's (and the in-memory server's), and eight consumers' against one's; the S3
+    server's meanwhile beside each."""
+    per_gib = {k: [c * GiB / n for c, n, _ in v] for k, v in cpu.items()}
+    store = {k: [s * GiB / n for _, n, s in v] for k, v in cpu.items()}
     fs = statistics.median(per_gib["serve"])
     print("server CPU per GiB of record payload delivered, median (range):")
     for name, side in (("in-memory server", "ceiling"), ("serve (filesystem tier)", "serve"),
@@ -125,7 +129,7 @@ def _cpu_report(cpu: dict) -> None:
         verdict = f" (target <= 1.25x: {'met' if ratio <= 1.25 else 'MISSED'})" \
             if side in ("cold", "warm") else ""
         print(f"  {name:34s} {spread(per_gib[side])} s/GiB   {ratio:.2f}x the "
-              f"filesystem-backed serve's{verdict}")
+              f"filesystem-backed serve's{verdict}; S3 server {spread(store[side])} s/GiB")
     eight = statistics.median(per_gib["eight"]) / statistics.median(per_gib["warm"])
     print(f"  eight consumers / one (warm): {eight:.2f}x (target <= 1.1x: "
           f"{'met' if eight <= 1.1 else 'MISSED'})")
@@ -156,15 +160,15 @@ def main() -> int:
               file=sys.stderr)
         names = {"ceiling": ["ceiling"], "serve": ["serve"], "bucket": ["cold", "warm", "eight"]}
         rates: dict[str, list[float]] = {n: [] for v in names.values() for n in v}
-        cpu: dict[str, list[tuple[float, int]]] = {n: [] for n in rates}
+        cpu: dict[str, list[tuple[float, int, float]]] = {n: [] for n in rates}
         for i in range(args.rounds):
             order = ("ceiling", "serve", "bucket")
             for side in (order if i % 2 else order[::-1]):
-                for name, (rate, used, nbytes) in zip(names[side], _one_round(
+                for name, (rate, used, nbytes, store) in zip(names[side], _one_round(
                         side, fs_config if side == "serve" else config, url, settings, base,
-                        expected, f"state-{i}")):
+                        expected, f"state-{i}", s3.proc.pid)):
                     rates[name].append(rate)
-                    cpu[name].append((used, nbytes))
+                    cpu[name].append((used, nbytes, store))
         fresh = _BucketServe(url, settings, base, "state-latency").proc
         try:
             remote = [(p, o) for p in range(cs.PARTITIONS)

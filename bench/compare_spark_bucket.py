@@ -257,8 +257,9 @@ def cpu_report(out, log_bytes: int, cpu2: dict, cpu1: dict) -> None:
     out(f"Python workers' CPU per GiB, bucket / filesystem tier, local[2]: {ratio:.2f}x "
         f"(target <= 1.2x: {'met' if ratio <= 1.2 else 'missed'})")
     out()
-    out("| local[2] / local[1] wall | measured | S3 server's CPU subtracted |")
-    out("|---|---|---|")
+    out("| local[2] / local[1] wall | measured | S3 server's CPU subtracted | cores the "
+        "scan kept busy (workers + JVM), local[1] / local[2] |")
+    out("|---|---|---|---|")
     for side in SIDES:
         one = statistics.median(r[0] for r in cpu1[side])
         two = statistics.median(r[0] for r in cpu2[side])
@@ -266,8 +267,9 @@ def cpu_report(out, log_bytes: int, cpu2: dict, cpu1: dict) -> None:
         # the scan's wall time; at local[1] it ran on the core Spark left idle
         adjusted = statistics.median(r[0] - r[3] / 2 for r in cpu2[side])
         scale = one / adjusted
+        busy = [statistics.median((r[1] + r[2]) / r[0] for r in c[side]) for c in (cpu1, cpu2)]
         out(f"| {side} | {one / two:.2f}x | {scale:.2f}x (target >= 1.6x: "
-            f"{'met' if scale >= 1.6 else 'missed'}) |")
+            f"{'met' if scale >= 1.6 else 'missed'}) | {busy[0]:.2f} / {busy[1]:.2f} |")
 
 
 if __name__ == "__main__":

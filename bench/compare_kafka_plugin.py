@@ -50,6 +50,7 @@ from kafka_plugin_support import VENV, copy_words, metadata_words, run_driver
 from kafka_tiered_support import broker_properties, wait_until
 from s3_server import S3Server
 
+from bench.cpu import process_cpu
 from engine.common import Uuid
 from engine.remote.metadata import TopicIdPartition
 
@@ -60,11 +61,6 @@ CACHE = 512 * MiB
 #: passes over a segment's ranges in (c): the first fills the chunk cache, the best of the
 #: others is the steady warm figure (the JVM's JIT and the page cache settle over them)
 WARM_PASSES = 6
-
-
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -100,13 +96,13 @@ class Meter:
 
     def __enter__(self):
         self.t0 = time.monotonic()
-        self.cpu0 = {k: proc_cpu(p) for k, p in self.pids.items()}
+        self.cpu0 = {k: process_cpu(p) for k, p in self.pids.items()}
         self.client0 = children_cpu()
         return self
 
     def __exit__(self, *exc):
         self.wall = time.monotonic() - self.t0
-        self.cpu = {k: proc_cpu(p) - self.cpu0[k] for k, p in self.pids.items()}
+        self.cpu = {k: process_cpu(p) - self.cpu0[k] for k, p in self.pids.items()}
         self.cpu["client"] = children_cpu() - self.client0
 
 

@@ -21,14 +21,16 @@ Sections:
       cache), against raw obstore `get_range_async` of the same `.log` objects in 8 MiB
       ranges (the chunk size), 4 in flight. Target >= 0.9x. Also the CPU seconds each side
       took in this process (every thread) and in the S3 server, medians: on a small
-      machine the server's CPU comes out of the same cores.
+      machine the server's CPU comes out of the same cores. CPU per GiB of .log bytes,
+      this process, RLM (manifest and index GETs included) / raw: target <= 1.15x.
   (b) warm read: the same reads with a disk chunk cache (`DiskChunkCache`, a memory tier of
       two chunks in front: `fetch.chunk.cache.memory.size` 16 MiB) already holding every
       chunk, against the filesystem tier's RLM reading the same offsets (its files in the
       page cache). Every returned fetch is touched (one byte a page). Target >= 0.8x.
   (c) upload: `copy_log_segment_data` of a --upload-mb segment through the RSM (8 MiB parts,
       4 in flight) against raw `obstore.put(Path, chunk_size=8 MiB, max_concurrency=4)` of
-      the same file (target >= 0.9x); and the growth of the process's peak RSS during the
+      the same file (target >= 0.9x); CPU per GiB of this process, RSM / raw, target
+      <= 1.1x (the S3 server's beside it); and the growth of the process's peak RSS during the
       RSM's upload, against parts in flight x part size + 64 MiB.
 """
 
@@ -59,6 +61,7 @@ from s3_server import S3Server
 from bench.compare_log import split_batches, touch
 from bench.compare_objectstore import peak_rss_growth, write_random
 from bench.compare_records import Report
+from bench.cpu import CpuPerGiB, process_cpu, self_cpu
 from bench.segment import segment
 from engine.common import Uuid
 from engine.config import BrokerConfig
@@ -162,18 +165,11 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def timed_cpu(fn, server_pid: int, cpu: list) -> float:
     """timed(fn), appending (this process's, the server's) CPU seconds to `cpu`."""
-    own, server = time.process_time(), process_cpu(server_pid)
+    own, server = self_cpu(), process_cpu(server_pid)
     seconds = timed(fn)
-    cpu.append((time.process_time() - own, process_cpu(server_pid) - server))
+    cpu.append((self_cpu() - own, process_cpu(server_pid) - server))
     return seconds
 
 
@@ -230,6 +226,21 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
         rep.add("(a)", f"{who}: CPU of the S3 server meanwhile, median",
                 statistics.median(s for _, s in cpu), "s")
     ratio_rows(rep, "(a) cold read: RLM on the object store / raw obstore", ours, theirs, 0.9)
+    cpu_notes(rep, "(a) cold read", "RLM", "raw obstore", ours_cpu, theirs_cpu, nbytes, 1.15)
+
+
+def cpu_notes(rep: Report, what: str, ours: str, theirs: str, ours_cpu: list,
+              theirs_cpu: list, nbytes: int, target: float) -> None:
+    """CPU seconds per GiB of .log bytes: this process on each side (the target's), and
+    the S3 server's meanwhile beside it."""
+    own, server = CpuPerGiB(), CpuPerGiB()
+    for (o, os_), (t, ts) in zip(ours_cpu, theirs_cpu):
+        own.add(o, t, nbytes)
+        server.add(os_, ts, nbytes)
+    for note in (f"{what}, this process: " + own.line(ours, theirs, target),
+                 f"{what}, the S3 server meanwhile: " + server.line(ours, theirs)):
+        rep.notes.append(note)
+        print("  cpu   ", note, flush=True)
 
 
 def section_b(rep: Report, s3: Tier, fs: Tier, server, prefix: str, root: Path,
@@ -274,13 +285,17 @@ def section_c(rep: Report, server, root: Path, upload_mb: int, reps: int) -> Non
     rsm = object_rsm(server, "bench-upload/")
     raw = server.raw_store()
     ours, theirs = [], []
+    ours_cpu: list[tuple[float, float]] = []
+    theirs_cpu: list[tuple[float, float]] = []
+    pid = server.proc.pid
     try:
         for i in range(reps):
             md = segment_metadata(tip, 0, 1000, size)
-            ours.append(timed(lambda md=md: rsm.copy_log_segment_data(md, data)))
-            theirs.append(timed(lambda i=i: obstore.put(
+            ours.append(timed_cpu(lambda md=md: rsm.copy_log_segment_data(md, data), pid,
+                                  ours_cpu))
+            theirs.append(timed_cpu(lambda i=i: obstore.put(
                 raw, f"bench-upload/raw-{i}.log", src, chunk_size=PART,
-                max_concurrency=PARTS_IN_FLIGHT)))
+                max_concurrency=PARTS_IN_FLIGHT), pid, theirs_cpu))
             rsm.delete_log_segment_data(md)
             obstore.delete(raw, f"bench-upload/raw-{i}.log")
         md = segment_metadata(tip, 0, 1000, size)
@@ -295,6 +310,7 @@ def section_c(rep: Report, server, root: Path, upload_mb: int, reps: int) -> Non
     rep.add("(c)", "raw obstore.put(Path), same parts", mb / min(theirs),
             f"MB/s (range {mb / max(theirs):.0f}-{mb / min(theirs):.0f})")
     ratio_rows(rep, "(c) upload: RSM copy / raw obstore put", ours, theirs, 0.9)
+    cpu_notes(rep, "(c) upload", "RSM copy", "raw put", ours_cpu, theirs_cpu, size, 1.1)
     bound = PARTS_IN_FLIGHT * PART + 64 * MiB
     rep.add("(c)", f"peak RSS growth, RSM copy of the {upload_mb} MiB segment",
             growth / MiB, "MiB")

@@ -13,6 +13,7 @@ both see the same machine load; every run starts after an os.sync() (not timed) 
 writeback of an earlier run's pages competes with it. Sections:
   (a) no fsync: copy_log_segment_data (kernel copy + CRC32C of every byte, .tmp + rename)
       vs shutil.copyfile of each file (sendfile in the kernel, no CRC). Target >= 0.8x.
+      Also this process's CPU seconds (every thread) per GiB copied, each side.
   (b) fsync: the same with fsync=true vs raw copy + fsync of every file + directory fsync.
   (c) threads: 1, 2, 4 threads each copying a different segment (no fsync), aggregate
       throughput of both sides.
@@ -37,6 +38,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench` and `engine` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.cpu import CpuPerGiB, self_cpu
 from bench.segment import segment
 from engine.common import Uuid, fsync_dir
 from engine.log.checkpoint import EpochEntry, LeaderEpochCheckpointFile
@@ -139,18 +141,23 @@ def measure(args, sources, workdir: Path) -> dict:
         reps = args.reps if not sync else max(3, args.reps // 2)
         rsm = FileSystemRemoteStorageManager([workdir / "engine"], fsync=sync)
         times = {"engine": [], "raw": []}
+        cpu = CpuPerGiB()
         for _ in range(reps):
+            used = {}
             for side in ("engine", "raw"):
                 clear(workdir / "engine")
                 clear(workdir / "raw")
                 os.sync()  # no writeback of the previous run's pages during this one
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), self_cpu()
                 if side == "engine":
                     engine_copy(rsm, *sources[0])
                 else:
                     raw_copy(sources[0][0], workdir / "raw", sync)
                 times[side].append(time.perf_counter() - t0)
+                used[side] = self_cpu() - c0
+            cpu.add(used["engine"], used["raw"], size)
         out[label] = rates(times, size)
+        out.setdefault("cpu", {})[label] = cpu
     rsm = FileSystemRemoteStorageManager([workdir / "engine"], fsync=False)
     for n in sweep:
         times = {"engine": [], "raw": []}
@@ -216,11 +223,15 @@ def report(out: dict, mb: int) -> str:
              "| ratio of medians | ratio of bests |"),
              "|---|---|---|---|---|"]
     for key, row in out.items():
-        if key == "segment_bytes":
+        if key in ("segment_bytes", "cpu"):
             continue
         (em, eb), (rm, rb) = row["engine"], row["raw"]
         lines.append(f"| {key} | {em:.2f} ({eb:.2f}) | {rm:.2f} ({rb:.2f}) | "
                      f"{em / rm:.2f}x | {eb / rb:.2f}x |")
+    lines.append("")
+    for label, cpu in out["cpu"].items():
+        lines.append(f"CPU of this process per GiB copied, {label}: "
+                     + cpu.line("copy_log_segment_data", "raw copy"))
     return "\n".join(lines)
 
 

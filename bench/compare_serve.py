@@ -8,9 +8,13 @@
    assign(), against `serve` and against a minimal server in this file that answers the same
    Fetch requests from record chunks pre-built in memory (read once through the RLM, keyed
    by partition and fetch offset) on plain blocking sockets: the client's ceiling. Rounds
-   alternate which server goes first; medians, and each server's CPU seconds while the
-   consumer read. Target: serve >= 0.8x the ceiling.
-3. Eight consumers at once against `serve`: aggregate throughput vs one. Target >= 1.5x.
+   alternate which server goes first; medians. Target: serve >= 0.8x the ceiling. Each
+   consumer reads to the end of every partition (partition EOF), so the server sent what
+   it counted: the server's CPU seconds (every thread, /proc) per GiB of record payload
+   (keys and values) delivered, serve / in-memory server: target <= 1.25x.
+3. Eight consumers at once against `serve` (--many-rounds rounds, a fresh `serve` each):
+   aggregate throughput vs one, target >= 1.5x; serve's CPU seconds per GiB delivered to
+   all eight vs to one, target <= 1.1x (no cost that grows with connections).
    Every consumer process first starts (Python, confluent-kafka, its Consumer) and says it
    is ready; then all are told to go at once: the aggregate is every consumer's bytes over
    the span from the first record any of them got to the last one's end (the one consumer
@@ -47,6 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from bench.cpu import CpuPerGiB, GiB, process_cpu, spread
 
 TOPIC = "bench"
 PARTITIONS = 4
@@ -178,29 +184,33 @@ def ceiling_server(config: str) -> None:
 
 def consume(bootstrap: str, expected: int) -> None:
     """Says "ready" once started, waits for a line on stdin, then reads the topic from
-    earliest with assign(); prints records, bytes, its CPU seconds and the wall-clock
-    (time.time) of its first record and of its end."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    earliest with assign() until every partition's end (or `expected` records); prints
+    records, bytes, its CPU seconds and the wall-clock (time.time) of its first record and
+    of its end."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
                   "enable.auto.commit": False, "isolation.level": "read_uncommitted",
                   "max.partition.fetch.bytes": PARTITION_MAX, "fetch.wait.max.ms": 100,
                   "fetch.queue.backoff.ms": 10, "queued.min.messages": 1_000_000,
-                  "queued.max.messages.kbytes": 1 << 20})
+                  "queued.max.messages.kbytes": 1 << 20, "enable.partition.eof": True})
     print("ready", flush=True)
     sys.stdin.readline()
     started = None
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     count = nbytes = 0
+    at_end: set[int] = set()  # the whole topic is read: the server sent every byte counted
     deadline = time.monotonic() + 300
-    while count < expected and time.monotonic() < deadline:
+    while count < expected and len(at_end) < PARTITIONS and time.monotonic() < deadline:
         for m in c.consume(10000, 0.5):
             if started is None:
                 started = time.time()
             if m.error() is None:
                 count += 1
                 nbytes += len(m.value() or b"") + len(m.key() or b"")
+            elif m.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(m.partition())
     ended = time.time()
     started = ended if started is None else started
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -251,16 +261,11 @@ def _fetch_latency(port: int, requests: list[tuple[int, int]]) -> list[float]:
     return out
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float, float]:
+def _one_consumer(side: str, config: str, expected: int
+                  ) -> tuple[float, float, float, int]:
     """(payload MiB/s of one consumer, the server's CPU seconds while it read, the cores
-    the consumer's process kept busy) against `serve` or the in-memory server."""
+    the consumer's process kept busy, the payload bytes it got) against `serve` or the
+    in-memory server."""
     from serve_support import ServeProcess
 
     if side == "serve":
@@ -276,18 +281,29 @@ def _one_consumer(side: str, config: str, expected: int) -> tuple[float, float, 
             ceiling.terminate()
             ceiling.wait()
     try:
-        before = _cpu_seconds(pid)
-        reports, rate = _consumers(bootstrap, expected * 9 // 10, 1)
-        used = _cpu_seconds(pid) - before
+        before = process_cpu(pid)
+        reports, rate = _consumers(bootstrap, expected, 1)
+        used = process_cpu(pid) - before
     finally:
         stop()
-    return rate, used, _cores(reports)
+    return rate, used, _cores(reports), reports[0]["bytes"]
 
 
 def _cores(reports: list[dict]) -> float:
     """Mean cores each consumer process kept busy while it read."""
     return statistics.mean(r["cpu_seconds"] / max(1e-9, r["ended"] - r["started"])
                            for r in reports)
+
+
+def print_cpu(cpu: CpuPerGiB, many: list[float], ours: str, theirs: str,
+              target: float) -> None:
+    """The server's CPU seconds per GiB of record payload delivered: one consumer against
+    the baseline's, and eight consumers at once against one."""
+    print("server CPU per GiB of record payload delivered (median (range)):")
+    print("  one consumer: " + cpu.line(ours, theirs, target))
+    eight = statistics.median(many) / statistics.median(cpu.ours())
+    print(f"  eight consumers: {ours} {spread(many)} CPU s/GiB, {eight:.2f}x one consumer's "
+          f"(target <= 1.1x: {'met' if eight <= 1.1 else 'MISSED'})")
 
 
 def _pct(values, q):
@@ -300,6 +316,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--many-rounds", type=int, default=3, help="rounds of eight consumers")
     ap.add_argument("--consume", nargs=2, metavar=("BOOTSTRAP", "EXPECTED"))
     ap.add_argument("--ceiling", metavar="CONFIG")
     args = ap.parse_args()
@@ -320,17 +337,30 @@ def main() -> int:
     local_start = {r["partition"]: r["local_log_start_offset"] for r in status}
     print(f"topic: {args.records} records in {PARTITIONS} partitions, local from "
           f"{local_start}", file=sys.stderr)
-    serve_rates, ceiling_rates, cpu = [], [], {"serve": [], "ceiling": []}
+    serve_rates, ceiling_rates = [], []
+    cpu = CpuPerGiB()  # serve's against the in-memory server's, per round
     cores = []  # per one-consumer run: cores its process kept busy
     for i in range(args.rounds):
+        got = {}
         for side in (("serve", "ceiling") if i % 2 else ("ceiling", "serve")):
-            rate, seconds, busy = _one_consumer(side, config, expected)
+            rate, seconds, busy, nbytes = _one_consumer(side, config, expected)
             cores.append(busy)
             (serve_rates if side == "serve" else ceiling_rates).append(rate)
-            cpu[side].append(seconds)
+            got[side] = (seconds, nbytes)
+        cpu.add(got["serve"][0], got["ceiling"][0], got["serve"][1], got["ceiling"][1])
+    many_cpu, aggregates, many = [], [], []
+    for _ in range(args.many_rounds):
+        proc = ServeProcess(config)
+        try:
+            before = process_cpu(proc.proc.pid)
+            many, aggregate = _consumers(proc.bootstrap, expected, 8)
+            many_cpu.append((process_cpu(proc.proc.pid) - before) * GiB
+                            / sum(r["bytes"] for r in many))
+            aggregates.append(aggregate)
+        finally:
+            proc.stop()
     proc = ServeProcess(config)
     try:
-        many, aggregate = _consumers(proc.bootstrap, expected * 9 // 10, 8)
         lat_local = _fetch_latency(proc.port, [(p, local_start[p]) for p in range(PARTITIONS)]
                                    * 25)
         proc.stop()
@@ -342,17 +372,18 @@ def main() -> int:
     finally:
         proc.stop()
     one = statistics.median(serve_rates)
+    aggregate = statistics.median(aggregates)
     print(f"one consumer, MiB/s of record payload (median of {args.rounds}; rounds "
           f"alternate which server goes first):")
     print(f"  ceiling (in-memory server) {statistics.median(ceiling_rates):8.1f}   rounds "
-          + " ".join(f"{r:.0f}" for r in ceiling_rates)
-          + f"   server CPU {statistics.median(cpu['ceiling']):.2f} s")
+          + " ".join(f"{r:.0f}" for r in ceiling_rates))
     print(f"  serve                      {one:8.1f}   rounds "
-          + " ".join(f"{r:.0f}" for r in serve_rates)
-          + f"   server CPU {statistics.median(cpu['serve']):.2f} s")
+          + " ".join(f"{r:.0f}" for r in serve_rates))
     print(f"  ratio {one / statistics.median(ceiling_rates):.2f}x (target >= 0.8x)")
-    print(f"eight consumers, aggregate   {aggregate:8.1f}   ratio {aggregate / one:.2f}x "
+    print(f"eight consumers, aggregate   {aggregate:8.1f}   rounds "
+          + " ".join(f"{r:.0f}" for r in aggregates) + f"   ratio {aggregate / one:.2f}x "
           "(target >= 1.5x)")
+    print_cpu(cpu, many_cpu, "serve", "in-memory server", 1.25)
     print(f"consumer CPU: one consumer alone keeps {statistics.median(cores):.2f} "
           f"cores busy (median); each of the eight {sum(r['cpu_seconds'] for r in many) / 8:.2f}"
           f" s of CPU, {os.cpu_count()} cores in all")

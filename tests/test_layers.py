@@ -244,15 +244,20 @@ READ_MODEL_ANSWERS = {
     "offset_for_timestamp", "timestamp_position", "max_timestamp", "timestamp_at",
 }
 #: where the same names answer for something else: the local log's own segments (engine.log),
-#: and serve's broker, whose log is the local log with the tier behind it (through the RLM)
-ANSWERS_ELSEWHERE = ("engine.log", "engine.protocol.broker")
+#: and serve's reader of a broker's log, which is the local log with the tier behind it (read
+#: through the RLM, whose remote answers are the read model's)
+ANSWERS_ELSEWHERE = ("engine.log", "engine.protocol.log_reader")
 
 
 def definitions_named(path: Path, names: set[str]) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
+    # a property is an attribute a reader exposes (a partition's last stable offset), not
+    # an answer computed
     return sorted(f"{node.name} (line {node.lineno})" for node in ast.walk(tree)
                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.name.lstrip("_") in names)
+                  and node.name.lstrip("_") in names
+                  and not any(isinstance(d, ast.Name) and d.id == "property"
+                              for d in node.decorator_list))
 
 
 def test_only_the_read_model_defines_its_answers():

@@ -49,8 +49,10 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `engine` impo
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from bench import compare_log
 from bench.compare_log import measure_group, split_batches, touch, touch_all
 from bench.compare_records import Report
+from bench.cpu import self_cpu
 from bench.segment import segment
 from engine.config import BrokerConfig
 from engine.log import LogManager
@@ -66,8 +68,9 @@ THREADS = (1, 2, 4)
 
 
 class Setup:
-    def __init__(self, root: Path, buf: bytes):
+    def __init__(self, root: Path, buf: bytes, verification: str = "full"):
         self.root = root
+        self.verification = verification
         self.segment_bytes = max(1 << 20, len(buf) // 8)
         self.log_dir = root / "logs"
         self.config_props = {"log.dirs": str(self.log_dir),
@@ -100,7 +103,8 @@ class Setup:
             shutil.rmtree(self.root / name, ignore_errors=True)
         props = dict(self.config_props)
         props["remote.log.manager.copier.thread.pool.size"] = str(copier_threads)
-        self.rsm = FileSystemRemoteStorageManager([self.root / "tier"], fsync=False)
+        self.rsm = FileSystemRemoteStorageManager([self.root / "tier"], fsync=False,
+                                                  log_read_verification=self.verification)
         self.rlmm = EmbeddedRemoteLogMetadataManager(self.root / "meta")
         shutil.rmtree(self.log_dir / "remote-log-index-cache", ignore_errors=True)
         self.rlm = RemoteLogManager(BrokerConfig(props), self.lm, self.rsm, self.rlmm)
@@ -118,20 +122,27 @@ class Setup:
         self.lm.shutdown()
 
 
+def _copy_all(s: Setup) -> None:
+    """Starts the RLM and waits until every inactive segment of the 4 partitions is copied."""
+    logs = [s.lm.get_log("tiered", p) for p in range(PARTITIONS)]
+    targets = {p: log.segments[-1].base_offset - 1 for p, log in enumerate(logs)}
+    rlm = s.rlm
+    rlm.start()
+    while not all(st.copy.copied_offset >= targets[st.partition]
+                  for st in list(rlm._partitions.values())) or \
+            len(rlm._partitions) < PARTITIONS:
+        time.sleep(0.002)
+
+
 def section_a(rep: Report, s: Setup) -> None:
     print("(a) copy through the scheduled copy tasks", flush=True)
     logs = [s.lm.get_log("tiered", p) for p in range(PARTITIONS)]
-    targets = {p: log.segments[-1].base_offset - 1 for p, log in enumerate(logs)}
     total = sum(seg.size_in_bytes for log in logs for seg in log.segments[:-1])
     base = None
     for threads in THREADS:
-        rlm = s.new_rlm(threads)
+        s.new_rlm(threads)
         t0 = time.perf_counter()
-        rlm.start()
-        while not all(st.copy.copied_offset >= targets[st.partition]
-                      for st in list(rlm._partitions.values())) or \
-                len(rlm._partitions) < PARTITIONS:
-            time.sleep(0.002)
+        _copy_all(s)
         dt = time.perf_counter() - t0
         rate = total / dt / 1e6
         base = base or rate
@@ -282,17 +293,30 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", default=None)
     parser.add_argument("--markdown", default=None)
+    parser.add_argument("--verification", choices=("full", "size"), default="full",
+                        help="the filesystem tier's log.read.verification")
+    parser.add_argument("--clock", choices=("wall", "cpu", "process"), default="wall",
+                        help="wall time, the calling thread's CPU time, or this process's "
+                             "CPU time (every thread: the reader pool's too)")
+    parser.add_argument("--sections", default="abc")
     args = parser.parse_args(argv)
+    compare_log._clock = {"wall": time.perf_counter, "cpu": time.thread_time,
+                          "process": self_cpu}[args.clock]
     logging.basicConfig(level=logging.WARNING)
     rep = Report()
     header = [(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical "
-               f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition")]
+               f"CPUs), Python {platform.python_version()}; {args.mb} MiB a partition; "
+               f"log.read.verification={args.verification}; clock {args.clock}")]
     print(header[0], flush=True)
     buf = segment("none", args.mb << 20)
     root = Path(tempfile.mkdtemp(prefix="remote-read-", dir=args.dir))
-    s = Setup(root, buf)
+    s = Setup(root, buf, args.verification)
     try:
-        section_a(rep, s)
+        if "a" in args.sections:
+            section_a(rep, s)
+        else:  # the copies section (b) and (c) read, without timing them
+            s.new_rlm(2)
+            _copy_all(s)
         s.lm.update_topic_config("tiered", {"remote.storage.enable": "true",
                                             "segment.bytes": str(s.segment_bytes),
                                             "retention.ms": "-1",
@@ -300,8 +324,10 @@ def main(argv=None) -> int:
         for p in range(PARTITIONS):
             s.lm.get_log("tiered", p).delete_old_segments()
         s.rlm.run_once()
-        section_b(rep, s, args.repeat)
-        section_c(rep, s, args.repeat)
+        if "b" in args.sections:
+            section_b(rep, s, args.repeat)
+        if "c" in args.sections:
+            section_c(rep, s, args.repeat)
     finally:
         s.close()
         shutil.rmtree(root, ignore_errors=True)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -52,6 +52,7 @@ from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION,
 from engine.records import MemoryRecords
 from engine.remote.index_check import OFFSET, TIME, TRANSACTION, VERDICTS
 from engine.remote.metadata import RemoteLogSegmentMetadata
+from engine.remote.read_verdicts import VERIFIED
 from engine.remote.segment_access import (
     WALK_WINDOW,
     NextPositions,
@@ -422,6 +423,9 @@ class RemoteLog:
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       min_one_message: bool, upto: int, nonblocking: bool
                       ) -> tuple[memoryview | bytes, int]:
+        # asked before any byte is read (the view may be a slice of the walk's window); not
+        # needed where the RSM vouches for the CRCs itself
+        before = None if self.rsm.verifies_batch_crcs(md) else self.rsm.read_generation(md)
         # the header walk's window and the records after it in one mapping, where views are
         reader = RemoteSegmentReader(self.rsm, md, nonblocking, span=max_bytes + WALK_WINDOW)
         start = self._start_position(md, offset, nonblocking)
@@ -437,12 +441,13 @@ class RemoteLog:
         if first_size > max_bytes and not min_one_message:
             return b"", offset
         view = reader.read_exact(position, position + max(max_bytes, first_size))
-        # an RSM that checked every batch CRC of these bytes before serving them spares a
-        # second pass over them (the contract's verifies_batch_crcs)
-        crc = not self.rsm.verifies_batch_crcs(md)
-        headers, _ = _records.scan(view, crc)
+        crc, generation = self._needs_crc(md, position, position + len(view), before)
+        headers, valid = _records.scan(view, crc)
         check_batches(headers, partial(describe_segment, md), first_offset=offset, crc=crc,
                       min_offset=md.start_offset, max_offset=md.end_offset, position=position)
+        if crc:  # every whole batch of the view checked out (a partial last one is not)
+            VERIFIED.checked(md.remote_log_segment_id.id, generation, position,
+                             position + valid)
         n = int(np.count_nonzero(headers["base_offset"] < upto))
         if not n:  # find_batch framed it whole: the bytes changed under the read
             raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte "
@@ -452,6 +457,22 @@ class RemoteLog:
         next_offset = int(headers["last_offset"][n - 1]) + 1
         self.positions.ended(md, next_offset, position + cut)
         return view[:cut], next_offset
+
+    def _needs_crc(self, md: RemoteLogSegmentMetadata, start: int, end: int,
+                   before: Hashable | None) -> tuple[bool, Hashable | None]:
+        """(whether bytes [start, end) just read need the reader's CRC pass, the generation
+        to keep its verdict under). No pass when the RSM checked every batch CRC before
+        serving them (the contract's verifies_batch_crcs), nor when a read in this process
+        checked them under the generation they have, asked before (`before`) and after the
+        read: a generation left as it was by the read means no byte came from storage
+        meanwhile (engine.remote.read_verdicts)."""
+        if self.rsm.verifies_batch_crcs(md):
+            return False, None
+        if before is None or before != self.rsm.read_generation(md):
+            return True, None
+        if VERIFIED.covers(md.remote_log_segment_id.id, before, start, end):
+            return False, None
+        return True, before
 
     def _start_position(self, md: RemoteLogSegmentMetadata, offset: int,
                         nonblocking: bool) -> int:

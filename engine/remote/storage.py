@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import enum
 import io
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -163,6 +163,17 @@ class RemoteStorageManager(abc.ABC):
         segment once its bytes are all at hand) and false again: a reader asks after it read
         its range, and true then covers that range. The default: no."""
         return False
+
+    def read_generation(self, metadata: RemoteLogSegmentMetadata) -> Hashable | None:
+        """A token naming the `.log` bytes this RSM's ranges of the segment serve now, or
+        None. Two equal tokens of one segment id promise the same bytes: the token changes
+        whenever bytes of the segment are read from storage again (a chunk fetched, a file
+        replaced or rewritten), before those bytes are served. A reader that checked the
+        batch CRCs of a range keeps that verdict under the token and skips the CRC pass
+        when it reads the range again under the same one (engine.remote.read_verdicts):
+        a token must never stay the same while the bytes behind it may differ. The default,
+        None, never vouches for anything: every read is checked."""
+        return None
 
     def fetch_index_bytes(self, metadata: RemoteLogSegmentMetadata,
                           index_type: IndexType) -> bytes:

@@ -17,7 +17,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 from engine.checksums import crc32c
@@ -329,6 +329,21 @@ class FileSystemReads:
     def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
         # with `full`, a `.log` with checksums is served only after _verify_log_once
         return self._verification == "full" and metadata.custom_metadata is not None
+
+    def read_generation(self, metadata: RemoteLogSegmentMetadata) -> Hashable | None:
+        """The identity of the segment's open `.log`, which every range is read from:
+        (device, inode, size, mtime, ctime) of the open file, so a file replaced, or
+        rewritten in place, has another. None while the file is not open (no range
+        read yet, or evicted: the next read may open another file)."""
+        f = self._open_logs.acquire((metadata.remote_log_segment_id.id,
+                                     metadata.custom_metadata))
+        if f is None:
+            return None
+        try:
+            st = _fstat(f.fd, f.path)
+        finally:
+            self._open_logs.release(f)
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
     def _checked_log_size(self, metadata: RemoteLogSegmentMetadata, fd: int,
                           path: Path) -> int:

@@ -33,7 +33,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["ERROR_KINDS", "ObjectStoreMetrics"]
+__all__ = ["ERROR_KINDS", "ObjectStoreMetrics", "StoreMetricsCollector"]
 
 ERROR_KINDS = ("throttling", "server", "configured_timeout", "io", "other")
 
@@ -124,3 +124,18 @@ class ObjectStoreMetrics:
             if v is not None:
                 return v
         return None
+
+
+class StoreMetricsCollector:
+    """The metrics of an RSM's current store (its `_store`, which a reconfiguration
+    replaces), for another registry (prometheus_client's custom-collector protocol:
+    `collect`)."""
+
+    def __init__(self, rsm):
+        self._rsm = rsm
+
+    def collect(self):
+        store = self._rsm._store
+        if store is None:
+            return iter(())
+        return store.metrics.registry.collect()

@@ -33,27 +33,27 @@ once). A byte range of the `.log` goes to the `reads.RangeReader`: the chunks ho
 from the chunk cache (`fetch.chunk.cache.*`; memory or disk, kept across restarts) or from
 coalesced ranged GETs with `fetch.max.in.flight.requests` in flight and at most
 `fetch.max.request.bytes` each, bounded by `fetch.chunk.cache.get.timeout.ms`; each chunk is
-detransformed and checked here (a bad GCM tag, zstd frame or size is a
-CorruptRemoteObjectError naming the object and chunk), then cut to the range. Chunk cache
-entries are named by the `.log` key plus the segment id and a digest of the manifest, so a
-re-upload never aliases. Indexes are cached (`fetch.indexes.cache.size` bytes for
-`fetch.indexes.cache.retention.ms`); the first index read of a segment whose `.indexes` is at
-most 1 MiB fetches them all in one GET (a remote read wants the offset and transaction
-indexes), a larger one takes one ranged GET per index. When the segment's
-custom metadata names an object prefix or key, reads of `.log` and `.indexes` use them.
+detransformed and checked here (a bad GCM tag, zstd frame or size is a CorruptRemoteObjectError
+naming the object and chunk), then cut to the range. Chunk cache entries are named by the
+`.log` key plus the segment id and a digest of the manifest, so a re-upload never aliases.
+Indexes are cached (`fetch.indexes.cache.size` bytes for `fetch.indexes.cache.retention.ms`);
+the first index read of a segment whose `.indexes` is at most 1 MiB fetches them all in one GET
+(a remote read wants the offset and transaction indexes), a larger one takes one ranged GET per
+index. When the segment's custom metadata names an object prefix or key, reads of `.log` and
+`.indexes` use them.
 
-Read-ahead (`fetch.chunk.cache.prefetch.max.size` > 0, with a chunk cache) follows the
-reads of a segment a reader said it reads forward (`read_forward`), those served from the
-chunk cache's memory (`map_range_if_open`) included: once the read-ahead window reaches past
-the segment's end, it follows the chain of next segments the reader named (each
-`read_forward` one link) as far as the window reaches; the first whose manifest is not
-cached is loaded in the background, the read-ahead continues into its chunks, and its indexes
-are loaded while those GETs run, so that the reader crosses boundaries without a GET. Nothing
-of it blocks a read.
+Read-ahead (`fetch.chunk.cache.prefetch.max.size` > 0, with a chunk cache) follows the reads of
+a segment a reader said it reads forward (`read_forward`), those served from the chunk cache's
+memory (`map_range_if_open`) included: once the read-ahead window reaches past the segment's
+end, it follows the chain of next segments the reader named (each `read_forward` one link) as
+far as the window reaches; the first whose manifest is not cached is loaded in the background,
+the read-ahead continues into its chunks, and its indexes are loaded while those GETs run, so
+that the reader crosses boundaries without a GET. Nothing of it blocks a read.
 
 With a chunk cache, `verifies_batch_crcs` holds for a segment once a background pass checked
-every batch CRC over its cached chunks, until a chunk of it comes from the store again
-(verdicts.py): readers then skip their own CRC pass, as over the filesystem tier's files.
+every batch CRC over its cached chunks, until a chunk of it comes from the store again, and
+`read_generation` changes at each such fetch (verdicts.py): readers skip their own CRC pass
+over bytes checked before, by that pass or by a read of the same generation.
 
 Metrics (engine.remote.objectstore.metrics) live in the store's registry;
 `register_metrics` adds a collector of them to another registry (the RLM's), which follows
@@ -73,7 +73,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -99,6 +99,7 @@ from engine.remote.objectstore.manifest import (
     SegmentManifest,
     VariableChunkIndex,
 )
+from engine.remote.objectstore.metrics import StoreMetricsCollector
 from engine.remote.objectstore.reads import RangeReader, RangeStream, SegmentObject, cut_chunks
 from engine.remote.objectstore.store import ObjectStore, StoreConfig
 from engine.remote.objectstore.transforms import ChunkTransform, KeyRing, first_batch_compressed
@@ -253,7 +254,7 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             if any(r is registry for r in self._metric_registries):
                 return
             self._metric_registries.append(registry)
-        registry.register(_StoreMetricsCollector(self))
+        registry.register(StoreMetricsCollector(self))
 
     def read_forward(self, metadata: RemoteLogSegmentMetadata,
                      next_segment: RemoteLogSegmentMetadata | None) -> None:
@@ -281,11 +282,20 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
     def verifies_batch_crcs(self, metadata: RemoteLogSegmentMetadata) -> bool:
         """With a chunk cache: once the segment's cached chunks were checked whole in this
         process, and none came from the store since (verdicts.py)."""
+        upload = self._verdict_key(metadata)
+        return upload is not None and self._verdicts.holds(*upload)
+
+    def read_generation(self, metadata: RemoteLogSegmentMetadata) -> Hashable | None:
+        """With a chunk cache: the upload's count of chunk fetches (verdicts.py)."""
+        upload = self._verdict_key(metadata)
+        return None if upload is None else self._verdicts.generation(*upload)
+
+    def _verdict_key(self, metadata: RemoteLogSegmentMetadata) -> tuple[str, str] | None:
         if self._closed or self._store is None or self._verdicts is None:
-            return False
+            return None
         segment = self._cached_segment(metadata)
-        return segment is not None and self._verdicts.holds(
-            self._log_of(metadata, segment).key, segment.identity)
+        return None if segment is None else (self._log_of(metadata, segment).key,
+                                             segment.identity)
 
     @property
     def read_ahead_pending_bytes(self) -> int:
@@ -764,20 +774,6 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 f"chunk.size={self._config.chunk_size}, "
                 f"compression={self._config.compression}, "
                 f"encryption={self._config.encryption})")
-
-
-class _StoreMetricsCollector:
-    """The metrics of a manager's current store, for another registry (prometheus_client's
-    custom-collector protocol: `collect`)."""
-
-    def __init__(self, rsm: ObjectStorageRemoteStorageManager):
-        self._rsm = rsm
-
-    def collect(self):
-        store = self._rsm._store
-        if store is None:
-            return iter(())
-        return store.metrics.registry.collect()
 
 
 # ---- helpers -----------------------------------------------------------------------------

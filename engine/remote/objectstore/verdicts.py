@@ -22,6 +22,7 @@ Thread-safety: every method may be called from any number of threads.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -36,6 +37,7 @@ __all__ = ["BatchCrcVerdicts"]
 log = logging.getLogger(__name__)
 
 _VERDICTS_KEPT = 4096
+_INSTANCES = itertools.count()
 
 
 class BatchCrcVerdicts:
@@ -49,6 +51,20 @@ class BatchCrcVerdicts:
         self._checked: OrderedDict[tuple[str, str], bool] = OrderedDict()
         # uploads being checked -> False once a fetch made the running check stale
         self._checking: dict[tuple[str, str], bool] = {}
+        # read generations (read_generation): uploads -> the fetch count at their latest
+        # fetch; an upload without one has `_floor`, at least every count dropped, so a
+        # generation never comes back once a fetch moved past it
+        self._instance = next(_INSTANCES)
+        self._fetches = 0
+        self._latest_fetch: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._floor = 0
+
+    def generation(self, key: str, identity: str) -> tuple[int, str, str, int]:
+        """The upload's read generation: it changes at every fetch of its chunks (before
+        they are served, see `fetched`), and only then or when its record is dropped."""
+        with self._lock:
+            return (self._instance, key, identity,
+                    self._latest_fetch.get((key, identity), self._floor))
 
     def holds(self, key: str, identity: str) -> bool:
         """Whether every batch CRC of the upload (`.log` object key, identity) checked out
@@ -57,12 +73,18 @@ class BatchCrcVerdicts:
             return (key, identity) in self._checked
 
     def fetched(self, seg: SegmentObject) -> None:
-        """Chunks of `seg` came from the store: its verdict no longer covers them."""
+        """Chunks of `seg` came from the store: its verdict no longer covers them, and its
+        read generation moves on."""
         k = (seg.key, seg.identity)
         with self._lock:
             self._checked.pop(k, None)
             if k in self._checking:
                 self._checking[k] = False
+            self._fetches += 1
+            self._latest_fetch.pop(k, None)
+            self._latest_fetch[k] = self._fetches
+            if len(self._latest_fetch) > _VERDICTS_KEPT:
+                self._floor = max(self._floor, self._latest_fetch.popitem(last=False)[1])
 
     def check_after(self, key: str, identity: str, index: ChunkRanges, end: int) -> None:
         """A read of the upload (`.log` key, identity; its chunk index) ended at original

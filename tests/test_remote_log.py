@@ -280,9 +280,9 @@ def test_a_lying_transaction_index_fails_read_committed_never_misleads(tmp_path,
 
         source = ({"bucket": t.url, "store": t.store} if kind == "s3"
                   else {"config": t.env.config.originals()})
-        with pytest.raises(CorruptIndexError, match="transaction indexes disagree"):
-            with read_topic(TOPIC, isolation_level="read_committed", **source) as stream:
-                stream.read_all()
+        with (pytest.raises(CorruptIndexError, match="transaction indexes disagree"),
+              read_topic(TOPIC, isolation_level="read_committed", **source) as stream):
+            stream.read_all()
         with read_topic(TOPIC, **source) as stream:
             assert stream.read_all().num_rows == len(t.records)
     finally:

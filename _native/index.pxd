@@ -6,8 +6,8 @@ alignment), the entry count and plain integers; none touches Python objects or f
 run without the GIL. Slots are 0-based entry numbers; -1 means "no such entry".
 
 (Cython looks for a module's own .pxd under its full name, `engine/_native/index.pxd`, which
-this layout does not have, so index.pyx cimports this file explicitly. It therefore holds
-only extern declarations: nothing here needs a runtime import.)
+this layout does not have, so index.pyx and index_rebuild.pyx cimport this file explicitly.
+It therefore holds only extern declarations: nothing here needs a runtime import.)
 """
 
 from libc.stddef cimport ptrdiff_t

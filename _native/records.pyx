@@ -10,6 +10,7 @@ shared, inline helpers are inlined in every user):
     engine._native.decode    RecordBatch and Record: v2 and legacy (magic 0/1) decode
     engine._native.columnar  decode_columns(): batches into Arrow-layout column buffers, or
                              Arrow binary views into the source (decode_view_columns)
+    engine._native.columns   those column buffers and the per-record appends into them
     engine._native.builder   build_v2_batch()
     engine._native.append    leader appends over scan rows (offsets, epochs, pwritev)
 

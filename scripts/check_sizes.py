@@ -1,14 +1,15 @@
-"""Lists the Python modules of `engine/` over a line budget and the functions of `engine/`
-and of the Cython sources in `_native/` over a length budget, so a module or function that
-outgrows what one reader holds in mind is split.
+"""Lists the modules of `engine/` and the Cython sources of `_native/` over a line budget and
+their functions over a length budget, so a module or function that outgrows what one reader
+holds in mind is split.
 
     .venv/bin/python scripts/check_sizes.py [--module-lines 800] [--function-lines 60] [PATH...]
 
 A function's length counts its lines from `def` (decorators included) to its last line,
 docstring included; nested functions count within their parent and on their own. In a .pyx
 file `def`, `cdef` and `cpdef` functions and methods count alike (a body ends at the first
-line indented no deeper than its `def` outside brackets and strings); its module size is
-not checked (compilation units are split by concept, see `_native/`).
+line indented no deeper than its `def` outside brackets and strings). A .pyx module is held
+to the same line budget: one too long is split by concept into modules that share C-level
+declarations through a .pxd (see `_native/records.pyx`).
 Exit status 1 when something is over budget, 0 otherwise.
 
 `ALLOWED` holds the modules and functions known to be over budget, each capped at its
@@ -44,16 +45,13 @@ def oversized(paths: list[Path], module_lines: int, function_lines: int,
         name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         key = name.as_posix()
         within.update((k, f) for k, f in allowed if k == key)
-        if path.suffix == ".pyx":
-            functions += _over(key, name, _cython_functions(text), function_lines, allowed,
-                               within)
-            continue
         if lines > module_lines:
             within.discard((key, None))
             if lines > allowed.get((key, None), module_lines):
                 modules.append((lines, f"{name}: {lines} lines (module budget {module_lines})"))
-        functions += _over(key, name, _python_functions(text, path), function_lines, allowed,
-                           within)
+        found = _cython_functions(text) if path.suffix == ".pyx" else \
+            _python_functions(text, path)
+        functions += _over(key, name, found, function_lines, allowed, within)
     stale = [f"{k}{'' if f is None else ' ' + f}: within budget, remove it from ALLOWED"
              for k, f in sorted(within, key=lambda e: (e[0], e[1] or ""))]
     return [m for _, m in sorted(modules, reverse=True)] + \

@@ -84,3 +84,13 @@ def test_cython_functions_are_found_and_measured(tmp_path):
     _cython(path, 3)
     found = list(_script()._cython_functions(path.read_text()))
     assert found == [("short", 6, 1), ("long_one", 9, 11), ("get", 25, 2)]
+
+
+def test_cython_module_over_budget_fails_naming_it(tmp_path):
+    path = tmp_path / "m.pyx"
+    _cython(path, 10)  # 33 lines, every function within the budget below
+    done = subprocess.run([sys.executable, str(SCRIPT), "--module-lines", "30",
+                           "--function-lines", "60", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, f"{path}: 33 lines (module budget 30)\n")
+    assert _script().oversized([path], 33, 60) == []

@@ -1,5 +1,4 @@
 from collections.abc import Iterator
-from os import PathLike
 from typing import Final, TypeAlias
 
 import numpy as np
@@ -8,6 +7,36 @@ from typing_extensions import Buffer
 
 from engine._native.errors import IndexFullError as IndexFullError
 from engine._native.errors import InvalidOffsetError as InvalidOffsetError
+from engine._native.index_rebuild import (
+    STATUS_OFFSET_INDEX_FULL as STATUS_OFFSET_INDEX_FULL,
+)
+from engine._native.index_rebuild import (
+    STATUS_OFFSET_NOT_INCREASING as STATUS_OFFSET_NOT_INCREASING,
+)
+from engine._native.index_rebuild import (
+    STATUS_OFFSET_OVERFLOW as STATUS_OFFSET_OVERFLOW,
+)
+from engine._native.index_rebuild import (
+    STATUS_POSITION_OVERFLOW as STATUS_POSITION_OVERFLOW,
+)
+from engine._native.index_rebuild import (
+    STATUS_TIME_DECREASING as STATUS_TIME_DECREASING,
+)
+from engine._native.index_rebuild import (
+    STATUS_TIME_INDEX_FULL as STATUS_TIME_INDEX_FULL,
+)
+from engine._native.index_rebuild import (
+    STATUS_TIME_OFFSET_DECREASING as STATUS_TIME_OFFSET_DECREASING,
+)
+from engine._native.index_rebuild import (
+    append_status_message as append_status_message,
+)
+from engine._native.index_rebuild import (
+    rebuild_entries as rebuild_entries,
+)
+from engine._native.index_rebuild import (
+    status_error as status_error,
+)
 
 _I64: TypeAlias = npt.NDArray[np.int64]
 
@@ -15,13 +44,6 @@ NO_TIMESTAMP: Final[int]
 OFFSET_ENTRY_SIZE: Final[int]
 TIME_ENTRY_SIZE: Final[int]
 WARM_BYTES: Final[int]
-STATUS_OFFSET_NOT_INCREASING: Final[int]
-STATUS_OFFSET_OVERFLOW: Final[int]
-STATUS_POSITION_OVERFLOW: Final[int]
-STATUS_OFFSET_INDEX_FULL: Final[int]
-STATUS_TIME_INDEX_FULL: Final[int]
-STATUS_TIME_OFFSET_DECREASING: Final[int]
-STATUS_TIME_DECREASING: Final[int]
 
 class OffsetPosition:
     @property
@@ -91,13 +113,6 @@ class TimeIndexCore(_IndexCore):
                               skip_full_check: bool = False) -> tuple[int, int]: ...
     def _count_below(self, offset: int) -> int: ...
 
-def append_status_message(status: int) -> str: ...
-def status_error(status: int, message: str, *, file: str | PathLike[str] | None = None,
-                 position: int | None = None,
-                 offset: int | None = None) -> IndexFullError | InvalidOffsetError | ValueError: ...
-def rebuild_entries(sizes: _I64, last_offsets: _I64, max_timestamps: _I64, base_offset: int,
-                    interval_bytes: int, max_offset_entries: int,
-                    max_time_entries: int) -> tuple[_I64, _I64, _I64, _I64]: ...
 def append_entry_pair(offset_index: OffsetIndexCore, time_index: TimeIndexCore, offset: int,
                       position: int, timestamp: int, timestamp_offset: int) -> int: ...
 def offset_index_slots(buffer: Buffer, targets: npt.ArrayLike, base_offset: int = 0) -> _I64: ...

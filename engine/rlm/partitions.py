@@ -1,13 +1,17 @@
 """The RemoteLogManager's registry of the partitions it serves.
 
-Which partitions are tiered here and in what role: `_sync_partitions` adds the tiered
-partitions of the LogManager not known yet (as leaders: the engine is a single broker) and
-forgets those whose log went away; a topic whose `remote.storage.enable` is turned off stops
-tiering (`_stop_tiering`), and with `remote.log.delete.on.disable=true` its remote data is
-deleted by the next pass (`_delete_disabled`, Kafka's stopPartitions with deleteRemoteLog);
-`delete_partition` deletes one partition's remote data (and local log). A partition whose
-remote deletion began is never tiered again under that topic id; one whose remote log
-metadata cannot be read now is left out of the passes until it can.
+Which partitions are tiered here and in what role: `sync` adds the tiered partitions of the
+LogManager not known yet (as leaders: the engine is a single broker) and forgets those whose
+log went away; `set_roles` makes partitions leaders (with their epochs) or followers, as
+`RemoteLogManager.on_leadership_change` asks. A topic whose `remote.storage.enable` is
+turned off stops tiering (`_stop_tiering`), and with `remote.log.delete.on.disable=true` the
+next pass moves the log start offset to the local one and deletes its remote data
+(`delete_disabled`, Kafka's stopPartitions with deleteRemoteLog), retried after the
+expiration's backoff until it succeeds; `delete_partition` deletes one partition's remote
+data (and local log). A partition whose remote deletion began is never tiered again under
+that topic id; one whose remote log metadata cannot be read now is left out of the passes
+until it can. A partition's topic id is the LogManager's (`LogManager.topic_id`: from its
+`partition.metadata`, written when it has none, as Kafka always has one).
 
 The `RemoteLogManager` holds one `PartitionRegistry`, built with the lock they share and
 the callables it may use of the manager: scheduling and cancelling a partition's tasks, and

@@ -5,9 +5,12 @@ the calling thread.
 After each copy or follower run the log's own retention runs (`UnifiedLog.delete_old_segments`,
 which deletes a tiered segment locally only once its copy is FINISHED): the engine has no
 separate log-cleanup scheduler. A partition whose remote log metadata the RLMM cannot serve
-(`partition_error`) is offline: none of its tasks runs, and one whose metadata is not ready
-yet waits. `run_once` waits up to 30 s for a run of the same task still going on the
-scheduler (e.g. a hung copy), then reports it in the summary.
+(`partition_error`, e.g. a damaged metadata log) is offline and fails alone: none of its
+tasks runs, its reads and ListOffsets raise that error (`check_online`), `status()` shows it
+offline with the error, the `RemoteLogOfflinePartitionsCount` gauge counts it and `run_once`
+reports it among the errors; every other partition is tiered, expired and read as usual. One
+whose metadata is not ready yet waits. `run_once` waits up to 30 s for a run of the same
+task still going on the scheduler (e.g. a hung copy), then reports it in the summary.
 
 The RemoteLogManager builds one `RLMTasks` with the tasks it composes (RLMCopier,
 RLMExpirationTask, RLMFollowerTask) and the collaborators it names.

@@ -48,7 +48,7 @@ from engine.rlm.follower import RLMFollowerTask, TierStateMachine
 from engine.rlm.metrics import RLMMetrics, register_gauges
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
 from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool
-from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
+from engine.rlm.quota import RLMQuotas
 from engine.rlm.reader import RemoteFetchResult
 from engine.rlm.scheduling import RLMScheduler
 from engine.rlm.state import PartitionState
@@ -118,7 +118,7 @@ class RemoteLogManager:
             broker_config["remote.log.manager.task.retry.backoff.ms"],
             broker_config["remote.log.manager.task.retry.backoff.max.ms"],
             broker_config["remote.log.manager.task.retry.jitter"])
-        self._init_quotas(broker_config)
+        self.quotas = RLMQuotas(broker_config, self.clock, lambda: self._closed)
         first_dir = Path(log_manager.log_dirs[0])
         self._owns_index_cache = index_cache is None
         self.index_cache = index_cache or RemoteIndexCache(
@@ -149,22 +149,8 @@ class RemoteLogManager:
             offline_log_dirs=lambda: len(log_manager.offline_dirs),
             offline_partitions=lambda: sum(st.offline_error is not None
                                            for st in list(self._partitions.values())),
-            copy_quota_sensor=self.copy_quota_sensor,
-            fetch_quota_sensor=self.fetch_quota_sensor)
-
-    def _init_quotas(self, config: BrokerConfig) -> None:
-        self.copy_quota_sensor = ThrottleTimeSensor(self.clock)
-        self.fetch_quota_sensor = ThrottleTimeSensor(self.clock)
-        self.copy_rate = RLMQuota(config["remote.log.manager.copy.max.bytes.per.second"],
-                                  config["remote.log.manager.copy.quota.window.num"],
-                                  config["remote.log.manager.copy.quota.window.size.seconds"],
-                                  self.clock)
-        self.fetch_rate = RLMQuota(config["remote.log.manager.fetch.max.bytes.per.second"],
-                                   config["remote.log.manager.fetch.quota.window.num"],
-                                   config["remote.log.manager.fetch.quota.window.size.seconds"],
-                                   self.clock)
-        self.copy_quota = CopyQuotaWaiter(self.copy_rate, self.copy_quota_sensor, self.clock,
-                                          lambda: self._closed)
+            copy_quota_sensor=self.quotas.copy_sensor,
+            fetch_quota_sensor=self.quotas.fetch_sensor)
 
     def _new_registry(self) -> PartitionRegistry:
         """The partition registry, with what it may use of this manager."""
@@ -180,8 +166,8 @@ class RemoteLogManager:
         cfg = self.config
         return RemoteLogReader(
             rlmm=self.rlmm, rsm=self.rsm, index_cache=self.index_cache,
-            next_positions=NextPositions(), metrics=self.metrics, fetch_rate=self.fetch_rate,
-            fetch_quota_sensor=self.fetch_quota_sensor, reader_pool=self.reader_pool,
+            next_positions=NextPositions(), metrics=self.metrics, fetch_rate=self.quotas.fetch_rate,
+            fetch_quota_sensor=self.quotas.fetch_sensor, reader_pool=self.reader_pool,
             fetch_max_wait_ms=cfg["remote.fetch.max.wait.ms"],
             list_offsets_timeout_ms=cfg["remote.list.offsets.request.timeout.ms"],
             inline_reads=self.rlmm.in_memory_queries, log_and_state=self._log_and_state)
@@ -199,7 +185,7 @@ class RemoteLogManager:
         """The copy task, with what it may use of this manager (engine.rlm.copier)."""
         return copier.RLMCopier(
             rlmm=self.rlmm, rsm=self.rsm, metrics=self.metrics, clock=self.clock,
-            backoff=self.backoff, copy_quota=self.copy_quota, broker_id=self.broker_id,
+            backoff=self.backoff, copy_quota=self.quotas.copy, broker_id=self.broker_id,
             custom_metadata_max_bytes=self.custom_metadata_max_bytes,
             interval_ms=self.interval_ms, closed=lambda: self._closed,
             delete_remote_segment=self.expiration.delete_remote_segment)
@@ -242,13 +228,7 @@ class RemoteLogManager:
         the highest copied offset again; a cancelled copy task resumes)."""
         followers = dict(followers) if isinstance(followers, Mapping) else {
             tuple(tp): None for tp in followers}
-        with self._lock:
-            lead = self._registry.set_roles(leaders, True)
-            follow = self._registry.set_roles(followers, False)
-        self.rlmm.on_partition_leadership_changes([s.tip for s in lead],
-                                                  [s.tip for s in follow])
-        for st in lead + follow:
-            self.scheduler.schedule(st)
+        self._registry.change_leadership(leaders, followers)
 
     def _sync_partitions(self) -> list[PartitionState]:
         """The registry's pass (PartitionRegistry.sync): the states, sorted."""

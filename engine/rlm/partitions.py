@@ -139,6 +139,18 @@ class PartitionRegistry:
                 self._schedule(st)
         return states
 
+    def change_leadership(self, leaders: Mapping[tuple[str, int], int | None],
+                          followers: Mapping[tuple[str, int], int | None]) -> None:
+        """Makes `leaders` and `followers` ((topic, partition) -> leader epoch) so, tells
+        the RLMM, and schedules the tasks of each partition whose state was created."""
+        with self._lock:
+            lead = self.set_roles(leaders, True)
+            follow = self.set_roles(followers, False)
+        self.rlmm.on_partition_leadership_changes([s.tip for s in lead],
+                                                  [s.tip for s in follow])
+        for st in lead + follow:
+            self._schedule(st)
+
     def set_roles(self, roles: Mapping[tuple[str, int], int | None], is_leader: bool
                   ) -> list[PartitionState]:
         """Makes the tiered partitions of `roles` ((topic, partition) -> leader epoch, None:

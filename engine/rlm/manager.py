@@ -35,7 +35,6 @@ from pathlib import Path
 
 from engine.common import TopicPartition
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import UnknownTopicOrPartitionError
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata_manager import RemoteLogMetadataManager
@@ -147,8 +146,7 @@ class RemoteLogManager:
             self.metrics, reader_pool=self.reader_pool,
             copier_idle_percent=self.scheduler.copier_idle_percent,
             offline_log_dirs=lambda: len(log_manager.offline_dirs),
-            offline_partitions=lambda: sum(st.offline_error is not None
-                                           for st in list(self._partitions.values())),
+            offline_partitions=self._registry.offline_count,
             copy_quota_sensor=self.quotas.copy_sensor,
             fetch_quota_sensor=self.quotas.fetch_sensor)
 
@@ -292,15 +290,7 @@ class RemoteLogManager:
         up to 30 s, then skipped with an error in the summary."""
         summary = RunSummary()
         states = self._sync_partitions()
-        registry = self._registry
-        summary.errors += registry.delete_disabled()
-        with self._lock:
-            summary.errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: "
-                               f"{why}" for (t, p), why in sorted(registry.unreadable.items())]
-            disabled = list(registry.disabled)
-        for st in disabled:  # failed deletions of partitions whose tiering was turned off
-            summary.retry_in_ms = max(summary.retry_in_ms,
-                                      st.next_expiration_attempt_ms - self.clock())
+        summary.errors, summary.retry_in_ms = self._registry.run_once(self.clock)
         for st in states:
             self.tasks.run_once(st, summary)
         return summary
@@ -321,28 +311,12 @@ class RemoteLogManager:
         fresh process answers latest-tiered and copy lag right; scheduled runs do it
         anyway. Raises what the RLMM raises; an offline partition is skipped (its own
         calls raise) unless `topic` and `partition` name it."""
-        named = topic is not None and partition is not None
-        for st in self._sync_partitions():
-            if topic is not None and st.topic != topic:
-                continue
-            if partition is not None and st.partition != int(partition):
-                continue
-            if named:
-                self.tasks.check_online(st)
-            elif self.tasks.offline(st) is not None:
-                continue
-            self.tasks.ensure_initialised(st)
+        self.tasks.initialise(self._sync_partitions(), topic, partition)
 
     # -- serving ---------------------------------------------------------------------------
 
     def _log_and_state(self, topic: str, partition: int):
-        unified = self.log_manager.get_log(topic, partition)
-        if unified is None:
-            raise UnknownTopicOrPartitionError.no_log(topic, partition)
-        st = self._partitions.get(TopicPartition(topic, int(partition)))
-        if st is None and unified.remote_log_enabled:
-            st = next((s for s in self._sync_partitions()
-                       if (s.topic, s.partition) == (topic, int(partition))), None)
+        unified, st = self._registry.log_and_state(topic, partition)
         if st is not None:
             self.tasks.check_online(st)
         return unified, st
@@ -405,15 +379,7 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
-            if self.tasks.offline(st) is not None:
-                continue  # shown offline, with its error
-            try:
-                self.tasks.ensure_initialised(st)
-            except Exception as exc:
-                st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
-                log.warning("Initialising %s for its status failed: %s", st.name, exc)
-            if st.is_leader:  # a damaged next segment shows in any process's status
-                self.copier.check_next_segment(st)
+            self.tasks.refresh_for_status(st)
         return [partition_status(st, rlmm=self.rlmm, now_ms=self.clock(),
                                  retention_error=self.log_manager.retention_error)
                 for st in states]

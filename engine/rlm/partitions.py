@@ -33,6 +33,7 @@ from engine.rlm.state import PartitionState
 
 if TYPE_CHECKING:
     from engine.log.log_manager import LogManager
+    from engine.log.unified_log import UnifiedLog
     from engine.remote.metadata_manager import RemoteLogMetadataManager
     from engine.rlm.metrics import RLMMetrics
 
@@ -207,6 +208,39 @@ class PartitionRegistry:
             with self._lock:
                 self.disabled.extend(retry)
         return errors
+
+    def log_and_state(self, topic: str, partition: int
+                      ) -> tuple[UnifiedLog, PartitionState | None]:
+        """The partition's log and its state (None when it is not tiered here); a tiered
+        partition not known yet is added by a pass first. UnknownTopicOrPartitionError when
+        there is no such log."""
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
+        st = self.partitions.get(TopicPartition(topic, int(partition)))
+        if st is None and unified.remote_log_enabled:
+            st = next((s for s in self.sync()
+                       if (s.topic, s.partition) == (topic, int(partition))), None)
+        return unified, st
+
+    def offline_count(self) -> int:
+        """Partitions whose remote log metadata the RLMM cannot serve."""
+        return sum(st.offline_error is not None for st in list(self.partitions.values()))
+
+    def run_once(self, clock: Callable[[], int]) -> tuple[list[str], int]:
+        """The registry's part of `RemoteLogManager.run_once`: deletes the remote data of
+        the partitions whose tiering was turned off (`delete_disabled`). Returns the pass's
+        errors (those deletions', and one per partition left out as unreadable) and the ms
+        until the failed deletions may be retried (0 when none failed)."""
+        errors = self.delete_disabled()
+        with self._lock:
+            errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: {why}"
+                       for (t, p), why in sorted(self.unreadable.items())]
+            disabled = list(self.disabled)
+        retry_in_ms = 0
+        for st in disabled:
+            retry_in_ms = max(retry_in_ms, st.next_expiration_attempt_ms - clock())
+        return errors, retry_in_ms
 
     def is_deleting(self, tp: TopicPartition, unified) -> bool:
         topic_id = self.deleting.get(tp)

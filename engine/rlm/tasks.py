@@ -115,6 +115,36 @@ class RLMTasks:
             st.copy_lock.release()
         return True
 
+    def initialise(self, states: list[PartitionState], topic: str | None = None,
+                   partition: int | None = None) -> None:
+        """`ensure_initialised` for each of `states` (or those of `topic`/`partition`); an
+        offline one is skipped unless `topic` and `partition` name it (then it raises)."""
+        named = topic is not None and partition is not None
+        for st in states:
+            if topic is not None and st.topic != topic:
+                continue
+            if partition is not None and st.partition != int(partition):
+                continue
+            if named:
+                self.check_online(st)
+            elif self.offline(st) is not None:
+                continue
+            self.ensure_initialised(st)
+
+    def refresh_for_status(self, st: PartitionState) -> None:
+        """Brings an online partition's state up to date for its status, as `status()`
+        does in any process: initialised (a failure is kept as its last copy error) and,
+        for a leader, its next segment checked (a damaged one shows)."""
+        if self.offline(st) is not None:
+            return  # shown offline, with its error
+        try:
+            self.ensure_initialised(st)
+        except Exception as exc:
+            st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
+            log.warning("Initialising %s for its status failed: %s", st.name, exc)
+        if st.is_leader:
+            self.copier.check_next_segment(st)
+
     def delete_local(self, st: PartitionState) -> int:
         """The log's local retention; a failure is recorded, logged and counted."""
         try:

@@ -8,7 +8,8 @@ retention, partition deletion: RLMExpirationTask), `fetch` and `reader` (remote 
 RemoteLogReader), `offsets` (ListOffsets), `follower` (the follower task, RLMFollowerTask,
 and a follower's partition built from the tier, TierStateMachine), `lineage`
 (leader-epoch lineage rules), `quota` (KIP-956 quotas), `status` (status()),
-`pools` (bounded pools, scheduler, backoff), `metrics` (Kafka-named Prometheus metrics).
+`scheduling` (the scheduled tasks: RLMScheduler), `pools` (bounded pools, scheduler,
+backoff), `metrics` (Kafka-named Prometheus metrics).
 """
 
 from engine.rlm.manager import RemoteLogManager, RunSummary

@@ -28,7 +28,13 @@ in this process or after a restart, is sent to a segment being deleted; a checkp
 fails stops the pass before it deletes anything), then deletes each segment:
 DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED, dropping its RemoteIndexCache
 entry. A failed delete is counted in
-RemoteDeleteErrorsPerSec and stays DELETE_SEGMENT_STARTED for the next run to retry.
+RemoteDeleteErrorsPerSec and stays DELETE_SEGMENT_STARTED for the next run to retry, which
+does not record it again.
+
+A failed run, and a failed deletion of a partition whose tiering was turned off, is retried
+after the copy task's exponential backoff (engine.rlm.copier) and logged once per attempt:
+a full or read-only tier fails every retry alike, and without the backoff it would log, and
+record, at every interval.
 """
 
 from __future__ import annotations

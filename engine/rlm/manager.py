@@ -2,51 +2,24 @@
 reads and ListOffsets across both tiers (Kafka's RemoteLogManager: RLMCopyTask,
 RLMExpirationTask, RLMFollowerTask, asyncRead and findOffsetByTimestamp).
 
-The engine is a single broker, so it leads every tiered partition it holds: `start()`
-schedules, for each partition whose log has tiering on (`UnifiedLog.remote_log_enabled`), a
-copy task on the copier pool and an expiration task on the expiration pool, each run
-`remote.log.manager.task.interval.ms` after the previous one ended (the first at once).
-After each copy run the log's own retention runs (`UnifiedLog.delete_old_segments`, which
-deletes a tiered segment locally only once its copy is FINISHED): the engine has no separate
-log-cleanup scheduler. Partitions created later are picked up by the next scheduling pass
-(the registry of partitions, tiering turned off and deletion: engine.rlm.partitions).
-`on_leadership_change` sets leaders (with their epochs) and followers explicitly. A topic
-whose `remote.storage.enable` is turned off stops tiering; with
-`remote.log.delete.on.disable=true` the next pass moves the log start offset to the local
-one and deletes the partition's remote data (Kafka's stopPartitions with deleteRemoteLog).
-A partition whose remote deletion began is never tiered again (under that topic id).
+This module is the composition root: the manager builds its parts, each given only the
+collaborators it uses, and answers for them.
 
-A failed copy run is retried after Kafka's exponential backoff
-(`remote.log.manager.task.retry.backoff.ms` doubling up to `...backoff.max.ms`, jitter
-`...retry.jitter`; the copier's per-partition state and backoff live in engine.rlm.copier);
-so are a failed expiration run and a failed deletion of a partition whose tiering was
-turned off, each logged once per attempt (a full or read-only tier fails every retry alike:
-without the backoff it would log, and record, at every interval). A segment already
-DELETE_SEGMENT_STARTED is retried without recording it again. A plugin call that hangs
-holds one copier (or reader) thread and that partition's task only: appends, local reads
-and other partitions go on; remote reads give up after `remote.fetch.max.wait.ms` with
-RemoteFetchTimeoutError (the reader thread stays blocked in the plugin until it returns:
-Python cannot interrupt it). `status()` shows a copy in progress and since when. Reads are
-planned and run by engine.rlm.fetch.
+- `PartitionRegistry` (engine.rlm.partitions): the partitions served and their roles,
+  tiering turned off, partition deletion; `_partitions` is its map of `PartitionState`.
+- `RLMCopier` (engine.rlm.copier): the copy task, its per-partition `CopyState` and backoff.
+- `RLMExpirationTask` (engine.rlm.expiration): remote retention, the deletion of remote
+  segments and partitions.
+- `RLMFollowerTask` and `TierStateMachine` (engine.rlm.follower): the follower task and a
+  follower's partition built from the tier.
+- `RLMTasks` (engine.rlm.tasks): one partition's runs of those tasks; offline partitions.
+- `RLMScheduler` (engine.rlm.scheduling): the copier, expiration and follower pools and the
+  scheduling of every partition's tasks, from `start()`.
+- `RemoteLogReader` (engine.rlm.fetch, on the reader pool): reads and ListOffsets.
+- the quotas (engine.rlm.quota), the metrics (engine.rlm.metrics), the index cache.
 
-The manager composes its parts, each given only the collaborators it uses: the
-`PartitionRegistry` (engine.rlm.partitions; `_partitions` is its map), the `RLMCopier`
-(engine.rlm.copier; each partition's `CopyState` is `PartitionState.copy`), the
-`RLMExpirationTask` (engine.rlm.expiration: remote retention and the deletion of remote
-segments and partitions), the `RLMFollowerTask` and `TierStateMachine` (engine.rlm.follower),
-the `RemoteLogReader` (engine.rlm.fetch: reads and ListOffsets), the `RLMTasks` that run one
-partition's tasks (engine.rlm.tasks), the pools and quotas; the manager schedules the tasks.
-
-`run_once()` runs every task once on the calling thread (tests, `--until-idle`).
-
-A partition whose remote log metadata the RLMM cannot serve (`partition_error`, e.g. a
-damaged metadata log) is offline and fails alone: its tasks do not run, its reads and
-ListOffsets raise that error, `status()` shows it offline with the error, the
-`RemoteLogOfflinePartitionsCount` gauge counts it, and `run_once` reports it among the
-errors; every other partition is tiered, expired and read as usual.
-
-Topic ids come from each partition's `partition.metadata`; one is created and written when
-a partition has none (Kafka always has one).
+`run_once()` runs every task once on the calling thread (tests, `--until-idle`); `status()`
+describes every partition (engine.rlm.status).
 
 Thread-safety: every public method may be called from any thread.
 """
@@ -62,7 +35,6 @@ from pathlib import Path
 
 from engine.common import TopicPartition
 from engine.config import BrokerConfig, ConfigError
-from engine.errors import UnknownTopicOrPartitionError
 from engine.remote.index_cache import DIR_NAME as INDEX_CACHE_DIR_NAME
 from engine.remote.index_cache import RemoteIndexCache
 from engine.remote.metadata_manager import RemoteLogMetadataManager
@@ -72,11 +44,12 @@ from engine.rlm import copier, offsets
 from engine.rlm.expiration import RLMExpirationTask
 from engine.rlm.fetch import RemoteLogReader
 from engine.rlm.follower import RLMFollowerTask, TierStateMachine
-from engine.rlm.metrics import RLMMetrics
+from engine.rlm.metrics import RLMMetrics, register_gauges
 from engine.rlm.partitions import TASK_WAIT_S, PartitionRegistry
-from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool, TaskScheduler, WorkerPool
-from engine.rlm.quota import CopyQuotaWaiter, RLMQuota, ThrottleTimeSensor
+from engine.rlm.pools import ExponentialBackoff, RemoteLogReaderPool
+from engine.rlm.quota import RLMQuotas
 from engine.rlm.reader import RemoteFetchResult
+from engine.rlm.scheduling import RLMScheduler
 from engine.rlm.state import PartitionState
 from engine.rlm.status import partition_status
 from engine.rlm.tasks import RLMTasks, RunSummary
@@ -84,10 +57,6 @@ from engine.rlm.tasks import RLMTasks, RunSummary
 __all__ = ["RemoteLogManager", "RunSummary"]
 
 log = logging.getLogger(__name__)
-
-#: a copy running longer than this is reported once (Kafka has no per-copy timeout either)
-_STUCK_COPY_WARN_MS = 300_000
-
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -148,7 +117,7 @@ class RemoteLogManager:
             broker_config["remote.log.manager.task.retry.backoff.ms"],
             broker_config["remote.log.manager.task.retry.backoff.max.ms"],
             broker_config["remote.log.manager.task.retry.jitter"])
-        self._init_quotas(broker_config)
+        self.quotas = RLMQuotas(broker_config, self.clock, lambda: self._closed)
         first_dir = Path(log_manager.log_dirs[0])
         self._owns_index_cache = index_cache is None
         self.index_cache = index_cache or RemoteIndexCache(
@@ -162,38 +131,30 @@ class RemoteLogManager:
         self.tasks = RLMTasks(rlmm=rlmm, copier=self.copier, expiration=self.expiration,
                               follower=self.follower, metrics=self.metrics, clock=self.clock,
                               started_ms=self.started_ms, interval_ms=self.interval_ms)
+        self.scheduler = RLMScheduler(
+            config=broker_config, tasks=self.tasks, sync=lambda: self._registry.sync(),
+            delete_disabled=lambda: self._registry.delete_disabled(), clock=self.clock,
+            interval_ms=self.interval_ms)
         #: the partitions served (engine.rlm.partitions); `_partitions` is its map
         self._registry = self._new_registry()
         self._partitions = self._registry.partitions
         self.reader_pool = RemoteLogReaderPool(broker_config["remote.log.reader.threads"],
                                                broker_config["remote.log.reader.max.pending.tasks"])
         self.reader = self._new_reader()
-        self._copier_pool: WorkerPool | None = None
-        self._expiration_pool: WorkerPool | None = None
-        self._follower_pool: WorkerPool | None = None
-        self._scheduler: TaskScheduler | None = None
         self.metrics_port: int | None = None
-        self._register_pool_gauges()
-
-    def _init_quotas(self, config: BrokerConfig) -> None:
-        self.copy_quota_sensor = ThrottleTimeSensor(self.clock)
-        self.fetch_quota_sensor = ThrottleTimeSensor(self.clock)
-        self.copy_rate = RLMQuota(config["remote.log.manager.copy.max.bytes.per.second"],
-                                  config["remote.log.manager.copy.quota.window.num"],
-                                  config["remote.log.manager.copy.quota.window.size.seconds"],
-                                  self.clock)
-        self.fetch_rate = RLMQuota(config["remote.log.manager.fetch.max.bytes.per.second"],
-                                   config["remote.log.manager.fetch.quota.window.num"],
-                                   config["remote.log.manager.fetch.quota.window.size.seconds"],
-                                   self.clock)
-        self.copy_quota = CopyQuotaWaiter(self.copy_rate, self.copy_quota_sensor, self.clock,
-                                          lambda: self._closed)
+        register_gauges(
+            self.metrics, reader_pool=self.reader_pool,
+            copier_idle_percent=self.scheduler.copier_idle_percent,
+            offline_log_dirs=lambda: len(log_manager.offline_dirs),
+            offline_partitions=self._registry.offline_count,
+            copy_quota_sensor=self.quotas.copy_sensor,
+            fetch_quota_sensor=self.quotas.fetch_sensor)
 
     def _new_registry(self) -> PartitionRegistry:
         """The partition registry, with what it may use of this manager."""
         return PartitionRegistry(
             log_manager=self.log_manager, rlmm=self.rlmm, metrics=self.metrics,
-            lock=self._lock, schedule=self._schedule_if_started, cancel=self._cancel_tasks,
+            lock=self._lock, schedule=self.scheduler.schedule, cancel=self.scheduler.cancel,
             delete_disabled=partial(self.expiration.delete_disabled, wait_s=TASK_WAIT_S),
             delete_remote_partition=self.expiration.delete_remote_partition)
 
@@ -203,8 +164,8 @@ class RemoteLogManager:
         cfg = self.config
         return RemoteLogReader(
             rlmm=self.rlmm, rsm=self.rsm, index_cache=self.index_cache,
-            next_positions=NextPositions(), metrics=self.metrics, fetch_rate=self.fetch_rate,
-            fetch_quota_sensor=self.fetch_quota_sensor, reader_pool=self.reader_pool,
+            next_positions=NextPositions(), metrics=self.metrics, fetch_rate=self.quotas.fetch_rate,
+            fetch_quota_sensor=self.quotas.fetch_sensor, reader_pool=self.reader_pool,
             fetch_max_wait_ms=cfg["remote.fetch.max.wait.ms"],
             list_offsets_timeout_ms=cfg["remote.list.offsets.request.timeout.ms"],
             inline_reads=self.rlmm.in_memory_queries, log_and_state=self._log_and_state)
@@ -222,37 +183,10 @@ class RemoteLogManager:
         """The copy task, with what it may use of this manager (engine.rlm.copier)."""
         return copier.RLMCopier(
             rlmm=self.rlmm, rsm=self.rsm, metrics=self.metrics, clock=self.clock,
-            backoff=self.backoff, copy_quota=self.copy_quota, broker_id=self.broker_id,
+            backoff=self.backoff, copy_quota=self.quotas.copy, broker_id=self.broker_id,
             custom_metadata_max_bytes=self.custom_metadata_max_bytes,
             interval_ms=self.interval_ms, closed=lambda: self._closed,
             delete_remote_segment=self.expiration.delete_remote_segment)
-
-    def _register_pool_gauges(self) -> None:
-        m = self.metrics
-        m.gauge_function("RemoteLogReaderTaskQueueSize", "Remote reads waiting for a thread",
-                         self.reader_pool.queue_size)
-        m.gauge_function("RemoteLogReaderAvgIdlePercent", "Idle share of the reader threads",
-                         self.reader_pool.busy.idle_percent)
-        m.gauge_function("RemoteLogManagerTasksAvgIdlePercent",
-                         "Idle share of the copier threads",
-                         lambda: (self._copier_pool.busy.idle_percent()
-                                  if self._copier_pool else 100.0))
-        m.gauge_function("OfflineLogDirectoryCount",  # Kafka's LogManager gauge
-                         "Log dirs taken offline by an I/O error (a failed local retention "
-                         "run among them)",
-                         lambda: len(self.log_manager.offline_dirs))
-        m.gauge_function("RemoteLogOfflinePartitionsCount",
-                         "Tiered partitions whose remote log metadata cannot be served",
-                         lambda: sum(st.offline_error is not None
-                                     for st in list(self._partitions.values())))
-        m.gauge_function("remote_copy_throttle_time_avg", "Copy quota throttle ms, avg",
-                         self.copy_quota_sensor.avg)
-        m.gauge_function("remote_copy_throttle_time_max", "Copy quota throttle ms, max",
-                         self.copy_quota_sensor.max)
-        m.gauge_function("remote_fetch_throttle_time_avg", "Fetch quota throttle ms, avg",
-                         self.fetch_quota_sensor.avg)
-        m.gauge_function("remote_fetch_throttle_time_max", "Fetch quota throttle ms, max",
-                         self.fetch_quota_sensor.max)
 
     @classmethod
     def from_config(cls, broker_config: BrokerConfig, log_manager, *,
@@ -292,13 +226,7 @@ class RemoteLogManager:
         the highest copied offset again; a cancelled copy task resumes)."""
         followers = dict(followers) if isinstance(followers, Mapping) else {
             tuple(tp): None for tp in followers}
-        with self._lock:
-            lead = self._registry.set_roles(leaders, True)
-            follow = self._registry.set_roles(followers, False)
-        self.rlmm.on_partition_leadership_changes([s.tip for s in lead],
-                                                  [s.tip for s in follow])
-        for st in lead + follow:
-            self._schedule_if_started(st)
+        self._registry.change_leadership(leaders, followers)
 
     def _sync_partitions(self) -> list[PartitionState]:
         """The registry's pass (PartitionRegistry.sync): the states, sorted."""
@@ -344,59 +272,14 @@ class RemoteLogManager:
         with self._lock:
             if self._closed:
                 raise ValueError("start on a closed RemoteLogManager")
-            if self._scheduler is not None:
+            if self.scheduler.started:
                 return
-            cfg = self.config
-            self._copier_pool = WorkerPool(cfg["remote.log.manager.copier.thread.pool.size"],
-                                           name="kafka-rlm-copier")
-            self._expiration_pool = WorkerPool(
-                cfg["remote.log.manager.expiration.thread.pool.size"],
-                name="kafka-rlm-expiration")
-            self._follower_pool = WorkerPool(cfg.follower_thread_pool_size,
-                                             name="kafka-rlm-follower")
-            self._scheduler = TaskScheduler()
-            port = cfg["engine.metrics.port"]
+            self.scheduler.start()
+            port = self.config["engine.metrics.port"]
             if port is not None:
-                self.metrics_port = self.metrics.serve(port, cfg["engine.metrics.host"])
+                self.metrics_port = self.metrics.serve(port, self.config["engine.metrics.host"])
             states = list(self._partitions.values())
-        for st in states:
-            self._schedule(st)
-        self._scheduler.schedule("sync-partitions", self._scheduled_sync,
-                                 self._follower_pool)
-
-    def _scheduled_sync(self) -> int:
-        now = self.clock()
-        states = self._sync_partitions()
-        self._registry.delete_disabled()
-        for st in states:
-            running = st.copy.copy_in_progress
-            if running is not None and now - running[1] > _STUCK_COPY_WARN_MS and \
-                    st.stuck_copy_warned != running:
-                st.stuck_copy_warned = running
-                log.warning("The copy of segment %d of %s has run for %d ms: the RSM may be "
-                            "stuck (copies of this partition wait; others go on)", running[0],
-                            st.name, now - running[1])
-        return self.interval_ms
-
-    def _schedule_if_started(self, st: PartitionState) -> None:
-        if self._scheduler is not None:
-            self._schedule(st)
-
-    def _cancel_tasks(self, st: PartitionState) -> None:
-        if self._scheduler is not None:
-            for kind in ("copy", "expiration", "follower"):
-                self._scheduler.cancel(f"{kind}:{st.name}")
-
-    def _schedule(self, st: PartitionState) -> None:
-        sched = self._scheduler
-        if st.is_leader:
-            sched.schedule(f"copy:{st.name}", lambda: self.tasks.scheduled_copy(st),
-                           self._copier_pool)
-            sched.schedule(f"expiration:{st.name}", lambda: self.tasks.scheduled_expiration(st),
-                           self._expiration_pool)
-        else:
-            sched.schedule(f"follower:{st.name}", lambda: self.tasks.scheduled_follower(st),
-                           self._follower_pool)
+        self.scheduler.schedule_all(states)
 
     # -- synchronous pass ------------------------------------------------------------------
 
@@ -407,15 +290,7 @@ class RemoteLogManager:
         up to 30 s, then skipped with an error in the summary."""
         summary = RunSummary()
         states = self._sync_partitions()
-        registry = self._registry
-        summary.errors += registry.delete_disabled()
-        with self._lock:
-            summary.errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: "
-                               f"{why}" for (t, p), why in sorted(registry.unreadable.items())]
-            disabled = list(registry.disabled)
-        for st in disabled:  # failed deletions of partitions whose tiering was turned off
-            summary.retry_in_ms = max(summary.retry_in_ms,
-                                      st.next_expiration_attempt_ms - self.clock())
+        summary.errors, summary.retry_in_ms = self._registry.run_once(self.clock)
         for st in states:
             self.tasks.run_once(st, summary)
         return summary
@@ -436,28 +311,12 @@ class RemoteLogManager:
         fresh process answers latest-tiered and copy lag right; scheduled runs do it
         anyway. Raises what the RLMM raises; an offline partition is skipped (its own
         calls raise) unless `topic` and `partition` name it."""
-        named = topic is not None and partition is not None
-        for st in self._sync_partitions():
-            if topic is not None and st.topic != topic:
-                continue
-            if partition is not None and st.partition != int(partition):
-                continue
-            if named:
-                self.tasks.check_online(st)
-            elif self.tasks.offline(st) is not None:
-                continue
-            self.tasks.ensure_initialised(st)
+        self.tasks.initialise(self._sync_partitions(), topic, partition)
 
     # -- serving ---------------------------------------------------------------------------
 
     def _log_and_state(self, topic: str, partition: int):
-        unified = self.log_manager.get_log(topic, partition)
-        if unified is None:
-            raise UnknownTopicOrPartitionError.no_log(topic, partition)
-        st = self._partitions.get(TopicPartition(topic, int(partition)))
-        if st is None and unified.remote_log_enabled:
-            st = next((s for s in self._sync_partitions()
-                       if (s.topic, s.partition) == (topic, int(partition))), None)
+        unified, st = self._registry.log_and_state(topic, partition)
         if st is not None:
             self.tasks.check_online(st)
         return unified, st
@@ -520,16 +379,10 @@ class RemoteLogManager:
         in progress and the last errors."""
         states = self._sync_partitions()
         for st in states:
-            if self.tasks.offline(st) is not None:
-                continue  # shown offline, with its error
-            try:
-                self.tasks.ensure_initialised(st)
-            except Exception as exc:
-                st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
-                log.warning("Initialising %s for its status failed: %s", st.name, exc)
-            if st.is_leader:  # a damaged next segment shows in any process's status
-                self.copier.check_next_segment(st)
-        return [partition_status(self, st) for st in states]
+            self.tasks.refresh_for_status(st)
+        return [partition_status(st, rlmm=self.rlmm, now_ms=self.clock(),
+                                 retention_error=self.log_manager.retention_error)
+                for st in states]
 
     def close(self) -> None:
         """Stops the scheduler and pools (a thread stuck in a plugin call is abandoned: the
@@ -539,13 +392,8 @@ class RemoteLogManager:
             if self._closed:
                 return
             self._closed = True
-            scheduler = self._scheduler
-        if scheduler is not None:
-            scheduler.close()
-        for pool in (self._copier_pool, self._expiration_pool, self._follower_pool,
-                     self.reader_pool):
-            if pool is not None:
-                pool.close()
+        self.scheduler.close()
+        self.reader_pool.close()
         self.metrics.close()
         if self._owns_index_cache:
             self.index_cache.close()

@@ -18,9 +18,16 @@ last error as `last_local_retention_error`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["RLMMetrics"]
+if TYPE_CHECKING:
+    from engine.rlm.pools import RemoteLogReaderPool
+    from engine.rlm.quota import ThrottleTimeSensor
+
+__all__ = ["RLMMetrics", "register_gauges"]
 
 _METERS = {
     "RemoteCopyBytesPerSec": "Bytes copied to remote storage",
@@ -107,3 +114,37 @@ class RLMMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def register_gauges(metrics: RLMMetrics, *, reader_pool: RemoteLogReaderPool,
+                    copier_idle_percent: Callable[[], float],
+                    offline_log_dirs: Callable[[], int],
+                    offline_partitions: Callable[[], int],
+                    copy_quota_sensor: ThrottleTimeSensor,
+                    fetch_quota_sensor: ThrottleTimeSensor) -> None:
+    """The RemoteLogManager's unlabelled gauges, each read at collection: the reader and
+    copier pools, the offline log dirs and partitions, and the quota throttle sensors.
+
+    Args:
+        copier_idle_percent: idle share of the copier threads (100 before they start).
+        offline_log_dirs: log dirs taken offline by an I/O error.
+        offline_partitions: tiered partitions whose remote log metadata cannot be served.
+    """
+    m = metrics
+    m.gauge_function("RemoteLogReaderTaskQueueSize", "Remote reads waiting for a thread",
+                     reader_pool.queue_size)
+    m.gauge_function("RemoteLogReaderAvgIdlePercent", "Idle share of the reader threads",
+                     reader_pool.busy.idle_percent)
+    m.gauge_function("RemoteLogManagerTasksAvgIdlePercent", "Idle share of the copier threads",
+                     copier_idle_percent)
+    m.gauge_function("OfflineLogDirectoryCount",  # Kafka's LogManager gauge
+                     "Log dirs taken offline by an I/O error (a failed local retention run "
+                     "among them)", offline_log_dirs)
+    m.gauge_function("RemoteLogOfflinePartitionsCount",
+                     "Tiered partitions whose remote log metadata cannot be served",
+                     offline_partitions)
+    for kind, sensor in (("copy", copy_quota_sensor), ("fetch", fetch_quota_sensor)):
+        m.gauge_function(f"remote_{kind}_throttle_time_avg",
+                         f"{kind.capitalize()} quota throttle ms, avg", sensor.avg)
+        m.gauge_function(f"remote_{kind}_throttle_time_max",
+                         f"{kind.capitalize()} quota throttle ms, max", sensor.max)

@@ -1,13 +1,17 @@
 """The RemoteLogManager's registry of the partitions it serves.
 
-Which partitions are tiered here and in what role: `_sync_partitions` adds the tiered
-partitions of the LogManager not known yet (as leaders: the engine is a single broker) and
-forgets those whose log went away; a topic whose `remote.storage.enable` is turned off stops
-tiering (`_stop_tiering`), and with `remote.log.delete.on.disable=true` its remote data is
-deleted by the next pass (`_delete_disabled`, Kafka's stopPartitions with deleteRemoteLog);
-`delete_partition` deletes one partition's remote data (and local log). A partition whose
-remote deletion began is never tiered again under that topic id; one whose remote log
-metadata cannot be read now is left out of the passes until it can.
+Which partitions are tiered here and in what role: `sync` adds the tiered partitions of the
+LogManager not known yet (as leaders: the engine is a single broker) and forgets those whose
+log went away; `set_roles` makes partitions leaders (with their epochs) or followers, as
+`RemoteLogManager.on_leadership_change` asks. A topic whose `remote.storage.enable` is
+turned off stops tiering (`_stop_tiering`), and with `remote.log.delete.on.disable=true` the
+next pass moves the log start offset to the local one and deletes its remote data
+(`delete_disabled`, Kafka's stopPartitions with deleteRemoteLog), retried after the
+expiration's backoff until it succeeds; `delete_partition` deletes one partition's remote
+data (and local log). A partition whose remote deletion began is never tiered again under
+that topic id; one whose remote log metadata cannot be read now is left out of the passes
+until it can. A partition's topic id is the LogManager's (`LogManager.topic_id`: from its
+`partition.metadata`, written when it has none, as Kafka always has one).
 
 The `RemoteLogManager` holds one `PartitionRegistry`, built with the lock they share and
 the callables it may use of the manager: scheduling and cancelling a partition's tasks, and
@@ -29,6 +33,7 @@ from engine.rlm.state import PartitionState
 
 if TYPE_CHECKING:
     from engine.log.log_manager import LogManager
+    from engine.log.unified_log import UnifiedLog
     from engine.remote.metadata_manager import RemoteLogMetadataManager
     from engine.rlm.metrics import RLMMetrics
 
@@ -135,6 +140,18 @@ class PartitionRegistry:
                 self._schedule(st)
         return states
 
+    def change_leadership(self, leaders: Mapping[tuple[str, int], int | None],
+                          followers: Mapping[tuple[str, int], int | None]) -> None:
+        """Makes `leaders` and `followers` ((topic, partition) -> leader epoch) so, tells
+        the RLMM, and schedules the tasks of each partition whose state was created."""
+        with self._lock:
+            lead = self.set_roles(leaders, True)
+            follow = self.set_roles(followers, False)
+        self.rlmm.on_partition_leadership_changes([s.tip for s in lead],
+                                                  [s.tip for s in follow])
+        for st in lead + follow:
+            self._schedule(st)
+
     def set_roles(self, roles: Mapping[tuple[str, int], int | None], is_leader: bool
                   ) -> list[PartitionState]:
         """Makes the tiered partitions of `roles` ((topic, partition) -> leader epoch, None:
@@ -191,6 +208,39 @@ class PartitionRegistry:
             with self._lock:
                 self.disabled.extend(retry)
         return errors
+
+    def log_and_state(self, topic: str, partition: int
+                      ) -> tuple[UnifiedLog, PartitionState | None]:
+        """The partition's log and its state (None when it is not tiered here); a tiered
+        partition not known yet is added by a pass first. UnknownTopicOrPartitionError when
+        there is no such log."""
+        unified = self.log_manager.get_log(topic, partition)
+        if unified is None:
+            raise UnknownTopicOrPartitionError.no_log(topic, partition)
+        st = self.partitions.get(TopicPartition(topic, int(partition)))
+        if st is None and unified.remote_log_enabled:
+            st = next((s for s in self.sync()
+                       if (s.topic, s.partition) == (topic, int(partition))), None)
+        return unified, st
+
+    def offline_count(self) -> int:
+        """Partitions whose remote log metadata the RLMM cannot serve."""
+        return sum(st.offline_error is not None for st in list(self.partitions.values()))
+
+    def run_once(self, clock: Callable[[], int]) -> tuple[list[str], int]:
+        """The registry's part of `RemoteLogManager.run_once`: deletes the remote data of
+        the partitions whose tiering was turned off (`delete_disabled`). Returns the pass's
+        errors (those deletions', and one per partition left out as unreadable) and the ms
+        until the failed deletions may be retried (0 when none failed)."""
+        errors = self.delete_disabled()
+        with self._lock:
+            errors += [f"{t}-{p}: left out: its remote log metadata cannot be read: {why}"
+                       for (t, p), why in sorted(self.unreadable.items())]
+            disabled = list(self.disabled)
+        retry_in_ms = 0
+        for st in disabled:
+            retry_in_ms = max(retry_in_ms, st.next_expiration_attempt_ms - clock())
+        return errors, retry_in_ms
 
     def is_deleting(self, tp: TopicPartition, unified) -> bool:
         topic_id = self.deleting.get(tp)

@@ -20,8 +20,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["CopyQuotaWaiter", "RLMQuota", "ThrottleTimeSensor"]
+if TYPE_CHECKING:
+    from engine.config import BrokerConfig
+
+__all__ = ["CopyQuotaWaiter", "RLMQuota", "RLMQuotas", "ThrottleTimeSensor"]
 
 
 class RLMQuota:
@@ -146,3 +150,25 @@ class CopyQuotaWaiter:
             self._quota.record(nbytes)
             self._cond.notify_all()
         return waited
+
+
+class RLMQuotas:
+    """The copy and fetch quotas of one RemoteLogManager (Kafka's two RLMQuotaManagers),
+    with their throttle-time sensors.
+
+    Args:
+        config: the broker's configuration (`remote.log.manager.{copy,fetch}.*` keys).
+        clock: now in ms (with `sleep(ms)`, it also drives the copy quota's waits).
+        closed: whether the manager was closed (a waiting copier stops waiting).
+    """
+
+    def __init__(self, config: BrokerConfig, clock: Callable[[], int], closed: Callable[[], bool]):
+        self.copy_sensor = ThrottleTimeSensor(clock)
+        self.fetch_sensor = ThrottleTimeSensor(clock)
+        self.copy_rate, self.fetch_rate = (
+            RLMQuota(config[f"remote.log.manager.{kind}.max.bytes.per.second"],
+                     config[f"remote.log.manager.{kind}.quota.window.num"],
+                     config[f"remote.log.manager.{kind}.quota.window.size.seconds"], clock)
+            for kind in ("copy", "fetch"))
+        #: what a copier waits on before each segment
+        self.copy = CopyQuotaWaiter(self.copy_rate, self.copy_sensor, clock, closed)

@@ -2,24 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from engine.remote.metadata import RemoteLogSegmentState
 from engine.rlm.copier import copy_lag
 from engine.rlm.state import PartitionState
 
+if TYPE_CHECKING:
+    from engine.remote.metadata_manager import RemoteLogMetadataManager
+
 __all__ = ["partition_status"]
 
 
-def partition_status(rlm, st: PartitionState) -> dict:
+def partition_status(st: PartitionState, *, rlmm: RemoteLogMetadataManager, now_ms: int,
+                     retention_error: Callable[[str, int], str | None]) -> dict:
     """Offsets of both tiers, sizes, copy lag, the copy in progress (and for how long), the
     last errors of one partition, and whether it is offline (its remote log metadata cannot
-    be served: `offline_error` says why, the remote fields are None)."""
+    be served: `offline_error` says why, the remote fields are None).
+
+    Args:
+        st: the partition's state.
+        rlmm: lists the partition's remote segments.
+        now_ms: the time the running copy and the retry delays are measured to.
+        retention_error: (topic, partition) -> the LogManager's last local retention
+            error of the partition, if any.
+    """
     unified = st.log
     offline = st.offline_error
-    segments = [] if offline is not None else list(rlm.rlmm.list_remote_log_segments(st.tip))
+    segments = [] if offline is not None else list(rlmm.list_remote_log_segments(st.tip))
     finished = [m for m in segments if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
     lag_bytes, lag_segments = copy_lag(unified)
     in_progress = st.copy.copy_in_progress
-    now = rlm.clock()
     row = {
         "topic": st.topic, "partition": st.partition, "topic_id": str(st.tip.topic_id),
         "role": "leader" if st.is_leader else "follower",
@@ -45,16 +59,16 @@ def partition_status(rlm, st: PartitionState) -> dict:
         "corrupt_segment": None if st.copy.corrupt_segment is None else {
             k: v for k, v in st.copy.corrupt_segment.items() if k != "identity"},
         "copy_in_progress": None if in_progress is None else {
-            "base_offset": in_progress[0], "running_ms": now - in_progress[1]},
+            "base_offset": in_progress[0], "running_ms": now_ms - in_progress[1]},
         "copy_failures": st.copy.copy_failures,
-        "next_copy_retry_ms": max(0, st.copy.next_copy_attempt_ms - now),
+        "next_copy_retry_ms": max(0, st.copy.next_copy_attempt_ms - now_ms),
         "last_copy_error": st.copy.last_copy_error,
         "last_expiration_error": st.last_expiration_error,
         "expiration_failures": st.expiration_failures,
-        "next_expiration_retry_ms": max(0, st.next_expiration_attempt_ms - now),
+        "next_expiration_retry_ms": max(0, st.next_expiration_attempt_ms - now_ms),
         "last_fetch_error": st.last_fetch_error,
         "last_local_retention_error": (st.last_local_retention_error or
-                                       rlm.log_manager.retention_error(st.topic, st.partition)),
+                                       retention_error(st.topic, st.partition)),
         "offline": offline is not None,
         "offline_error": None if offline is None else f"{type(offline).__name__}: {offline}",
     }

@@ -5,9 +5,12 @@ the calling thread.
 After each copy or follower run the log's own retention runs (`UnifiedLog.delete_old_segments`,
 which deletes a tiered segment locally only once its copy is FINISHED): the engine has no
 separate log-cleanup scheduler. A partition whose remote log metadata the RLMM cannot serve
-(`partition_error`) is offline: none of its tasks runs, and one whose metadata is not ready
-yet waits. `run_once` waits up to 30 s for a run of the same task still going on the
-scheduler (e.g. a hung copy), then reports it in the summary.
+(`partition_error`, e.g. a damaged metadata log) is offline and fails alone: none of its
+tasks runs, its reads and ListOffsets raise that error (`check_online`), `status()` shows it
+offline with the error, the `RemoteLogOfflinePartitionsCount` gauge counts it and `run_once`
+reports it among the errors; every other partition is tiered, expired and read as usual. One
+whose metadata is not ready yet waits. `run_once` waits up to 30 s for a run of the same
+task still going on the scheduler (e.g. a hung copy), then reports it in the summary.
 
 The RemoteLogManager builds one `RLMTasks` with the tasks it composes (RLMCopier,
 RLMExpirationTask, RLMFollowerTask) and the collaborators it names.
@@ -111,6 +114,36 @@ class RLMTasks:
         finally:
             st.copy_lock.release()
         return True
+
+    def initialise(self, states: list[PartitionState], topic: str | None = None,
+                   partition: int | None = None) -> None:
+        """`ensure_initialised` for each of `states` (or those of `topic`/`partition`); an
+        offline one is skipped unless `topic` and `partition` name it (then it raises)."""
+        named = topic is not None and partition is not None
+        for st in states:
+            if topic is not None and st.topic != topic:
+                continue
+            if partition is not None and st.partition != int(partition):
+                continue
+            if named:
+                self.check_online(st)
+            elif self.offline(st) is not None:
+                continue
+            self.ensure_initialised(st)
+
+    def refresh_for_status(self, st: PartitionState) -> None:
+        """Brings an online partition's state up to date for its status, as `status()`
+        does in any process: initialised (a failure is kept as its last copy error) and,
+        for a leader, its next segment checked (a damaged one shows)."""
+        if self.offline(st) is not None:
+            return  # shown offline, with its error
+        try:
+            self.ensure_initialised(st)
+        except Exception as exc:
+            st.copy.last_copy_error = f"{type(exc).__name__}: {exc}"
+            log.warning("Initialising %s for its status failed: %s", st.name, exc)
+        if st.is_leader:
+            self.copier.check_next_segment(st)
 
     def delete_local(self, st: PartitionState) -> int:
         """The log's local retention; a failure is recorded, logged and counted."""

@@ -59,8 +59,17 @@ def main(argv=None) -> int:
     try:
         rlm = s.new_rlm(2)
         tiered = [s.lm.get_log("tiered", p) for p in range(PARTITIONS)]
-        while any(log.local_log_start_offset < log.segments[-1].base_offset for log in tiered):
+        while any(log.highest_offset_in_remote_storage < log.segments[-1].base_offset - 1
+                  for log in tiered):
             rlm.run_once()
+        # local copies deleted: every read of the tiered offsets is remote
+        s.lm.update_topic_config("tiered", {"remote.storage.enable": "true",
+                                            "segment.bytes": str(s.segment_bytes),
+                                            "retention.ms": "-1",
+                                            "local.retention.bytes": "1"})
+        for log in tiered:
+            log.delete_old_segments()
+        rlm.run_once()
         local = s.lm.get_log("local", 0)
         end = tiered[0].local_log_start_offset
         starts = _chunks(local, end)

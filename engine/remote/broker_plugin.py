@@ -28,6 +28,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
+import numpy
 from prometheus_client import CollectorRegistry
 
 from engine.common import Uuid
@@ -49,9 +50,11 @@ __all__ = [
     "plugin_delete",
     "plugin_drain_log",
     "plugin_fetch_index",
+    "plugin_map",
     "plugin_metrics",
     "plugin_open",
     "plugin_read_into",
+    "plugin_unmap",
 ]
 
 
@@ -67,6 +70,9 @@ _LOG_QUEUE_SIZE = 10_000
 
 _plugins: dict[int, _Plugin] = {}
 _handles = itertools.count(1)
+#: views the Java streams copy from, by pin (dict operations are atomic under the GIL)
+_pins: dict[int, numpy.ndarray] = {}
+_pin_ids = itertools.count(1)
 _lock = threading.Lock()
 
 
@@ -206,6 +212,33 @@ def plugin_read_into(handle: int, segment: str, position: int, buffer, length: i
         return _storage_call(plugin.rsm.read_range_into, metadata, int(position), view)
     finally:
         view.release()
+
+
+def plugin_map(handle: int, segment: str, position: int, length: int, first: bool,
+               release: int) -> list:
+    """Maps up to `length` `.log` bytes from `position` for the Java stream to copy
+    straight into its caller's array: returns [pin, address, length] of a read-only view
+    (`map_range`: the chunk cache's or the mapped file's own memory where the store has it,
+    so the caller's copy is the only one). The view stays pinned, and its address valid,
+    until `plugin_unmap(pin)` or a later `plugin_map(..., release=pin)` (0: nothing to
+    release). The `first` read of a stream also says that its reads go forward."""
+    if release:
+        _pins.pop(int(release), None)
+    plugin = _plugin(handle)
+    metadata = plugin.metadata(segment)
+    if first and plugin.rsm.reads_ahead:
+        _storage_call(plugin.rsm.read_forward, metadata, None)
+    start = int(position)
+    view = _storage_call(plugin.rsm.map_range, metadata, start, start + int(length))
+    array = numpy.frombuffer(view, numpy.uint8)
+    pin = next(_pin_ids)
+    _pins[pin] = array
+    return [pin, array.__array_interface__["data"][0], len(array)]
+
+
+def plugin_unmap(pin: int) -> None:
+    """Releases a view `plugin_map` pinned (an unknown or released pin is no error)."""
+    _pins.pop(int(pin), None)
 
 
 def plugin_fetch_index(handle: int, segment: str, index_type: str) -> bytes:

@@ -2,6 +2,7 @@ package tierengine.kafka;
 
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.lang.management.BufferPoolMXBean;
 import java.lang.management.ManagementFactory;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
@@ -186,8 +187,12 @@ public final class PluginDriver {
         if (!failures.isEmpty()) {
             throw failures.get(0);
         }
+        // direct memory the JVM holds now: the plugin's pooled stream buffers, if it uses any
+        long direct = ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class).stream()
+                .filter(pool -> pool.getName().equals("direct"))
+                .mapToLong(BufferPoolMXBean::getMemoryUsed).sum();
         return "{\"cmd\":\"parallel\",\"wall_ns\":" + wall + ",\"busy_ns\":" + busy.get()
-                + ",\"bytes\":" + bytes.get() + "}";
+                + ",\"bytes\":" + bytes.get() + ",\"direct\":" + direct + "}";
     }
 
     private static String jmx() throws Exception {

@@ -45,10 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from kafka_cluster import KafkaCluster, java, kafka_classpath
-from kafka_plugin_support import VENV, copy_words, metadata_words, run_driver
+from kafka_cluster import BROKER_HEAP, KafkaCluster, java, kafka_classpath
+from kafka_plugin_support import PLUGIN_JAR, VENV, copy_words, metadata_words, run_driver
 from kafka_tiered_support import broker_properties, wait_until
-from s3_server import S3Server
+from s3_server import S3Server, free_ports
 
 from engine.common import Uuid
 from engine.remote.metadata import TopicIdPartition
@@ -72,6 +72,79 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+#: the broker's JMX beans read around each catch-up: Kafka's remote reader's timing and its
+#: remote-fetch counters
+FETCH_BEANS = ("kafka.log.remote:type=RemoteLogManager,name=RemoteLogReaderFetchRateAndTimeMs",
+               "kafka.server:type=BrokerTopicMetrics,name=RemoteFetch*PerSec")
+
+
+def jmx_options(port: int) -> tuple[str, ...]:
+    return (BROKER_HEAP, f"-Dcom.sun.management.jmxremote.port={port}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={port}",
+            "-Dcom.sun.management.jmxremote.host=127.0.0.1",
+            "-Djava.rmi.server.hostname=127.0.0.1",
+            "-Dcom.sun.management.jmxremote.authenticate=false",
+            "-Dcom.sun.management.jmxremote.ssl=false")
+
+
+def jmx(port: int) -> dict[str, float]:
+    """The FETCH_BEANS' numeric attributes now, as {"bean name:attribute": value}."""
+    args = [java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", kafka_classpath(),
+            "org.apache.kafka.tools.JmxTool", "--one-time", "true", "--report-format",
+            "properties", "--jmx-url",
+            f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{port}/jmxrmi"]
+    for bean in FETCH_BEANS:
+        args += ["--object-name", bean]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
+    values = {}
+    for line in out.splitlines():
+        key, _, value = line.rpartition("=")  # "<bean name>:<attribute>=<value>"
+        try:
+            values[key.strip()] = float(value)
+        except ValueError:
+            pass
+    return values
+
+
+def fetch_breakdown(before: dict, after: dict) -> str:
+    """Kafka's remote reads over a span: how many, their size, and the mean time of each in
+    its remote-log-reader thread (index lookup, fetchLogSegment, reading the stream into the
+    response's buffer: the plugin's calls are part of it)."""
+    def delta(bean: str, attr: str) -> float:
+        return after.get(f"{bean}:{attr}", 0.0) - before.get(f"{bean}:{attr}", 0.0)
+
+    reader = "kafka.log.remote:type=RemoteLogManager,name=RemoteLogReaderFetchRateAndTimeMs"
+    remote = "kafka.server:type=BrokerTopicMetrics,name=RemoteFetch{}PerSec"
+    n = delta(reader, "Count")
+    total = (after.get(f"{reader}:Mean", 0) * after.get(f"{reader}:Count", 0)
+             - before.get(f"{reader}:Mean", 0) * before.get(f"{reader}:Count", 0))
+    reads = delta(remote.format("Requests"), "Count")
+    read_bytes = delta(remote.format("Bytes"), "Count")
+    return (f"    broker: {reads:.0f} remote reads of {read_bytes / max(reads, 1) / 1024:.0f} KiB, "
+            f"{total / n if n else float('nan'):.2f} ms each in Kafka's reader thread")
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name (Linux keeps 15 characters; numbered pools summed)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = re.sub(r"[-#]?\d+$", "", name)
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def top_threads(before: dict, after: dict, gib: float, n: int = 6) -> str:
+    spent = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:n]
+    return "    broker CPU s/GiB by thread: " + ", ".join(f"{k} {v / gib:.1f}" for k, v in top)
 
 
 def tool(cluster: KafkaCluster, main: str, *args: str, timeout: float = 900) -> tuple[str, float]:
@@ -127,13 +200,23 @@ def produce(cluster, topic: str, records: int) -> float:
     return float(m[-1])
 
 
-def consume(cluster, topic: str, records: int) -> float:
+#: the consumer's own per-fetch figures (ConsumerPerformance --print-metrics)
+FETCH_METRICS = ("fetch-latency-avg", "fetch-size-avg", "fetch-total")
+
+
+def consume(cluster, topic: str, records: int) -> tuple[float, dict[str, float]]:
+    """MB/s, and the consumer's FETCH_METRICS."""
     out, _ = tool(cluster, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
                   cluster.bootstrap, "--topic", topic, "--messages", str(records),
                   "--timeout", "120000", "--group", f"perf-{uuid.uuid4().hex[:6]}",
-                  "--consumer.config", "/dev/null")
+                  "--consumer.config", "/dev/null", "--print-metrics")
     row = [line for line in out.splitlines() if re.match(r"\d{4}-", line)][-1].split(",")
-    return float(row[3])  # MB.sec
+    metrics = {}
+    for name in FETCH_METRICS:
+        m = re.search(rf"consumer-fetch-manager-metrics:{name}:\{{client-id=[^}}]*}}\s*:\s*"
+                      rf"([\d.]+)", out)
+        metrics[name] = float(m.group(1)) if m else float("nan")
+    return float(row[3]), metrics  # MB.sec
 
 
 def offsets(cluster, topic: str, spec: str) -> int:
@@ -167,7 +250,7 @@ def section_a(cluster, s3, mb: int, rounds: int) -> None:
           f"{statistics.median(ratios):.2f}x (target >= 0.9x)\n")
 
 
-def section_b(cluster, s3, mb: int) -> None:
+def section_b(cluster, s3, mb: int, jmx_port: int) -> None:
     print(f"(b) catch-up from offset 0 of {mb} MiB: tiered (segments gone from disk) vs local")
     records = mb * MiB // RECORD
     create(cluster, "catchup-local", **{"segment.bytes": str(16 * MiB)})
@@ -182,11 +265,18 @@ def section_b(cluster, s3, mb: int) -> None:
                timeout=600, interval=2)
     cluster.restart(1)  # empties the chunk cache (memory) and the page cache's relevance
     results = {}
+    pid = cluster.node(1).proc.pid
     for phase in ("cold", "warm"):
         for topic in ("catchup-local", "catchup-tiered"):
-            with Meter(cluster.node(1).proc.pid, s3.proc.pid) as m:
-                results[(phase, topic)] = consume(cluster, topic, records)
+            beans, threads = jmx(jmx_port), thread_cpu(pid)
+            with Meter(pid, s3.proc.pid) as m:
+                results[(phase, topic)], fetch = consume(cluster, topic, records)
             print(line(f"{phase} {topic}", m, mb / 1024, results[(phase, topic)]))
+            print(f"    consumer: {fetch['fetch-total']:.0f} fetches of "
+                  f"{fetch['fetch-size-avg'] / 1024:.0f} KiB, {fetch['fetch-latency-avg']:.2f} "
+                  f"ms each (request sent to response read)")
+            print(fetch_breakdown(beans, jmx(jmx_port)))
+            print(top_threads(threads, thread_cpu(pid), mb / 1024))
         ratio = results[(phase, "catchup-tiered")] / results[(phase, "catchup-local")]
         target = 0.5 if phase == "cold" else 0.8
         print(f"  {phase}: tiered/local {ratio:.2f}x (target >= {target}x)")
@@ -291,24 +381,34 @@ def main() -> None:
     ap.add_argument("--sections", default="abcd")
     ap.add_argument("--mb", type=int, default=256, help="MiB per produce/catch-up/segment")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--broker-jvm", default="", help="extra JVM options of the broker, e.g. "
+                    "-XX:G1HeapRegionSize=4m (both sides of (a) and (b) share the broker)")
     args = ap.parse_args()
     model = Path("/proc/cpuinfo").read_text().split("model name")[1].split(":")[1]
-    print(f"machine: {os.cpu_count()} cores; {model.splitlines()[0].strip()}")
+    print(f"machine: {os.cpu_count()} cores; {model.splitlines()[0].strip()}; load "
+          f"{os.getloadavg()[0]:.1f}; broker JVM {BROKER_HEAP} {args.broker_jvm}")
     with tempfile.TemporaryDirectory(prefix="bench-plugin-") as tmp:
         base = Path(tmp)
         s3 = S3Server(base / "weed").start()
         try:
             if set(args.sections) & set("ab"):
+                # the jar this tree built (not the venv's installed one), with its venv
                 props = broker_properties(s3.config(), f"bench-{uuid.uuid4().hex[:6]}/",
-                                          **{"rsm.config.fetch.chunk.cache.size": str(CACHE),
+                                          **{"remote.log.storage.manager.class.path":
+                                                 str(PLUGIN_JAR),
+                                             "rsm.config.engine.venv": str(VENV),
+                                             "rsm.config.fetch.chunk.cache.size": str(CACHE),
                                              "rsm.config.chunk.size": str(4 * MiB),
                                              "rsm.config.fetch.chunk.cache.prefetch.max.size":
                                                  str(16 * MiB)})
-                with KafkaCluster(base / "kafka", brokers=1, server_properties=props) as c:
+                [jmx_port] = free_ports(1)
+                with KafkaCluster(base / "kafka", brokers=1, server_properties=props,
+                                  jvm_options=jmx_options(jmx_port)
+                                  + tuple(args.broker_jvm.split())) as c:
                     if "a" in args.sections:
                         section_a(c, s3, args.mb, args.rounds)
                     if "b" in args.sections:
-                        section_b(c, s3, args.mb)
+                        section_b(c, s3, args.mb, jmx_port)
             if "c" in args.sections:
                 section_c(s3, base / "c", args.mb, args.rounds)
             if "d" in args.sections:

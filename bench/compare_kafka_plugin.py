@@ -216,6 +216,8 @@ def consume(cluster, topic: str, records: int) -> tuple[float, dict[str, float]]
         m = re.search(rf"consumer-fetch-manager-metrics:{name}:\{{client-id=[^}}]*}}\s*:\s*"
                       rf"([\d.]+)", out)
         metrics[name] = float(m.group(1)) if m else float("nan")
+    # the group join before the first fetch (its rebalance time) is not the catch-up's
+    metrics["rebalance-ms"], metrics["fetch-mb-per-s"] = float(row[6]), float(row[8])
     return float(row[3]), metrics  # MB.sec
 
 
@@ -264,7 +266,7 @@ def section_b(cluster, s3, mb: int, jmx_port: int) -> None:
                lambda: offsets(cluster, "catchup-tiered", "earliest-local") > end * 0.9,
                timeout=600, interval=2)
     cluster.restart(1)  # empties the chunk cache (memory) and the page cache's relevance
-    results = {}
+    results, fetch_mbps = {}, {}
     pid = cluster.node(1).proc.pid
     for phase in ("cold", "warm"):
         for topic in ("catchup-local", "catchup-tiered"):
@@ -272,14 +274,19 @@ def section_b(cluster, s3, mb: int, jmx_port: int) -> None:
             with Meter(pid, s3.proc.pid) as m:
                 results[(phase, topic)], fetch = consume(cluster, topic, records)
             print(line(f"{phase} {topic}", m, mb / 1024, results[(phase, topic)]))
-            print(f"    consumer: {fetch['fetch-total']:.0f} fetches of "
+            fetch_mbps[(phase, topic)] = fetch["fetch-mb-per-s"]
+            print(f"    consumer: fetch {fetch['fetch-mb-per-s']:.1f} MB/s after a "
+                  f"{fetch['rebalance-ms'] / 1000:.1f} s group join; "
+                  f"{fetch['fetch-total']:.0f} fetches of "
                   f"{fetch['fetch-size-avg'] / 1024:.0f} KiB, {fetch['fetch-latency-avg']:.2f} "
                   f"ms each (request sent to response read)")
             print(fetch_breakdown(beans, jmx(jmx_port)))
             print(top_threads(threads, thread_cpu(pid), mb / 1024))
         ratio = results[(phase, "catchup-tiered")] / results[(phase, "catchup-local")]
         target = 0.5 if phase == "cold" else 0.8
-        print(f"  {phase}: tiered/local {ratio:.2f}x (target >= {target}x)")
+        fetch_ratio = fetch_mbps[(phase, "catchup-tiered")] / fetch_mbps[(phase, "catchup-local")]
+        print(f"  {phase}: tiered/local {ratio:.2f}x, fetching alone {fetch_ratio:.2f}x "
+              f"(target >= {target}x)")
     print(f"  broker peak RSS (VmHWM) since the restart: "
           f"{peak_rss_mib(cluster.node(1).proc.pid):.0f} MiB (JVM heap -Xmx384m, chunk cache "
           f"{CACHE // MiB} MiB, read-ahead window 16 MiB)\n")
@@ -304,6 +311,8 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
                                                "MemoryChunkCache",
                     "fetch.chunk.cache.size": str(2 * mb * MiB)})
     py_fetch, py_stream, jar_fetch, py_copy, jar_copy = [], [], [], [], []
+    jar_cpu: list[float] = []
+    py_cpu: list[float] = []
     for r in range(rounds):
         md = segment_metadata(tip, 0, last, size)
         words = metadata_words(md)
@@ -315,6 +324,7 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
         jar_copy.append(out[1]["elapsed_ns"] / 1e9)
         # warm and steady: the best of the passes after the first (which fills the cache)
         jar_fetch.append(min(o["elapsed_ns"] for o in out[3:-1]) / 1e9)
+        jar_cpu.append(min(o["cpu_ns"] for o in out[3:-1]) / 1e9)
         rsm = ObjectStorageRemoteStorageManager()
         rsm.configure(configs)
         try:
@@ -332,19 +342,22 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
                     rsm.read_range_into(md, pos, memoryview(buf)[:n])
                 passes.append(time.perf_counter() - t)
             py_fetch.append(min(passes[1:]))
-            passes = []
+            passes, cpus = [], []
             for _ in range(WARM_PASSES):  # the same call as the jar's: a stream per range
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 for pos in range(0, size, MiB):
                     with rsm.fetch_log_segment(md, pos, min(size, pos + MiB) - 1) as stream:
                         while stream.readinto(buf):
                             pass
                 passes.append(time.perf_counter() - t)
+                cpus.append(time.thread_time() - c)
             py_stream.append(min(passes[1:]))
+            py_cpu.append(min(cpus[1:]))
             rsm.delete_log_segment_data(md)
         finally:
             rsm.close()
     for label, jar, py in (("fetchLogSegment 1 MiB ranges (warm)", jar_fetch, py_stream),
+                           ("  the same, CPU of the calling thread", jar_cpu, py_cpu),
                            ("  against read_range_into", jar_fetch, py_fetch),
                            ("copyLogSegmentData", jar_copy, py_copy)):
         ratio = statistics.median(jar) / statistics.median(py)

@@ -21,6 +21,7 @@ from kafka_plugin_support import (
     PLUGIN_JAR,
     VENV,
     copy_words,
+    describe,
     metadata_words,
     run_driver,
 )
@@ -220,6 +221,38 @@ def test_mapped_streams_hold_no_direct_buffers(s3_server, segment, tmp_path):
     assert mapped[2]["bytes"] == direct[2]["bytes"] == 6 * 2 * size
     assert direct[2]["direct"] >= MiB  # the measurement sees the fallback's buffers
     assert mapped[2]["direct"] < MiB // 2, mapped
+
+
+def test_a_mapped_range_stays_readable_at_its_address_until_released(s3_server, segment):
+    """The engine's side of a mapped stream, called as the Java side calls it: the address
+    holds exactly the range asked for, while other views come and go, after the chunk left
+    the cache and after the tier closed, until the stream's next map or unmap releases it."""
+    import ctypes
+
+    from engine.remote import broker_plugin as bridge
+
+    data, last, size = segment
+    md = segment_metadata(TIP, 100, last, size)
+    log = data.log_segment.read_bytes()
+    configs = s3_configs(s3_server, **{
+        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache",
+        "fetch.chunk.cache.size": "1000"})  # one chunk: every map evicts the previous one
+    configs.pop("engine.venv")
+    handle = bridge.plugin_open([v for kv in configs.items() for v in kv])
+    try:
+        with python_rsm(configs) as rsm:
+            rsm.copy_log_segment_data(md, data)
+        first = bridge.plugin_map(handle, describe(md), 10, 900, True, 0)
+        second = bridge.plugin_map(handle, describe(md), 1500, 1000, False, 0)
+        again = bridge.plugin_map(handle, describe(md), 10, 900, False, 0)
+    finally:
+        bridge.plugin_close(handle)
+    assert ctypes.string_at(first, 900) == log[10:910]
+    assert ctypes.string_at(second, 1000) == log[1500:2500]
+    assert ctypes.string_at(again, 900) == log[10:910]
+    for address in (first, second, again):
+        bridge.plugin_unmap(address)
+    assert first not in bridge._pins and second not in bridge._pins
 
 
 def test_object_store_metrics_are_on_jmx_under_the_plugins_names(s3_server, segment,

@@ -4,8 +4,9 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.lang.ref.Cleaner;
 import java.nio.ByteBuffer;
-import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import jep.DirectNDArray;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
@@ -15,7 +16,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * time, never the whole segment. The engine maps each range ({@code plugin_map}: a view of
  * its chunk cache's memory or of the mapped file, pinned until the stream moves on or
  * closes) and {@code read} copies from it straight into the caller's array: one copy per
- * fetched range. Where {@link RawMemory} is unavailable, the engine writes each range into a
+ * fetched range (a closed stream's pin goes with the next map of any stream). Where
+ * {@link RawMemory} is unavailable, the engine writes each range into a
  * pooled direct buffer instead ({@code plugin_read_into}) and {@code read} copies from that.
  * A stream with no end position (Kafka's reader asks for one from a position on) starts with
  * a small range and doubles it, so a reader that wants one batch pays for little more, and a
@@ -38,7 +40,15 @@ final class SegmentInputStream extends InputStream {
         final DirectNDArray<ByteBuffer> array = new DirectNDArray<>(bytes, true);
     }
 
-    /** The engine's pin on the mapped view being read (0: none). */
+    /**
+     * Pins of closed streams, released by the next {@code plugin_map} of any stream (one
+     * crossing fewer per stream); past this many, a close releases its pin itself.
+     */
+    private static final int CLOSED_PINS_KEPT = 64;
+    private static final ConcurrentLinkedQueue<Long> CLOSED_PINS = new ConcurrentLinkedQueue<>();
+    private static final AtomicInteger CLOSED_PIN_COUNT = new AtomicInteger();
+
+    /** The engine's pin on the mapped view being read: its address (0: none). */
     private static final class Pin implements Runnable {
         private final EngineRemoteStorageManager rsm;
         private long id;
@@ -47,17 +57,44 @@ final class SegmentInputStream extends InputStream {
             this.rsm = rsm;
         }
 
+        /** At close, or by the cleaner for a stream dropped unclosed. */
         @Override
         public synchronized void run() {
             long held = id;
             id = 0;
-            if (held != 0) {
-                try {
-                    rsm.call("plugin_unmap", held);
-                } catch (RemoteStorageException | RuntimeException e) {
-                    // the tier is gone, and its pins with it
-                }
+            if (held == 0) {
+                return;
             }
+            if (CLOSED_PIN_COUNT.incrementAndGet() <= CLOSED_PINS_KEPT) {
+                CLOSED_PINS.add(held);
+                return;
+            }
+            CLOSED_PIN_COUNT.decrementAndGet();
+            unmap(rsm, held);
+        }
+    }
+
+    private static void unmap(EngineRemoteStorageManager rsm, long pin) {
+        try {
+            rsm.call("plugin_unmap", pin);
+        } catch (RemoteStorageException | RuntimeException e) {
+            // the tier is gone, and its pins with it
+        }
+    }
+
+    private static long takeClosedPin() {
+        Long pin = CLOSED_PINS.poll();
+        if (pin == null) {
+            return 0;
+        }
+        CLOSED_PIN_COUNT.decrementAndGet();
+        return pin;
+    }
+
+    /** Releases the pins closed streams left for the next map (the plugin is closing). */
+    static void releaseClosedPins(EngineRemoteStorageManager rsm) {
+        for (long pin; (pin = takeClosedPin()) != 0; ) {
+            unmap(rsm, pin);
         }
     }
 
@@ -166,20 +203,15 @@ final class SegmentInputStream extends InputStream {
         }
         offset = 0;
         limit = 0;
-        List<?> view = (List<?>) rsm.call("plugin_map", rsm.handle(), segment, position, n,
-                first, release);
-        long id = ((Number) view.get(0)).longValue();
+        // the engine checks that it pinned exactly n bytes there
+        long mapped = ((Number) rsm.call("plugin_map", rsm.handle(), segment, position, n,
+                first, release, takeClosedPin())).longValue();
         synchronized (pin) {
-            pin.id = id;
+            pin.id = mapped;
         }
-        int mapped = ((Number) view.get(2)).intValue();
-        if (mapped != n) {  // never copy past what the engine pinned
-            throw new RemoteStorageException("the engine mapped " + mapped + " bytes of "
-                    + segment.split(" ", 5)[3] + " at " + position + ", " + n + " asked");
-        }
-        address = ((Number) view.get(1)).longValue();
-        limit = mapped;
-        position += mapped;
+        address = mapped;
+        limit = n;
+        position += n;
     }
 
     private void readInto(int n) throws RemoteStorageException {

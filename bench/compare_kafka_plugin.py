@@ -56,6 +56,7 @@ from engine.remote.metadata import TopicIdPartition
 GiB = 1 << 30
 MiB = 1 << 20
 RECORD = 1000
+#: the broker's chunk cache by default (--cache-mb)
 CACHE = 512 * MiB
 #: passes over a segment's ranges in (c): the first fills the chunk cache, the best of the
 #: others is the steady warm figure (the JVM's JIT and the page cache settle over them)
@@ -67,9 +68,9 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mib(pid: int) -> float:
+def peak_rss_mib(pid: int, field: str = "VmHWM") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -252,7 +253,7 @@ def section_a(cluster, s3, mb: int, rounds: int) -> None:
           f"{statistics.median(ratios):.2f}x (target >= 0.9x)\n")
 
 
-def section_b(cluster, s3, mb: int, jmx_port: int) -> None:
+def section_b(cluster, s3, mb: int, jmx_port: int, cache: int) -> None:
     print(f"(b) catch-up from offset 0 of {mb} MiB: tiered (segments gone from disk) vs local")
     records = mb * MiB // RECORD
     create(cluster, "catchup-local", **{"segment.bytes": str(16 * MiB)})
@@ -268,6 +269,8 @@ def section_b(cluster, s3, mb: int, jmx_port: int) -> None:
     cluster.restart(1)  # empties the chunk cache (memory) and the page cache's relevance
     results, fetch_mbps = {}, {}
     pid = cluster.node(1).proc.pid
+    offsets(cluster, "catchup-tiered", "earliest")  # the broker serves: started, plugin loaded
+    idle = peak_rss_mib(pid, "VmRSS")
     for phase in ("cold", "warm"):
         for topic in ("catchup-local", "catchup-tiered"):
             beans, threads = jmx(jmx_port), thread_cpu(pid)
@@ -287,9 +290,10 @@ def section_b(cluster, s3, mb: int, jmx_port: int) -> None:
         fetch_ratio = fetch_mbps[(phase, "catchup-tiered")] / fetch_mbps[(phase, "catchup-local")]
         print(f"  {phase}: tiered/local {ratio:.2f}x, fetching alone {fetch_ratio:.2f}x "
               f"(target >= {target}x)")
-    print(f"  broker peak RSS (VmHWM) since the restart: "
-          f"{peak_rss_mib(cluster.node(1).proc.pid):.0f} MiB (JVM heap -Xmx384m, chunk cache "
-          f"{CACHE // MiB} MiB, read-ahead window 16 MiB)\n")
+    peak = peak_rss_mib(pid)
+    print(f"  broker RSS: {idle:.0f} MiB after the restart, peak (VmHWM) {peak:.0f} MiB over the "
+          f"reads = idle + chunk cache {cache // MiB} MiB + {peak - idle - cache / MiB:.0f} MiB "
+          f"(JVM heap {BROKER_HEAP}, read-ahead window 16 MiB)\n")
 
 
 def section_c(s3, base: Path, mb: int, rounds: int) -> None:
@@ -394,6 +398,8 @@ def main() -> None:
     ap.add_argument("--sections", default="abcd")
     ap.add_argument("--mb", type=int, default=256, help="MiB per produce/catch-up/segment")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cache-mb", type=int, default=CACHE // MiB,
+                    help="the broker's chunk cache (memory), MiB")
     ap.add_argument("--broker-jvm", default="", help="extra JVM options of the broker, e.g. "
                     "-XX:G1HeapRegionSize=4m (both sides of (a) and (b) share the broker)")
     args = ap.parse_args()
@@ -410,7 +416,8 @@ def main() -> None:
                                           **{"remote.log.storage.manager.class.path":
                                                  str(PLUGIN_JAR),
                                              "rsm.config.engine.venv": str(VENV),
-                                             "rsm.config.fetch.chunk.cache.size": str(CACHE),
+                                             "rsm.config.fetch.chunk.cache.size":
+                                                 str(args.cache_mb * MiB),
                                              "rsm.config.chunk.size": str(4 * MiB),
                                              "rsm.config.fetch.chunk.cache.prefetch.max.size":
                                                  str(16 * MiB)})
@@ -421,7 +428,7 @@ def main() -> None:
                     if "a" in args.sections:
                         section_a(c, s3, args.mb, args.rounds)
                     if "b" in args.sections:
-                        section_b(c, s3, args.mb, jmx_port)
+                        section_b(c, s3, args.mb, jmx_port, args.cache_mb * MiB)
             if "c" in args.sections:
                 section_c(s3, base / "c", args.mb, args.rounds)
             if "d" in args.sections:

@@ -45,10 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from kafka_cluster import KafkaCluster, java, kafka_classpath
-from kafka_plugin_support import VENV, copy_words, metadata_words, run_driver
+from kafka_cluster import BROKER_HEAP, KafkaCluster, java, kafka_classpath
+from kafka_plugin_support import PLUGIN_JAR, VENV, copy_words, metadata_words, run_driver
 from kafka_tiered_support import broker_properties, wait_until
-from s3_server import S3Server
+from s3_server import S3Server, free_ports
 
 from bench.cpu import process_cpu
 from engine.common import Uuid
@@ -57,17 +57,91 @@ from engine.remote.metadata import TopicIdPartition
 GiB = 1 << 30
 MiB = 1 << 20
 RECORD = 1000
+#: the broker's chunk cache by default (--cache-mb)
 CACHE = 512 * MiB
 #: passes over a segment's ranges in (c): the first fills the chunk cache, the best of the
 #: others is the steady warm figure (the JVM's JIT and the page cache settle over them)
 WARM_PASSES = 6
 
 
-def peak_rss_mib(pid: int) -> float:
+def peak_rss_mib(pid: int, field: str = "VmHWM") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+#: the broker's JMX beans read around each catch-up: Kafka's remote reader's timing and its
+#: remote-fetch counters
+FETCH_BEANS = ("kafka.log.remote:type=RemoteLogManager,name=RemoteLogReaderFetchRateAndTimeMs",
+               "kafka.server:type=BrokerTopicMetrics,name=RemoteFetch*PerSec")
+
+
+def jmx_options(port: int) -> tuple[str, ...]:
+    return (BROKER_HEAP, f"-Dcom.sun.management.jmxremote.port={port}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={port}",
+            "-Dcom.sun.management.jmxremote.host=127.0.0.1",
+            "-Djava.rmi.server.hostname=127.0.0.1",
+            "-Dcom.sun.management.jmxremote.authenticate=false",
+            "-Dcom.sun.management.jmxremote.ssl=false")
+
+
+def jmx(port: int) -> dict[str, float]:
+    """The FETCH_BEANS' numeric attributes now, as {"bean name:attribute": value}."""
+    args = [java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", kafka_classpath(),
+            "org.apache.kafka.tools.JmxTool", "--one-time", "true", "--report-format",
+            "properties", "--jmx-url",
+            f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{port}/jmxrmi"]
+    for bean in FETCH_BEANS:
+        args += ["--object-name", bean]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
+    values = {}
+    for line in out.splitlines():
+        key, _, value = line.rpartition("=")  # "<bean name>:<attribute>=<value>"
+        try:
+            values[key.strip()] = float(value)
+        except ValueError:
+            pass
+    return values
+
+
+def fetch_breakdown(before: dict, after: dict) -> str:
+    """Kafka's remote reads over a span: how many, their size, and the mean time of each in
+    its remote-log-reader thread (index lookup, fetchLogSegment, reading the stream into the
+    response's buffer: the plugin's calls are part of it)."""
+    def delta(bean: str, attr: str) -> float:
+        return after.get(f"{bean}:{attr}", 0.0) - before.get(f"{bean}:{attr}", 0.0)
+
+    reader = "kafka.log.remote:type=RemoteLogManager,name=RemoteLogReaderFetchRateAndTimeMs"
+    remote = "kafka.server:type=BrokerTopicMetrics,name=RemoteFetch{}PerSec"
+    n = delta(reader, "Count")
+    total = (after.get(f"{reader}:Mean", 0) * after.get(f"{reader}:Count", 0)
+             - before.get(f"{reader}:Mean", 0) * before.get(f"{reader}:Count", 0))
+    reads = delta(remote.format("Requests"), "Count")
+    read_bytes = delta(remote.format("Bytes"), "Count")
+    return (f"    broker: {reads:.0f} remote reads of {read_bytes / max(reads, 1) / 1024:.0f} KiB, "
+            f"{total / n if n else float('nan'):.2f} ms each in Kafka's reader thread")
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name (Linux keeps 15 characters; numbered pools summed)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = re.sub(r"[-#]?\d+$", "", name)
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def top_threads(before: dict, after: dict, gib: float, n: int = 6) -> str:
+    spent = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:n]
+    return "    broker CPU s/GiB by thread: " + ", ".join(f"{k} {v / gib:.1f}" for k, v in top)
 
 
 def tool(cluster: KafkaCluster, main: str, *args: str, timeout: float = 900) -> tuple[str, float]:
@@ -123,13 +197,25 @@ def produce(cluster, topic: str, records: int) -> float:
     return float(m[-1])
 
 
-def consume(cluster, topic: str, records: int) -> float:
+#: the consumer's own per-fetch figures (ConsumerPerformance --print-metrics)
+FETCH_METRICS = ("fetch-latency-avg", "fetch-size-avg", "fetch-total")
+
+
+def consume(cluster, topic: str, records: int) -> tuple[float, dict[str, float]]:
+    """MB/s, and the consumer's FETCH_METRICS."""
     out, _ = tool(cluster, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
                   cluster.bootstrap, "--topic", topic, "--messages", str(records),
                   "--timeout", "120000", "--group", f"perf-{uuid.uuid4().hex[:6]}",
-                  "--consumer.config", "/dev/null")
+                  "--consumer.config", "/dev/null", "--print-metrics")
     row = [line for line in out.splitlines() if re.match(r"\d{4}-", line)][-1].split(",")
-    return float(row[3])  # MB.sec
+    metrics = {}
+    for name in FETCH_METRICS:
+        m = re.search(rf"consumer-fetch-manager-metrics:{name}:\{{client-id=[^}}]*}}\s*:\s*"
+                      rf"([\d.]+)", out)
+        metrics[name] = float(m.group(1)) if m else float("nan")
+    # the group join before the first fetch (its rebalance time) is not the catch-up's
+    metrics["rebalance-ms"], metrics["fetch-mb-per-s"] = float(row[6]), float(row[8])
+    return float(row[3]), metrics  # MB.sec
 
 
 def offsets(cluster, topic: str, spec: str) -> int:
@@ -163,7 +249,7 @@ def section_a(cluster, s3, mb: int, rounds: int) -> None:
           f"{statistics.median(ratios):.2f}x (target >= 0.9x)\n")
 
 
-def section_b(cluster, s3, mb: int) -> None:
+def section_b(cluster, s3, mb: int, jmx_port: int, cache: int) -> None:
     print(f"(b) catch-up from offset 0 of {mb} MiB: tiered (segments gone from disk) vs local")
     records = mb * MiB // RECORD
     create(cluster, "catchup-local", **{"segment.bytes": str(16 * MiB)})
@@ -177,18 +263,33 @@ def section_b(cluster, s3, mb: int) -> None:
                lambda: offsets(cluster, "catchup-tiered", "earliest-local") > end * 0.9,
                timeout=600, interval=2)
     cluster.restart(1)  # empties the chunk cache (memory) and the page cache's relevance
-    results = {}
+    results, fetch_mbps = {}, {}
+    pid = cluster.node(1).proc.pid
+    offsets(cluster, "catchup-tiered", "earliest")  # the broker serves: started, plugin loaded
+    idle = peak_rss_mib(pid, "VmRSS")
     for phase in ("cold", "warm"):
         for topic in ("catchup-local", "catchup-tiered"):
-            with Meter(cluster.node(1).proc.pid, s3.proc.pid) as m:
-                results[(phase, topic)] = consume(cluster, topic, records)
+            beans, threads = jmx(jmx_port), thread_cpu(pid)
+            with Meter(pid, s3.proc.pid) as m:
+                results[(phase, topic)], fetch = consume(cluster, topic, records)
             print(line(f"{phase} {topic}", m, mb / 1024, results[(phase, topic)]))
+            fetch_mbps[(phase, topic)] = fetch["fetch-mb-per-s"]
+            print(f"    consumer: fetch {fetch['fetch-mb-per-s']:.1f} MB/s after a "
+                  f"{fetch['rebalance-ms'] / 1000:.1f} s group join; "
+                  f"{fetch['fetch-total']:.0f} fetches of "
+                  f"{fetch['fetch-size-avg'] / 1024:.0f} KiB, {fetch['fetch-latency-avg']:.2f} "
+                  f"ms each (request sent to response read)")
+            print(fetch_breakdown(beans, jmx(jmx_port)))
+            print(top_threads(threads, thread_cpu(pid), mb / 1024))
         ratio = results[(phase, "catchup-tiered")] / results[(phase, "catchup-local")]
         target = 0.5 if phase == "cold" else 0.8
-        print(f"  {phase}: tiered/local {ratio:.2f}x (target >= {target}x)")
-    print(f"  broker peak RSS (VmHWM) since the restart: "
-          f"{peak_rss_mib(cluster.node(1).proc.pid):.0f} MiB (JVM heap -Xmx384m, chunk cache "
-          f"{CACHE // MiB} MiB, read-ahead window 16 MiB)\n")
+        fetch_ratio = fetch_mbps[(phase, "catchup-tiered")] / fetch_mbps[(phase, "catchup-local")]
+        print(f"  {phase}: tiered/local {ratio:.2f}x, fetching alone {fetch_ratio:.2f}x "
+              f"(target >= {target}x)")
+    peak = peak_rss_mib(pid)
+    print(f"  broker RSS: {idle:.0f} MiB after the restart, peak (VmHWM) {peak:.0f} MiB over the "
+          f"reads = idle + chunk cache {cache // MiB} MiB + {peak - idle - cache / MiB:.0f} MiB "
+          f"(JVM heap {BROKER_HEAP}, read-ahead window 16 MiB)\n")
 
 
 def section_c(s3, base: Path, mb: int, rounds: int) -> None:
@@ -210,6 +311,8 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
                                                "MemoryChunkCache",
                     "fetch.chunk.cache.size": str(2 * mb * MiB)})
     py_fetch, py_stream, jar_fetch, py_copy, jar_copy = [], [], [], [], []
+    jar_cpu: list[float] = []
+    py_cpu: list[float] = []
     for r in range(rounds):
         md = segment_metadata(tip, 0, last, size)
         words = metadata_words(md)
@@ -221,6 +324,7 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
         jar_copy.append(out[1]["elapsed_ns"] / 1e9)
         # warm and steady: the best of the passes after the first (which fills the cache)
         jar_fetch.append(min(o["elapsed_ns"] for o in out[3:-1]) / 1e9)
+        jar_cpu.append(min(o["cpu_ns"] for o in out[3:-1]) / 1e9)
         rsm = ObjectStorageRemoteStorageManager()
         rsm.configure(configs)
         try:
@@ -238,19 +342,22 @@ def section_c(s3, base: Path, mb: int, rounds: int) -> None:
                     rsm.read_range_into(md, pos, memoryview(buf)[:n])
                 passes.append(time.perf_counter() - t)
             py_fetch.append(min(passes[1:]))
-            passes = []
+            passes, cpus = [], []
             for _ in range(WARM_PASSES):  # the same call as the jar's: a stream per range
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 for pos in range(0, size, MiB):
                     with rsm.fetch_log_segment(md, pos, min(size, pos + MiB) - 1) as stream:
                         while stream.readinto(buf):
                             pass
                 passes.append(time.perf_counter() - t)
+                cpus.append(time.thread_time() - c)
             py_stream.append(min(passes[1:]))
+            py_cpu.append(min(cpus[1:]))
             rsm.delete_log_segment_data(md)
         finally:
             rsm.close()
     for label, jar, py in (("fetchLogSegment 1 MiB ranges (warm)", jar_fetch, py_stream),
+                           ("  the same, CPU of the calling thread", jar_cpu, py_cpu),
                            ("  against read_range_into", jar_fetch, py_fetch),
                            ("copyLogSegmentData", jar_copy, py_copy)):
         ratio = statistics.median(jar) / statistics.median(py)
@@ -287,24 +394,37 @@ def main() -> None:
     ap.add_argument("--sections", default="abcd")
     ap.add_argument("--mb", type=int, default=256, help="MiB per produce/catch-up/segment")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cache-mb", type=int, default=CACHE // MiB,
+                    help="the broker's chunk cache (memory), MiB")
+    ap.add_argument("--broker-jvm", default="", help="extra JVM options of the broker, e.g. "
+                    "-XX:G1HeapRegionSize=4m (both sides of (a) and (b) share the broker)")
     args = ap.parse_args()
     model = Path("/proc/cpuinfo").read_text().split("model name")[1].split(":")[1]
-    print(f"machine: {os.cpu_count()} cores; {model.splitlines()[0].strip()}")
+    print(f"machine: {os.cpu_count()} cores; {model.splitlines()[0].strip()}; load "
+          f"{os.getloadavg()[0]:.1f}; broker JVM {BROKER_HEAP} {args.broker_jvm}")
     with tempfile.TemporaryDirectory(prefix="bench-plugin-") as tmp:
         base = Path(tmp)
         s3 = S3Server(base / "weed").start()
         try:
             if set(args.sections) & set("ab"):
+                # the jar this tree built (not the venv's installed one), with its venv
                 props = broker_properties(s3.config(), f"bench-{uuid.uuid4().hex[:6]}/",
-                                          **{"rsm.config.fetch.chunk.cache.size": str(CACHE),
+                                          **{"remote.log.storage.manager.class.path":
+                                                 str(PLUGIN_JAR),
+                                             "rsm.config.engine.venv": str(VENV),
+                                             "rsm.config.fetch.chunk.cache.size":
+                                                 str(args.cache_mb * MiB),
                                              "rsm.config.chunk.size": str(4 * MiB),
                                              "rsm.config.fetch.chunk.cache.prefetch.max.size":
                                                  str(16 * MiB)})
-                with KafkaCluster(base / "kafka", brokers=1, server_properties=props) as c:
+                [jmx_port] = free_ports(1)
+                with KafkaCluster(base / "kafka", brokers=1, server_properties=props,
+                                  jvm_options=jmx_options(jmx_port)
+                                  + tuple(args.broker_jvm.split())) as c:
                     if "a" in args.sections:
                         section_a(c, s3, args.mb, args.rounds)
                     if "b" in args.sections:
-                        section_b(c, s3, args.mb)
+                        section_b(c, s3, args.mb, jmx_port, args.cache_mb * MiB)
             if "c" in args.sections:
                 section_c(s3, base / "c", args.mb, args.rounds)
             if "d" in args.sections:

@@ -49,6 +49,19 @@ def metadata_words(md) -> str:
     return " ".join(words)
 
 
+def describe(md) -> str:
+    """A RemoteLogSegmentMetadata in the one line the Java side hands the bridge
+    (EngineRemoteStorageManager.describe), for calling the bridge from Python."""
+    tip = md.topic_id_partition
+    epochs = ",".join(f"{e}:{o}" for e, o in md.leader_epochs)
+    custom = "-" if md.custom_metadata is None else md.custom_metadata.hex()
+    return " ".join(map(str, [
+        tip.topic_id, tip.topic, tip.partition, md.remote_log_segment_id.id, md.start_offset,
+        md.end_offset, md.max_timestamp_ms, md.broker_id, md.event_timestamp_ms,
+        md.segment_size_in_bytes, int(md.state), str(md.txn_idx_empty).lower(), epochs,
+        custom]))
+
+
 def copy_words(data) -> str:
     """A LogSegmentData as the driver's words (the leader-epoch bytes go through a file)."""
     epochs = data.log_segment.with_suffix(".epochs-bytes")

@@ -21,6 +21,7 @@ from kafka_plugin_support import (
     PLUGIN_JAR,
     VENV,
     copy_words,
+    describe,
     metadata_words,
     run_driver,
 )
@@ -33,6 +34,7 @@ from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 
 TIP = TopicIdPartition(Uuid.from_string("lZ6vvmajTWKDBUTV6SQAtQ"), "plugin-topic", 2)
 S3_BACKEND = "io.aiven.kafka.tieredstorage.storage.s3.S3Storage"
+MiB = 1 << 20
 KAFKA_INDEX = {IndexType.OFFSET: "OFFSET", IndexType.TIMESTAMP: "TIMESTAMP",
                IndexType.PRODUCER_SNAPSHOT: "PRODUCER_SNAPSHOT",
                IndexType.LEADER_EPOCH: "LEADER_EPOCH", IndexType.TRANSACTION: "TRANSACTION"}
@@ -175,6 +177,82 @@ def test_concurrent_fetches_from_many_threads_are_exact(s3_server, segment, tmp_
     assert [line.get("error") for line in out] == [None] * 4, out
     assert out[2]["bytes"] == 6 * 4 * size
     assert (tmp_path / "after").read_bytes() == data.log_segment.read_bytes()
+
+
+#: the plugin's fallback where it cannot copy out of the engine's memory
+DIRECT_COPY = ("-Dtierengine.kafka.rawCopy=false",)
+
+
+@pytest.mark.parametrize("java_opts", [(), DIRECT_COPY], ids=["mapped", "direct-buffer"])
+def test_streams_over_1_mib_are_exact_from_any_position(s3_server, tmp_path, java_opts):
+    """A stream reads 1 MiB ranges (mapped ones cut at 1 MiB-aligned positions): from an
+    odd position, in odd read sizes, bounded across a boundary, from many threads, out of
+    a chunk cache smaller than what the threads read at once (views outlive eviction)."""
+    data, last, size = make_segment(tmp_path / "local", 0, batches=150, records=100,
+                                    value_size=200, seed=5)
+    assert size > 3 * MiB
+    log = data.log_segment.read_bytes()
+    md = segment_metadata(TIP, 0, last, size)
+    words = metadata_words(md)
+    configs = s3_configs(s3_server, **{
+        "chunk.size": str(MiB), "fetch.chunk.cache.size": str(2 * MiB),
+        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"})
+    out = run_driver(tmp_path / "drv", configs,
+                     [f"copy {words} {copy_words(data)}",
+                      f"fetch {words} from=12345 out={tmp_path / 'tail'} chunk=300000",
+                      f"fetch {words} from={MiB - 100} to={2 * MiB + 99} out="
+                      f"{tmp_path / 'across'} chunk=4096",
+                      f"parallel {words} threads=4 rounds=2"], java_opts=java_opts)
+    assert [line.get("error") for line in out] == [None] * 5, out
+    assert (tmp_path / "tail").read_bytes() == log[12345:]
+    assert (tmp_path / "across").read_bytes() == log[MiB - 100:2 * MiB + 100]
+    assert out[4]["bytes"] == 4 * 2 * size
+
+
+def test_mapped_streams_hold_no_direct_buffers(s3_server, segment, tmp_path):
+    """Streams copy from the engine's own memory into the reader's array: no 1 MiB direct
+    buffer per open stream (the fallback pools one each)."""
+    data, last, size = segment
+    md = segment_metadata(TIP, 100, last, size)
+    words = metadata_words(md)
+    script = [f"copy {words} {copy_words(data)}", f"parallel {words} threads=6 rounds=2"]
+    mapped = run_driver(tmp_path / "a", s3_configs(s3_server), script)
+    direct = run_driver(tmp_path / "b", s3_configs(s3_server), script, java_opts=DIRECT_COPY)
+    assert mapped[2]["bytes"] == direct[2]["bytes"] == 6 * 2 * size
+    assert direct[2]["direct"] >= MiB  # the measurement sees the fallback's buffers
+    assert mapped[2]["direct"] < MiB // 2, mapped
+
+
+def test_a_mapped_range_stays_readable_at_its_address_until_released(s3_server, segment):
+    """The engine's side of a mapped stream, called as the Java side calls it: the address
+    holds exactly the range asked for, while other views come and go, after the chunk left
+    the cache and after the tier closed, until the stream's next map or unmap releases it."""
+    import ctypes
+
+    from engine.remote import broker_plugin as bridge
+
+    data, last, size = segment
+    md = segment_metadata(TIP, 100, last, size)
+    log = data.log_segment.read_bytes()
+    configs = s3_configs(s3_server, **{
+        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache",
+        "fetch.chunk.cache.size": "1000"})  # one chunk: every map evicts the previous one
+    configs.pop("engine.venv")
+    handle = bridge.plugin_open([v for kv in configs.items() for v in kv])
+    try:
+        with python_rsm(configs) as rsm:
+            rsm.copy_log_segment_data(md, data)
+        first = bridge.plugin_map(handle, describe(md), 10, 900, True, 0)
+        second = bridge.plugin_map(handle, describe(md), 1500, 1000, False, 0)
+        again = bridge.plugin_map(handle, describe(md), 10, 900, False, 0)
+    finally:
+        bridge.plugin_close(handle)
+    assert ctypes.string_at(first, 900) == log[10:910]
+    assert ctypes.string_at(second, 1000) == log[1500:2500]
+    assert ctypes.string_at(again, 900) == log[10:910]
+    for address in (first, second, again):
+        bridge.plugin_unmap(address)
+    assert first not in bridge._pins and second not in bridge._pins
 
 
 def test_object_store_metrics_are_on_jmx_under_the_plugins_names(s3_server, segment,

@@ -28,6 +28,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
+import numpy
 from prometheus_client import CollectorRegistry
 
 from engine.common import Uuid
@@ -49,9 +50,11 @@ __all__ = [
     "plugin_delete",
     "plugin_drain_log",
     "plugin_fetch_index",
+    "plugin_map",
     "plugin_metrics",
     "plugin_open",
     "plugin_read_into",
+    "plugin_unmap",
 ]
 
 
@@ -67,6 +70,9 @@ _LOG_QUEUE_SIZE = 10_000
 
 _plugins: dict[int, _Plugin] = {}
 _handles = itertools.count(1)
+#: views the Java streams copy from, by address (views of one memory share it)
+_pins: dict[int, list[numpy.ndarray]] = {}
+_pins_lock = threading.Lock()
 _lock = threading.Lock()
 
 
@@ -206,6 +212,44 @@ def plugin_read_into(handle: int, segment: str, position: int, buffer, length: i
         return _storage_call(plugin.rsm.read_range_into, metadata, int(position), view)
     finally:
         view.release()
+
+
+def plugin_map(handle: int, segment: str, position: int, length: int, first: bool,
+               release: int, release_closed: int = 0) -> int:
+    """Maps `length` `.log` bytes from `position` for the Java stream to copy straight
+    into its caller's array: returns the address of a read-only view of them (`map_range`:
+    the chunk cache's or the mapped file's own memory where the store has it, so the
+    caller's copy is the only one). The view stays pinned, and its address valid, until
+    `plugin_unmap(address)` or a later `plugin_map` names the address in `release` (the
+    stream's previous view) or `release_closed` (a closed stream's); 0 names none. The
+    `first` read of a stream also says that its reads go forward."""
+    for address in (release, release_closed):
+        if address:
+            plugin_unmap(address)
+    plugin = _plugin(handle)
+    metadata = plugin.metadata(segment)
+    if first and plugin.rsm.reads_ahead:
+        _storage_call(plugin.rsm.read_forward, metadata, None)
+    start, length = int(position), int(length)
+    view = _storage_call(plugin.rsm.map_range, metadata, start, start + length)
+    array = numpy.frombuffer(view, numpy.uint8)
+    if len(array) != length:  # the Java side copies `length` bytes from the address
+        raise RemoteStorageError(f"{metadata.remote_log_segment_id}: {len(array)} bytes "
+                                 f"mapped at {start}, {length} asked")
+    address = array.ctypes.data
+    with _pins_lock:
+        _pins.setdefault(address, []).append(array)
+    return address
+
+
+def plugin_unmap(address: int) -> None:
+    """Releases one view `plugin_map` pinned at `address` (none pinned there: no error)."""
+    with _pins_lock:
+        arrays = _pins.get(int(address))
+        if arrays:
+            arrays.pop()
+            if not arrays:
+                del _pins[int(address)]
 
 
 def plugin_fetch_index(handle: int, segment: str, index_type: str) -> bytes:

@@ -209,6 +209,7 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
         }
         EngineRuntime r = runtime;
         if (r != null && handle != 0) {
+            SegmentInputStream.releaseClosedPins(this);
             try {
                 r.call("plugin_close", handle);
             } catch (EngineException e) {

@@ -2,31 +2,100 @@ package tierengine.kafka;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.lang.ref.Cleaner;
 import java.nio.ByteBuffer;
 import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import jep.DirectNDArray;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
 /**
  * A segment's {@code .log} bytes [start, end), pulled lazily from the engine a range at a
- * time into a direct buffer the engine writes straight into (its chunk cache, coalesced GETs
- * and read-ahead serve the range): one copy per fetched range, never the whole segment.
- * A stream with no end position (Kafka's reader asks for one from a position on) starts with a
- * small range and doubles it, so a reader that wants one batch pays for little more, and a
+ * time, never the whole segment. The engine maps each range ({@code plugin_map}: a view of
+ * its chunk cache's memory or of the mapped file, pinned until the stream moves on or
+ * closes) and {@code read} copies from it straight into the caller's array: one copy per
+ * fetched range (a closed stream's pin goes with the next map of any stream). Where
+ * {@link RawMemory} is unavailable, the engine writes each range into a
+ * pooled direct buffer instead ({@code plugin_read_into}) and {@code read} copies from that.
+ * A stream with no end position (Kafka's reader asks for one from a position on) starts with
+ * a small range and doubles it, so a reader that wants one batch pays for little more, and a
  * reader walking on is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB)
- * at once.
+ * at once. Mapped ranges stay within 1 MiB-aligned blocks, so with a chunk size that is a
+ * multiple of 1 MiB no range spans two chunks (which the engine would join, a copy more).
+ * Safe to close from another thread than the reader's.
  */
 final class SegmentInputStream extends InputStream {
     static final int FIRST_RANGE = 64 * 1024;
     static final int MAX_RANGE = 1024 * 1024;
     /** Direct buffers kept for the next streams (at most this many MiB stay allocated). */
     private static final ArrayBlockingQueue<Buffer> POOL = new ArrayBlockingQueue<>(64);
+    /** Releases the pin of a stream dropped without close. */
+    private static final Cleaner CLEANER = Cleaner.create();
 
     /** A direct buffer and the numpy view jep hands the engine. */
     private static final class Buffer {
         final ByteBuffer bytes = ByteBuffer.allocateDirect(MAX_RANGE);
         final DirectNDArray<ByteBuffer> array = new DirectNDArray<>(bytes, true);
+    }
+
+    /**
+     * Pins of closed streams, released by the next {@code plugin_map} of any stream (one
+     * crossing fewer per stream); past this many, a close releases its pin itself.
+     */
+    private static final int CLOSED_PINS_KEPT = 64;
+    private static final ConcurrentLinkedQueue<Long> CLOSED_PINS = new ConcurrentLinkedQueue<>();
+    private static final AtomicInteger CLOSED_PIN_COUNT = new AtomicInteger();
+
+    /** The engine's pin on the mapped view being read: its address (0: none). */
+    private static final class Pin implements Runnable {
+        private final EngineRemoteStorageManager rsm;
+        private long id;
+
+        Pin(EngineRemoteStorageManager rsm) {
+            this.rsm = rsm;
+        }
+
+        /** At close, or by the cleaner for a stream dropped unclosed. */
+        @Override
+        public synchronized void run() {
+            long held = id;
+            id = 0;
+            if (held == 0) {
+                return;
+            }
+            if (CLOSED_PIN_COUNT.incrementAndGet() <= CLOSED_PINS_KEPT) {
+                CLOSED_PINS.add(held);
+                return;
+            }
+            CLOSED_PIN_COUNT.decrementAndGet();
+            unmap(rsm, held);
+        }
+    }
+
+    private static void unmap(EngineRemoteStorageManager rsm, long pin) {
+        try {
+            rsm.call("plugin_unmap", pin);
+        } catch (RemoteStorageException | RuntimeException e) {
+            // the tier is gone, and its pins with it
+        }
+    }
+
+    private static long takeClosedPin() {
+        Long pin = CLOSED_PINS.poll();
+        if (pin == null) {
+            return 0;
+        }
+        CLOSED_PIN_COUNT.decrementAndGet();
+        return pin;
+    }
+
+    /** Releases the pins closed streams left for the next map (the plugin is closing). */
+    static void releaseClosedPins(EngineRemoteStorageManager rsm) {
+        for (long pin; (pin = takeClosedPin()) != 0; ) {
+            unmap(rsm, pin);
+        }
     }
 
     private final EngineRemoteStorageManager rsm;
@@ -35,8 +104,15 @@ final class SegmentInputStream extends InputStream {
     private long position;
     private int nextRange;
     private boolean first = true;
-    private Buffer buffer;
     private boolean closed;
+    /** Mapped path: the pin, its cleaner registration and the view's address and bounds. */
+    private final Pin pin;
+    private final Cleaner.Cleanable cleanable;
+    private long address;
+    private int offset;
+    private int limit;
+    /** Direct-buffer path. */
+    private Buffer buffer;
 
     SegmentInputStream(EngineRemoteStorageManager rsm, String segment, long start,
                        long end, boolean bounded) {
@@ -45,6 +121,13 @@ final class SegmentInputStream extends InputStream {
         this.position = start;
         this.end = end;
         this.nextRange = bounded ? MAX_RANGE : FIRST_RANGE;
+        if (RawMemory.available()) {
+            pin = new Pin(rsm);
+            cleanable = CLEANER.register(this, pin);
+        } else {
+            pin = null;
+            cleanable = null;
+        }
     }
 
     @Override
@@ -54,7 +137,7 @@ final class SegmentInputStream extends InputStream {
     }
 
     @Override
-    public int read(byte[] b, int off, int len) throws IOException {
+    public synchronized int read(byte[] b, int off, int len) throws IOException {
         if (closed) {
             throw new IOException("stream closed");
         }
@@ -64,7 +147,7 @@ final class SegmentInputStream extends InputStream {
         if (len == 0) {
             return 0;
         }
-        if (buffer == null || !buffer.bytes.hasRemaining()) {
+        if (remaining() == 0) {
             if (position >= end) {
                 return -1;
             }
@@ -74,67 +157,111 @@ final class SegmentInputStream extends InputStream {
                 throw new IOException(e.getMessage(), e);
             }
         }
-        int n = Math.min(len, buffer.bytes.remaining());
-        buffer.bytes.get(b, off, n);
+        int n = Math.min(len, remaining());
+        if (pin != null) {
+            RawMemory.copy(address + offset, b, off, n);
+            offset += n;
+        } else {
+            buffer.bytes.get(b, off, n);
+        }
         return n;
+    }
+
+    private int remaining() {
+        if (pin != null) {
+            return limit - offset;
+        }
+        return buffer == null ? 0 : buffer.bytes.remaining();
     }
 
     /**
      * Reads the first range now, so that a segment that cannot be read fails
      * fetchLogSegment itself (RemoteResourceNotFoundException for one that is gone).
      */
-    void start() throws RemoteStorageException {
+    synchronized void start() throws RemoteStorageException {
         if (position < end) {
             fill(nextRange);
         }
     }
 
     private void fill(int wanted) throws RemoteStorageException {
+        long stop = Math.min(end, position + Math.min(MAX_RANGE, Math.max(nextRange, wanted)));
+        if (pin != null) {
+            map((int) (Math.min(stop, (position / MAX_RANGE + 1) * MAX_RANGE) - position));
+        } else {
+            readInto((int) (stop - position));
+        }
+        first = false;
+        nextRange = Math.min(MAX_RANGE, nextRange * 2);
+    }
+
+    private void map(int n) throws RemoteStorageException {
+        long release;
+        synchronized (pin) {
+            release = pin.id;
+            pin.id = 0;
+        }
+        offset = 0;
+        limit = 0;
+        // the engine checks that it pinned exactly n bytes there
+        long mapped = ((Number) rsm.call("plugin_map", rsm.handle(), segment, position, n,
+                first, release, takeClosedPin())).longValue();
+        synchronized (pin) {
+            pin.id = mapped;
+        }
+        address = mapped;
+        limit = n;
+        position += n;
+    }
+
+    private void readInto(int n) throws RemoteStorageException {
         if (buffer == null) {
             buffer = POOL.poll();
             if (buffer == null) {
                 buffer = new Buffer();
             }
         }
-        int n = (int) Math.min(end - position, Math.min(MAX_RANGE, Math.max(nextRange, wanted)));
         buffer.bytes.clear();
         try {
             rsm.call("plugin_read_into", rsm.handle(), segment, position, buffer.array, n, first);
-            first = false;
         } catch (RemoteStorageException e) {
             buffer.bytes.limit(0);
             throw e;
         }
         buffer.bytes.limit(n);
         position += n;
-        nextRange = Math.min(MAX_RANGE, nextRange * 2);
     }
 
     @Override
-    public long skip(long n) {
+    public synchronized long skip(long n) {
         if (n <= 0 || closed) {
             return 0;
         }
-        long skipped = 0;
-        if (buffer != null && buffer.bytes.hasRemaining()) {
-            int inBuffer = (int) Math.min(n, buffer.bytes.remaining());
-            buffer.bytes.position(buffer.bytes.position() + inBuffer);
-            skipped = inBuffer;
+        int inRange = (int) Math.min(n, remaining());
+        if (pin != null) {
+            offset += inRange;
+        } else if (inRange > 0) {
+            buffer.bytes.position(buffer.bytes.position() + inRange);
         }
-        long more = Math.min(n - skipped, end - position);
+        long more = Math.min(n - inRange, end - position);
         position += more;
-        return skipped + more;
+        return inRange + more;
     }
 
     @Override
-    public int available() {
-        return buffer == null || closed ? 0 : buffer.bytes.remaining();
+    public synchronized int available() {
+        return closed ? 0 : remaining();
     }
 
     @Override
-    public void close() {
+    public synchronized void close() {
         if (!closed) {
             closed = true;
+            if (cleanable != null) {
+                offset = 0;
+                limit = 0;
+                cleanable.clean();
+            }
             if (buffer != null) {
                 POOL.offer(buffer);
                 buffer = null;

@@ -2,6 +2,7 @@ package tierengine.kafka;
 
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.lang.management.BufferPoolMXBean;
 import java.lang.management.ManagementFactory;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
@@ -117,6 +118,9 @@ public final class PluginDriver {
                 byte[] buf = new byte[range];
                 long total = 0;
                 long opening = 0;
+                // this thread's CPU: the calls run on it (warm: no I/O), and unlike wall time it
+                // holds still while other processes share the cores
+                long cpu = ManagementFactory.getThreadMXBean().getCurrentThreadCpuTime();
                 for (int pos = 0; pos < md.segmentSizeInBytes(); pos += range) {
                     int last = Math.min(md.segmentSizeInBytes(), pos + range) - 1;
                     long begin = System.nanoTime();
@@ -127,8 +131,9 @@ public final class PluginDriver {
                         }
                     }
                 }
+                cpu = ManagementFactory.getThreadMXBean().getCurrentThreadCpuTime() - cpu;
                 return "{\"cmd\":\"ranges\",\"bytes\":" + total + ",\"open_ns\":" + opening
-                        + "}";
+                        + ",\"cpu_ns\":" + cpu + "}";
             }
             case "index": {
                 byte[] bytes;
@@ -186,8 +191,12 @@ public final class PluginDriver {
         if (!failures.isEmpty()) {
             throw failures.get(0);
         }
+        // direct memory the JVM holds now: the plugin's pooled stream buffers, if it uses any
+        long direct = ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class).stream()
+                .filter(pool -> pool.getName().equals("direct"))
+                .mapToLong(BufferPoolMXBean::getMemoryUsed).sum();
         return "{\"cmd\":\"parallel\",\"wall_ns\":" + wall + ",\"busy_ns\":" + busy.get()
-                + ",\"bytes\":" + bytes.get() + "}";
+                + ",\"bytes\":" + bytes.get() + ",\"direct\":" + direct + "}";
     }
 
     private static String jmx() throws Exception {

@@ -217,7 +217,22 @@ class RemoteLogReader:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
              min_one_message: bool = True,
              isolation: str = "read_uncommitted") -> RemoteFetchResult:
-        """One partition's read (RemoteLogManager.read)."""
+        """Whole batches from `offset`: from the local log when `offset` >= the local log
+        start offset, else from the remote tier: on the caller's thread when the read needs
+        no storage I/O, else on the reader pool (the module docstring; the answers are the
+        read model's, through engine.rlm.reader). read_committed stops at the last stable offset and lists aborted
+        transactions.
+
+        Raises:
+            OffsetOutOfRangeError: `offset` outside [log start offset, log end offset], or
+                not held by any copied segment.
+            RemoteLogReaderRejectedError: the reader queue is full.
+            RemoteFetchTimeoutError: the remote read took longer than
+                `remote.fetch.max.wait.ms`.
+            RemoteStorageError: the RSM failed.
+            UnknownTopicOrPartitionError: no such partition. ValueError: bad max_bytes or
+                isolation.
+        """
         plan = self.plan_read(topic, partition, offset, max_bytes, min_one_message, isolation)
         if plan.answer is not None:
             return plan.answer
@@ -229,10 +244,14 @@ class RemoteLogReader:
 
     def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
-        """Several partitions' reads (RemoteLogManager.read_many): each remote read is
-        tried on the caller's thread first, as `read` does; those that need storage I/O
-        run in parallel on the reader pool, all bounded by one `remote.fetch.max.wait.ms`
-        deadline. A failed partition's result has `.error` set."""
+        """Reads several partitions: each request is (topic, partition, offset, max_bytes)
+        or (..., min_one_message). Remote reads that need no storage I/O run on the
+        caller's thread, as in `read`; the others run in parallel on the reader pool and are
+        all bounded by one `remote.fetch.max.wait.ms` deadline (every partition may be read
+        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises
+        for one partition: a failed partition's result has `.error` set
+        (OffsetOutOfRangeError, RemoteLogReaderRejectedError, RemoteFetchTimeoutError,
+        RemoteStorageError, ...)."""
         results: list = []
         pending = []
         for i, request in enumerate(requests):

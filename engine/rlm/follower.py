@@ -98,9 +98,23 @@ class TierStateMachine:
                                    partition: int, *, leader_log_start_offset: int,
                                    leader_local_log_start_offset: int,
                                    target_epoch: int) -> int:
-        """Builds the follower's partition from the tier (see the module docstring). `st`
-        is the RLM's state of the partition (None when it serves none). Returns the offset
-        the follower fetches from next."""
+        """Builds this follower's partition from the remote tier at the leader's local log
+        start offset (Kafka's buildRemoteLogAuxState; see the module docstring): the epoch
+        cache and producer state of the remote segment holding
+        `leader_local_log_start_offset - 1`, found by `target_epoch` (the leader's epoch of
+        that offset), then the log truncated fully and started past that segment. Returns
+        the offset to fetch from the leader next; a no-op returning the log end offset when
+        it is already at or past the leader's local log start. `st` is the RLM's state of
+        the partition (None when it serves none).
+
+        Raises:
+            RemoteLogAuxStateError: the remote log metadata is not ready, no copied segment
+                holds the offset in that epoch, the RSM failed, or the log is not tiered
+                (retriable; the log is unchanged).
+            CorruptCheckpointError, CorruptSnapshotError: a fetched file does not verify.
+            ValueError: contradicting offsets, or the partition is not a follower here.
+            UnknownTopicOrPartitionError: no such partition.
+        """
         name = f"{topic}-{partition}"
         leader_log_start_offset = int(leader_log_start_offset)
         local_start = int(leader_local_log_start_offset)

@@ -241,22 +241,8 @@ class RemoteLogManager:
                                    leader_log_start_offset: int,
                                    leader_local_log_start_offset: int,
                                    target_epoch: int) -> int:
-        """Builds this follower's partition from the remote tier at the leader's local log
-        start offset (Kafka's buildRemoteLogAuxState; see engine.rlm.follower): the epoch
-        cache and producer state of the remote segment holding
-        `leader_local_log_start_offset - 1`, found by `target_epoch` (the leader's epoch of
-        that offset), then the log truncated fully and started past that segment. Returns
-        the offset to fetch from the leader next; a no-op returning the log end offset when
-        it is already at or past the leader's local log start.
-
-        Raises:
-            RemoteLogAuxStateError: the remote log metadata is not ready, no copied segment
-                holds the offset in that epoch, the RSM failed, or the log is not tiered
-                (retriable; the log is unchanged).
-            CorruptCheckpointError, CorruptSnapshotError: a fetched file does not verify.
-            ValueError: contradicting offsets, or the partition is not a follower here.
-            UnknownTopicOrPartitionError: no such partition.
-        """
+        """Kafka's buildRemoteLogAuxState: TierStateMachine.build_remote_log_aux_state
+        (engine.rlm.follower) for this partition."""
         with self._lock:
             st = self._partitions.get(TopicPartition(topic, int(partition)))
         return self.tier_state_machine.build_remote_log_aux_state(
@@ -324,35 +310,13 @@ class RemoteLogManager:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int,
              min_one_message: bool = True,
              isolation: str = "read_uncommitted") -> RemoteFetchResult:
-        """Whole batches from `offset`: from the local log when `offset` >= the local log
-        start offset, else from the remote tier: on the caller's thread when the read needs
-        no storage I/O, else on the reader pool (see engine.rlm.fetch and
-        engine.rlm.reader). read_committed stops at the last stable offset and lists aborted
-        transactions.
-
-        Raises:
-            OffsetOutOfRangeError: `offset` outside [log start offset, log end offset], or
-                not held by any copied segment.
-            RemoteLogReaderRejectedError: the reader queue is full.
-            RemoteFetchTimeoutError: the remote read took longer than
-                `remote.fetch.max.wait.ms`.
-            RemoteStorageError: the RSM failed.
-            UnknownTopicOrPartitionError: no such partition. ValueError: bad max_bytes or
-                isolation.
-        """
+        """Kafka's RemoteLogManager.read: RemoteLogReader.read (engine.rlm.fetch)."""
         return self.reader.read(topic, partition, offset, max_bytes, min_one_message,
                                 isolation)
 
     def read_many(self, requests: Iterable[tuple], *, min_one_message: bool = True,
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
-        """Reads several partitions: each request is (topic, partition, offset, max_bytes)
-        or (..., min_one_message). Remote reads that need no storage I/O run on the
-        caller's thread, as in `read`; the others run in parallel on the reader pool and are
-        all bounded by one `remote.fetch.max.wait.ms` deadline (every partition may be read
-        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises
-        for one partition: a failed partition's result has `.error` set
-        (OffsetOutOfRangeError, RemoteLogReaderRejectedError, RemoteFetchTimeoutError,
-        RemoteStorageError, ...)."""
+        """Several partitions' reads: RemoteLogReader.read_many (engine.rlm.fetch)."""
         return self.reader.read_many(requests, min_one_message=min_one_message,
                                      isolation=isolation)
 

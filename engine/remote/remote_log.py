@@ -44,7 +44,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine._native import records as _records
-from engine.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
+from engine.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    KafkaEngineError,
+    OffsetOutOfRangeError,
+)
 from engine.log.offset_index import OffsetIndex
 from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
@@ -71,6 +76,8 @@ __all__ = ["INDEXES", "CachedIndexes", "ChainSegments", "LineageSegments", "Remo
 
 #: bytes past the walk window that the first header probe may need
 _HEADER_PROBE = 64
+#: a batch's offset and length fields
+_LOG_OVERHEAD = 12
 #: segments named ahead of the one read, for read-ahead across several small segments
 READ_FORWARD_LINKS = 3
 #: ListOffsets specs (ListOffsetsRequest)
@@ -381,6 +388,13 @@ def collect_aborted(rows: np.ndarray, md: RemoteLogSegmentMetadata, fetch_offset
                        int(r["last_stable_offset"])) for r in hits], bool(len(stops))
 
 
+def _holds_first_batch(view) -> bool:
+    """Whether `view` starts with a whole batch (its length field read, not trusted: the
+    scan frames it)."""
+    return len(view) >= _LOG_OVERHEAD and \
+        _LOG_OVERHEAD + int.from_bytes(view[8:12], "big", signed=True) <= len(view)
+
+
 class RemoteLog:
     """The remote part of one partition's log, read one way for every reader (see the
     module docstring). Thread-safe when its source and indexes are."""
@@ -428,21 +442,24 @@ class RemoteLog:
         before = None if self.rsm.verifies_batch_crcs(md) else self.rsm.read_generation(md)
         # the header walk's window and the records after it in one mapping, where views are
         reader = RemoteSegmentReader(self.rsm, md, nonblocking, span=max_bytes + WALK_WINDOW)
-        start = self._start_position(md, offset, nonblocking)
-        # batch headers are walked in a window of at most 64 KiB from the start (the target
-        # is within index.interval.bytes of an index position); the answer is then one exact
-        # read, or a slice of the window when the window holds it
-        found = reader.find_batch(start, offset, min(max_bytes, WALK_WINDOW) + _HEADER_PROBE)
-        if found is None:  # the source says the segment holds `offset`: its bytes end early
-            raise CorruptRecordError(
-                f"{describe_segment(md)}: no batch ends at or after offset {offset} before "
-                f"the .log ends at byte {reader.size}", position=reader.size, offset=offset)
-        position, first_size, _ = found
-        if first_size > max_bytes and not min_one_message:
-            return b"", offset
-        view = reader.read_exact(position, position + max(max_bytes, first_size))
+        known = self.positions.start(md, offset)
+        view = None
+        if known is not None:  # a batch start an earlier checked read ended at: no walk
+            position = known
+            view = reader.read_exact(position, position + max_bytes)
+            if not _holds_first_batch(view):  # larger than max_bytes: the walk frames it
+                view = None
+        if view is None:
+            position, first_size = self._walk_to(reader, md, offset, max_bytes, nonblocking,
+                                                 known)
+            if first_size > max_bytes and not min_one_message:
+                return b"", offset
+            view = reader.read_exact(position, position + max(max_bytes, first_size))
         crc, generation = self._needs_crc(md, position, position + len(view), before)
-        headers, valid = _records.scan(view, crc)
+        try:
+            headers, valid = _records.scan(view, crc)
+        except KafkaEngineError as exc:  # framing the scan refuses: at the segment's byte
+            raise exc.with_context(describe_segment(md), position_base=position) from None
         check_batches(headers, partial(describe_segment, md), first_offset=offset, crc=crc,
                       min_offset=md.start_offset, max_offset=md.end_offset, position=position)
         if crc:  # every whole batch of the view checked out (a partial last one is not)
@@ -457,6 +474,21 @@ class RemoteLog:
         next_offset = int(headers["last_offset"][n - 1]) + 1
         self.positions.ended(md, next_offset, position + cut)
         return view[:cut], next_offset
+
+    def _walk_to(self, reader: RemoteSegmentReader, md: RemoteLogSegmentMetadata,
+                 offset: int, max_bytes: int, nonblocking: bool,
+                 start: int | None) -> tuple[int, int]:
+        """(position, size) of the batch holding `offset`: batch headers walked in a window
+        of at most 64 KiB from `start`, else from the offset index's position (the target is
+        within index.interval.bytes of it), checked as they are passed."""
+        if start is None:
+            start = self.indexes.position(md, offset, nonblocking)
+        found = reader.find_batch(start, offset, min(max_bytes, WALK_WINDOW) + _HEADER_PROBE)
+        if found is None:  # the source says the segment holds `offset`: its bytes end early
+            raise CorruptRecordError(
+                f"{describe_segment(md)}: no batch ends at or after offset {offset} before "
+                f"the .log ends at byte {reader.size}", position=reader.size, offset=offset)
+        return found[0], found[1]
 
     def _needs_crc(self, md: RemoteLogSegmentMetadata, start: int, end: int,
                    before: Hashable | None) -> tuple[bool, Hashable | None]:
@@ -473,17 +505,6 @@ class RemoteLog:
         if VERIFIED.covers(md.remote_log_segment_id.id, before, start, end):
             return False, None
         return True, before
-
-    def _start_position(self, md: RemoteLogSegmentMetadata, offset: int,
-                        nonblocking: bool) -> int:
-        """Where to walk from for `offset` in `md`: byte 0 for the segment's base offset,
-        the end of an earlier read that stopped right before `offset` (a segment id names
-        one upload, so a position never outlives the bytes it was read from; the walk from
-        it checks the offsets again), else the offset index's position."""
-        known = self.positions.start(md, offset)
-        if known is not None:
-            return known
-        return self.indexes.position(md, offset, nonblocking)
 
     # -- transactions -----------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["FS_TIERED", "SERVE", "SMALL_SEGMENTS", "broker_dirs", "broker_properties",
+           "broker_template",
            "engine_in_process", "write_broker"]
 
 #: a tiered broker over the filesystem tier with 4 KiB segments: segments roll every few
@@ -44,7 +45,7 @@ def broker_dirs(base: Path, names=("d1", "d2", "tier")) -> dict[str, Path]:
     return dirs
 
 
-def broker_properties(dirs: Mapping[str, Path], settings: Mapping[str, object] = SMALL_SEGMENTS,
+def broker_properties(dirs: Mapping[str, object], settings: Mapping[str, object] = SMALL_SEGMENTS,
                       rsm: Mapping[str, str] | None = None, extra: str = "") -> str:
     """A broker file's text: tiering on over the log dirs `d1` and `d2`, the filesystem tier
     in `dirs["tier"]` (or the RSM properties `rsm`, full names), then `settings`, then the
@@ -54,6 +55,15 @@ def broker_properties(dirs: Mapping[str, Path], settings: Mapping[str, object] =
     lines.update(rsm if rsm is not None else {"rsm.config.dirs": str(dirs["tier"])})
     lines.update({k: str(v) for k, v in settings.items()})
     return "".join(f"{k}={v}\n" for k, v in lines.items()) + extra
+
+
+#: the dirs of a template: `broker_template(...).format(d1=..., d2=..., tier=...)`
+_TEMPLATE_DIRS = {"d1": "{d1}", "d2": "{d2}", "tier": "{tier}"}
+
+
+def broker_template(settings: Mapping[str, object] = SMALL_SEGMENTS) -> str:
+    """`broker_properties` with `{d1}`, `{d2}` and `{tier}` left to `str.format`."""
+    return broker_properties(_TEMPLATE_DIRS, settings)
 
 
 def write_broker(base: Path, settings: Mapping[str, object] = SMALL_SEGMENTS,

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from broker_support import broker_template
 
 from engine.cli import main
 from engine.cli.configs import parse_add_config
@@ -20,15 +21,7 @@ from engine.log.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-BROKER = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.retention.ms=-1
-log.local.retention.bytes=8192
-remote.log.manager.task.interval.ms=100
-"""
+BROKER = broker_template()
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ import sys
 import time
 
 import pytest
+from broker_support import FS_TIERED, broker_template
 
 from engine.common import TopicPartition, Uuid
 from engine.config import load_broker_config
@@ -55,17 +56,8 @@ RETENTION_BYTES = 9000
 RETENTION_MS = 7 * DAY_MS
 _S = RemoteLogSegmentState
 
-PROPERTIES = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.local.retention.bytes=1
-remote.storage.enable=true
-remote.log.manager.task.retry.backoff.ms=1
-log.retention.bytes={retention_bytes}
-log.retention.ms={retention_ms}
-"""
+PROPERTIES = broker_template({**FS_TIERED, "log.retention.bytes": "{retention_bytes}",
+                                "log.retention.ms": "{retention_ms}"})
 
 SETTINGS = {"bytes": (RETENTION_BYTES, -1), "ms": (-1, RETENTION_MS), "none": (-1, -1)}
 

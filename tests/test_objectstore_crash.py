@@ -37,6 +37,7 @@ import time
 import uuid
 
 import obstore
+from broker_support import FS_TIERED, broker_properties
 
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
@@ -68,14 +69,11 @@ def _rsm_configs(s3_server, prefix: str) -> dict[str, str]:
 
 
 def _write_properties(path, dirs, rsm_configs) -> None:
+    rsm = {"remote.log.storage.manager.class.name":
+           "engine.remote.ObjectStorageRemoteStorageManager",
+           **{f"rsm.config.{k}": v for k, v in rsm_configs.items()}}
     with open(path, "w") as f:
-        f.write(f"log.dirs={dirs['d1']},{dirs['d2']}\n"
-                "remote.log.storage.system.enable=true\n"
-                "remote.log.storage.manager.class.name="
-                "engine.remote.ObjectStorageRemoteStorageManager\n"
-                "log.segment.bytes=4096\nlog.retention.ms=-1\nlog.local.retention.bytes=1\n"
-                "remote.storage.enable=true\nremote.log.manager.task.retry.backoff.ms=1\n")
-        f.writelines(f"rsm.config.{k}={v}\n" for k, v in rsm_configs.items())
+        f.write(broker_properties(dirs, FS_TIERED, rsm))
 
 
 def _produce_round(path, topic_id) -> dict[int, int]:

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from broker_support import FS_TIERED, broker_template
+
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
 from engine.common import Uuid
@@ -52,16 +54,7 @@ TOPIC = "crash"
 PARTITIONS = 2
 BATCHES_PER_ROUND = 24  # about 11 KiB: 2-3 segments of 4 KiB per partition and round
 
-PROPERTIES = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.retention.ms=-1
-log.local.retention.bytes=1
-remote.storage.enable=true
-remote.log.manager.task.retry.backoff.ms=1
-"""
+PROPERTIES = broker_template(FS_TIERED)
 
 
 def value_of(partition: int, offset: int) -> bytes:

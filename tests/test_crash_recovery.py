@@ -51,6 +51,7 @@ import crash_writer  # tests/ is on sys.path (conftest.py)
 import numpy as np
 import pytest
 from crash_writer import build_batch, expected_record, read_acked, read_recovery_point
+from suite_counts import count_at_least
 
 from engine.log import UnifiedLog
 from engine.records import MemoryRecords, scan_batches
@@ -89,7 +90,7 @@ CHAIN_CONFIGS = [
 
 
 def kills_per_chain() -> int:
-    total = int(os.environ.get("ENGINE_CRASH_KILLS", DEFAULT_KILLS))
+    total = count_at_least("ENGINE_CRASH_KILLS", DEFAULT_KILLS)
     return max(1, math.ceil(total / CHAINS))
 
 

@@ -35,6 +35,7 @@ import time
 
 import pytest
 from broker_support import FS_TIERED, broker_template
+from suite_counts import count_at_least
 
 from engine.common import TopicPartition, Uuid
 from engine.config import load_broker_config
@@ -46,7 +47,7 @@ from engine.remote.metadata import RemoteLogSegmentState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "tiered_crash_driver.py")
-POINTS = int(os.environ.get("ENGINE_EXPIRATION_CRASH_POINTS", "22"))
+POINTS = count_at_least("ENGINE_EXPIRATION_CRASH_POINTS", 22)
 SEED = int(os.environ.get("ENGINE_EXPIRATION_CRASH_SEED", "405"))
 TOPIC = "expire"
 PARTITIONS = 2

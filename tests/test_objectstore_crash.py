@@ -38,6 +38,7 @@ import uuid
 
 import obstore
 from broker_support import FS_TIERED, broker_properties
+from suite_counts import count_at_least
 
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
@@ -51,7 +52,7 @@ from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "objectstore_crash_driver.py")
-KILLS = int(os.environ.get("ENGINE_OBJECTSTORE_CRASH_KILLS", "30"))
+KILLS = count_at_least("ENGINE_OBJECTSTORE_CRASH_KILLS", 30)
 SEED = int(os.environ.get("ENGINE_OBJECTSTORE_CRASH_SEED", "917"))
 TOPIC = "crash"
 PARTITIONS = 2

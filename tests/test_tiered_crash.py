@@ -34,6 +34,7 @@ import sys
 import time
 
 from broker_support import FS_TIERED, broker_template
+from suite_counts import count_at_least
 
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
@@ -48,7 +49,7 @@ from engine.remote.metadata import RemoteLogSegmentState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "tiered_crash_driver.py")
-KILLS = int(os.environ.get("ENGINE_TIERED_CRASH_KILLS", "16"))
+KILLS = count_at_least("ENGINE_TIERED_CRASH_KILLS", 16)
 SEED = int(os.environ.get("ENGINE_TIERED_CRASH_SEED", "405"))
 TOPIC = "crash"
 PARTITIONS = 2

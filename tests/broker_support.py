@@ -19,7 +19,7 @@ from pathlib import Path
 
 __all__ = ["FS_TIERED", "SERVE", "SMALL_SEGMENTS", "broker_dirs", "broker_properties",
            "broker_template",
-           "engine_in_process", "write_broker"]
+           "engine_in_process", "orders_broker", "write_broker"]
 
 #: a tiered broker over the filesystem tier with 4 KiB segments: segments roll every few
 #: batches and reach the tier at once (the CLI tests)
@@ -75,6 +75,18 @@ def write_broker(base: Path, settings: Mapping[str, object] = SMALL_SEGMENTS,
     path = Path(base) / "server.properties"
     path.write_text(broker_properties(dirs, settings, rsm, extra))
     return str(path), dirs
+
+
+def orders_broker(base: Path, extra: str = "") -> tuple[str, dict[str, Path]]:
+    """`write_broker` with SMALL_SEGMENTS and `extra`, and topic `orders` (two partitions)
+    created and shut down cleanly (the CLI tests' broker)."""
+    from engine.log.log_manager import LogManager
+
+    path, dirs = write_broker(base, SMALL_SEGMENTS, extra=extra)
+    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
+        for p in (0, 1):
+            manager.get_or_create_log("orders", p)
+    return path, dirs
 
 
 def engine_in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from broker_support import broker_template
+from broker_support import broker_template, orders_broker
 
 from engine.cli import main
 from engine.cli.configs import parse_add_config
@@ -28,15 +28,7 @@ BROKER = broker_template()
 def broker(tmp_path):
     """A broker file over two log dirs and a filesystem tier, with topic `orders` (two
     partitions) created and shut down cleanly."""
-    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir()
-    path = tmp_path / "server.properties"
-    path.write_text(BROKER.format(**dirs))
-    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
-        for p in (0, 1):
-            manager.get_or_create_log("orders", p)
-    return str(path), dirs
+    return orders_broker(tmp_path)
 
 
 def _snapshot(dirs) -> dict:

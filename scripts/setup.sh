@@ -2,8 +2,9 @@
 # Creates .venv, installs the engine from source (its native core compiles here) and builds the
 # Apache Kafka broker plugin (kafka-plugin/, Maven) into .venv/share/kafka-tier-engine/.
 #   scripts/setup.sh        the engine, its runtime dependencies and the broker plugin
-#   scripts/setup.sh test   plus the test extras (pytest, hypothesis, peers, atheris, pyarrow),
-#                           and real Apache Kafka for the tests (tests/kafka, Maven)
+#   scripts/setup.sh test   plus the test extras (pytest, pytest-xdist, hypothesis, peers,
+#                           atheris, pyarrow), and real Apache Kafka for the tests
+#                           (tests/kafka, Maven)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -10,6 +10,21 @@ if _TESTS_DIR not in sys.path:  # lets test modules `import vectors` under any i
     sys.path.insert(0, _TESTS_DIR)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`.ci/run`: -n 2 --dist loadgroup), every test module runs whole on
+    one worker, so a module-scoped fixture (a tiered broker, a produced topic) is built once;
+    the modules that read through Spark share one worker, so one Spark session serves them
+    all."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    spark_modules = {item.module.__name__ for item in items
+                     if "spark" in getattr(item, "fixturenames", ())}
+    for item in items:
+        module = item.module.__name__
+        group = "spark" if module in spark_modules else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def VECTORS():
     """The read-only conformance vectors, `<repo>/../shared/vectors` (see tests/vectors.py)."""

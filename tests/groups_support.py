@@ -9,7 +9,8 @@ import struct
 import time
 from pathlib import Path
 
-from serve_support import BROKER, TOPIC
+from broker_support import SERVE, write_broker
+from serve_support import TOPIC
 
 PARTITIONS = 3
 RECORDS = 1200
@@ -31,12 +32,8 @@ def build_group_broker(base: Path, extra: str = "") -> tuple[str, dict[int, int]
     from engine.log.log_manager import LogManager
     from engine.records import CompressionType
 
-    dirs = {k: base / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir(parents=True)
-    config = base / "server.properties"
-    config.write_text(BROKER.format(**dirs).replace("127.0.0.1:0", f"127.0.0.1:{free_port()}")
-                      + "group.min.session.timeout.ms=1000\n" + extra)
+    config, _ = write_broker(base, {**SERVE, "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                                    "group.min.session.timeout.ms": 1000}, extra=extra)
     broker = load_broker_config(config)
     topic_id = Uuid.random()
     with LogManager(broker.log_dirs, broker_config=broker) as manager:
@@ -44,7 +41,7 @@ def build_group_broker(base: Path, extra: str = "") -> tuple[str, dict[int, int]
             manager.get_or_create_log(TOPIC, p, topic_id=topic_id)
             produce_partition(manager, TOPIC, p, RECORDS, CompressionType.NONE, seed=3)
         ends = {p: manager.get_log(TOPIC, p).log_end_offset for p in range(PARTITIONS)}
-    return str(config), ends
+    return config, ends
 
 
 def consumer(bootstrap: str, group: str, **extra):

@@ -1,7 +1,7 @@
 """What the `serve` tests share: a broker dir with a topic produced by the engine (every
 codec, headers, transactions some of them aborted) and tiered by `run --until-idle` with a
-small local retention, the consumer view of each partition from `python -m engine fetch
---json`, and `serve` as a real subprocess on 127.0.0.1 with the port it bound."""
+small local retention, the consumer view of each partition from `engine fetch --json` (run in
+this process), and `serve` as a real subprocess on 127.0.0.1 with the port it bound."""
 
 from __future__ import annotations
 
@@ -15,31 +15,17 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker_support import SERVE, engine_in_process, write_broker
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "orders"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # one partition each
 RECORDS_PER_PARTITION = 1500
 
-BROKER = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-remote.storage.enable=true
-log.segment.bytes=65536
-log.retention.ms=-1
-log.local.retention.bytes=131072
-remote.log.manager.task.interval.ms=100
-log.retention.check.interval.ms=1000
-listeners=PLAINTEXT://127.0.0.1:0
-group.initial.rebalance.delay.ms=0
-"""
-
-
-def engine(*args, timeout=300) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
-    return proc
+def engine(*args) -> subprocess.CompletedProcess:
+    """A reference view or set-up step: the command run in this process (engine_in_process);
+    fails on a non-zero status."""
+    return engine_in_process(*args)
 
 
 @dataclass
@@ -85,11 +71,7 @@ def build_tiered_broker(base: Path, extra: str = "") -> TieredBroker:
     from engine.log.log_manager import LogManager
     from engine.records import CompressionType
 
-    dirs = {k: base / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir(parents=True)
-    config = base / "server.properties"
-    config.write_text(BROKER.format(**dirs) + extra)
+    config, dirs = write_broker(base, SERVE, extra=extra)
     broker = load_broker_config(config)
     topic_id = Uuid.random()
     with LogManager(broker.log_dirs, broker_config=broker) as manager:
@@ -114,7 +96,7 @@ def build_tiered_broker(base: Path, extra: str = "") -> TieredBroker:
             offsets[p][spec] = int(out.strip().rsplit(":", 1)[1])
         # the history really is split: the early offsets are only in the tier
         assert offsets[p]["earliest-local"] > 0, offsets
-    return TieredBroker(str(config), dirs, views, offsets)
+    return TieredBroker(config, dirs, views, offsets)
 
 
 class ServeProcess:
@@ -181,16 +163,12 @@ def build_small_broker(base: Path, extra: str = "", records: int = 3000) -> str:
     from engine.log.log_manager import LogManager
     from engine.records import CompressionType
 
-    dirs = {k: base / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir(parents=True)
-    config = base / "server.properties"
-    config.write_text(BROKER.format(**dirs) + extra)
+    config, _ = write_broker(base, SERVE, extra=extra)
     broker = load_broker_config(config)
     with LogManager(broker.log_dirs, broker_config=broker) as manager:
         manager.get_or_create_log(TOPIC, 0)
         produce_partition(manager, TOPIC, 0, records, CompressionType.ZSTD, seed=5)
-    return str(config)
+    return config
 
 
 def process_rss_kib(pid: int) -> int:

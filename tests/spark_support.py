@@ -1,6 +1,6 @@
 """Helpers of the Spark tests: a real local Spark session (Java required: a missing JDK
 fails the tests, it never skips them), topics produced by the engine and tiered by the
-RemoteLogManager, and what `python -m engine fetch` returns for them."""
+RemoteLogManager, and what `engine fetch` returns for them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -154,17 +153,16 @@ class TieredCluster:
 
     def fetch(self, topic: str, partition: int, offset: int, *, read_committed=False
               ) -> list[dict]:
-        """Every record from `offset` on, as `python -m engine fetch --json` prints it."""
-        cmd = [sys.executable, "-m", "engine", "fetch", "--config", str(self.config),
-               "--topic", topic, "--partition", str(partition), "--offset", str(offset),
-               "--to-end", "--json"]
+        """Every record from `offset` on, as `python -m engine fetch --json` prints it (the
+        command run in this process)."""
+        from broker_support import engine_in_process
+
+        args = ["fetch", "--config", str(self.config), "--topic", topic, "--partition",
+                str(partition), "--offset", str(offset), "--to-end", "--json"]
         if read_committed:
-            cmd += ["--isolation-level", "read_committed"]
-        out = subprocess.run(cmd, cwd=REPO, capture_output=True, check=False, text=True,
-                             timeout=120,
-                             env={**os.environ, **spark_env()})
-        assert out.returncode == 0, out.stderr
-        return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+            args += ["--isolation-level", "read_committed"]
+        out = engine_in_process(*args).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def fetch_row(topic: str, partition: int, r: dict, headers: bool = True) -> tuple:

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli_tiered import BROKER, ROOT, _fill
+from broker_support import orders_broker
+from test_cli_tiered import ROOT, _fill
 
 from engine.cli.run import PASSES_WITHOUT_PROGRESS
-from engine.log.log_manager import LogManager
 
 TIMEOUT_S = 120  # bound of one command, never a timing claim
 # fast retries so the bounded --until-idle gives up quickly (5 passes: 20+40+80+100 ms)
@@ -40,18 +40,11 @@ def _engine(*args, check_rc=None) -> subprocess.CompletedProcess:
 
 def _broker(tmp_path: Path, extra: str = "") -> tuple[str, dict]:
     """Topic `orders` (two partitions) with tiering on, filled with many 4 KiB segments."""
-    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir()
-    path = tmp_path / "server.properties"
-    path.write_text(BROKER.format(**dirs) + FAST_RETRY + extra)
-    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
-        for p in (0, 1):
-            manager.get_or_create_log("orders", p)
-    _engine("configs", "--config", str(path), "--entity-name", "orders", "--alter",
+    path, dirs = orders_broker(tmp_path, FAST_RETRY + extra)
+    _engine("configs", "--config", path, "--entity-name", "orders", "--alter",
             "--add-config", "remote.storage.enable=true", check_rc=0)
-    _fill(str(path))
-    return str(path), dirs
+    _fill(path)
+    return path, dirs
 
 
 def _metadata_log(dirs, partition: int) -> Path:

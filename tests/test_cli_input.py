@@ -11,21 +11,14 @@ import subprocess
 import sys
 
 import pytest
+from broker_support import broker_template
 
 from engine.log.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from engine.records import RecordBatchBuilder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-BROKER = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.retention.ms=-1
-log.local.retention.bytes=8192
-remote.log.manager.task.interval.ms=100
-"""
+BROKER = broker_template()
 
 PARTITION = ["--topic", "orders", "--partition", "0"]
 

@@ -11,12 +11,12 @@ import shutil
 import subprocess
 import sys
 
-from test_cli_tiered import BROKER, ROOT, _fill
+from broker_support import orders_broker
+from test_cli_tiered import ROOT, _fill
 
 from engine.cli import main
 from engine.common import TopicPartition
 from engine.log.checkpoint import OffsetCheckpointFile
-from engine.log.log_manager import LogManager
 from engine.remote.embedded_rlmm import METADATA_DIR_NAME
 
 
@@ -35,14 +35,7 @@ def _start_offsets(dirs) -> dict:
 
 
 def test_lost_metadata_directory_refuses_the_partition_until_restored(tmp_path):
-    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir()
-    path = str(tmp_path / "server.properties")
-    (tmp_path / "server.properties").write_text(BROKER.format(**dirs))
-    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
-        for p in (0, 1):
-            manager.get_or_create_log("orders", p)
+    path, dirs = orders_broker(tmp_path)
     assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
                  "--add-config", "remote.storage.enable=true"]) == 0
     _fill(path)

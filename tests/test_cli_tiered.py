@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from broker_support import broker_template, orders_broker
 
 from engine.cli import main
 from engine.cli.configs import parse_add_config
@@ -20,30 +21,14 @@ from engine.log.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-BROKER = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.retention.ms=-1
-log.local.retention.bytes=8192
-remote.log.manager.task.interval.ms=100
-"""
+BROKER = broker_template()
 
 
 @pytest.fixture
 def broker(tmp_path):
     """A broker file over two log dirs and a filesystem tier, with topic `orders` (two
     partitions) created and shut down cleanly."""
-    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir()
-    path = tmp_path / "server.properties"
-    path.write_text(BROKER.format(**dirs))
-    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
-        for p in (0, 1):
-            manager.get_or_create_log("orders", p)
-    return str(path), dirs
+    return orders_broker(tmp_path)
 
 
 def _snapshot(dirs) -> dict:

@@ -169,19 +169,12 @@ def test_damaged_segment_through_the_commands(tmp_path):
     import subprocess
     import sys
 
-    from test_cli_tiered import BROKER, ROOT, _fill
+    from broker_support import orders_broker
+    from test_cli_tiered import ROOT, _fill
 
     from engine.cli import main
-    from engine.log.log_manager import LogManager
 
-    dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir()
-    path = str(tmp_path / "server.properties")
-    (tmp_path / "server.properties").write_text(BROKER.format(**dirs))
-    with LogManager([dirs["d1"], dirs["d2"]]) as manager:
-        for p in (0, 1):
-            manager.get_or_create_log("orders", p)
+    path, dirs = orders_broker(tmp_path)
     assert main(["configs", "--config", path, "--entity-name", "orders", "--alter",
                  "--add-config", "remote.storage.enable=true"]) == 0
     _fill(path)

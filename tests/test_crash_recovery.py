@@ -50,7 +50,9 @@ from pathlib import Path
 import crash_writer  # tests/ is on sys.path (conftest.py)
 import numpy as np
 import pytest
+from broker_support import engine_in_process
 from crash_writer import build_batch, expected_record, read_acked, read_recovery_point
+from suite_counts import count_at_least
 
 from engine.log import UnifiedLog
 from engine.records import MemoryRecords, scan_batches
@@ -89,7 +91,7 @@ CHAIN_CONFIGS = [
 
 
 def kills_per_chain() -> int:
-    total = int(os.environ.get("ENGINE_CRASH_KILLS", DEFAULT_KILLS))
+    total = count_at_least("ENGINE_CRASH_KILLS", DEFAULT_KILLS)
     return max(1, math.ceil(total / CHAINS))
 
 
@@ -267,10 +269,8 @@ def check_epochs(log: UnifiedLog, headers: np.ndarray) -> None:
 
 def dump_log_verify(pdir: Path) -> None:
     files = sorted(str(p) for p in pdir.iterdir())
-    proc = subprocess.run([sys.executable, "-m", "engine", "dump-log", "--verify", *files],
-                          check=False, cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)
-    assert proc.returncode == 0, f"dump-log --verify failed:\n{proc.stderr.decode()[-3000:]}"
+    proc = engine_in_process("dump-log", "--verify", *files, check=False)
+    assert proc.returncode == 0, f"dump-log --verify failed:\n{proc.stderr[-3000:]}"
 
 
 def verify_after_kill(pdir: Path, state: Path, cfg: Chain, epoch: int, rng: random.Random,

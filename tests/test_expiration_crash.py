@@ -34,6 +34,8 @@ import sys
 import time
 
 import pytest
+from broker_support import FS_TIERED, broker_template
+from suite_counts import count_at_least
 
 from engine.common import TopicPartition, Uuid
 from engine.config import load_broker_config
@@ -45,7 +47,7 @@ from engine.remote.metadata import RemoteLogSegmentState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "tiered_crash_driver.py")
-POINTS = int(os.environ.get("ENGINE_EXPIRATION_CRASH_POINTS", "22"))
+POINTS = count_at_least("ENGINE_EXPIRATION_CRASH_POINTS", 22)
 SEED = int(os.environ.get("ENGINE_EXPIRATION_CRASH_SEED", "405"))
 TOPIC = "expire"
 PARTITIONS = 2
@@ -55,17 +57,8 @@ RETENTION_BYTES = 9000
 RETENTION_MS = 7 * DAY_MS
 _S = RemoteLogSegmentState
 
-PROPERTIES = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.local.retention.bytes=1
-remote.storage.enable=true
-remote.log.manager.task.retry.backoff.ms=1
-log.retention.bytes={retention_bytes}
-log.retention.ms={retention_ms}
-"""
+PROPERTIES = broker_template({**FS_TIERED, "log.retention.bytes": "{retention_bytes}",
+                                "log.retention.ms": "{retention_ms}"})
 
 SETTINGS = {"bytes": (RETENTION_BYTES, -1), "ms": (-1, RETENTION_MS), "none": (-1, -1)}
 

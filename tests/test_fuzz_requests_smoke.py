@@ -7,7 +7,6 @@ The long run is the command in fuzz_requests.py's docstring."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -15,8 +14,9 @@ from pathlib import Path
 import atheris  # noqa: F401  (test extras: a missing fuzzer fails the suite)
 import pytest
 from subprocess_support import run_with_fresh_peak_rss
+from suite_counts import count_at_least
 
-FUZZ_SECONDS = int(os.environ.get("ENGINE_FUZZ_SMOKE_SECONDS", "30"))
+FUZZ_SECONDS = count_at_least("ENGINE_FUZZ_SMOKE_SECONDS", 30)
 SCRIPT = Path(__file__).resolve().parent / "fuzz" / "fuzz_requests.py"
 
 

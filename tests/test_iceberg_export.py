@@ -5,7 +5,7 @@ a SIGKILL mid-round, then a resume, leaves every record in the table exactly onc
 
 import json
 import os
-import random
+import selectors
 import signal
 import subprocess
 import sys
@@ -26,6 +26,7 @@ from engine.arrow.iceberg import (
 
 TOPIC = "exported"
 TABLE = "kafka.exported"
+KILL_POINT_TIMEOUT_S = 120
 
 
 def target(base: Path) -> IcebergTarget:
@@ -124,44 +125,56 @@ def newest_metadata(base: Path) -> float:
                 .rglob("metadata/*.metadata.json")), default=0)
 
 
+def read_round_line(proc, rounds: int) -> None:
+    """Returns when the export reports its `rounds`-th round: it prints "round N:" after the
+    round's snapshot is in the catalog, so the round is committed when its line arrives."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            assert sel.select(KILL_POINT_TIMEOUT_S), f"no round {rounds} within the timeout"
+            line = proc.stdout.readline().decode()
+            assert line, f"the export ended before round {rounds}"
+            if line.startswith("round ") and int(line.split()[1].rstrip(":")) >= rounds:
+                return
+
+
 def wait_for_kill_point(proc, base: Path, point: str) -> None:
-    """Returns at `point`, the first round committed: "written" when a data file newer than
-    the table's newest metadata appears (a round written, not yet committed), "seed-N" after
-    a delay drawn from random.Random(N)."""
-    deadline = time.monotonic() + 120
-    while len(list(base.joinpath("warehouse").rglob("metadata/*.metadata.json"))) < 2:
-        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "the export committed no round"
-        time.sleep(0.01)
-    if point.startswith("seed-"):
-        time.sleep(random.Random(int(point[5:])).uniform(0.0, 0.2))
+    """Returns at `point`: "round-N" as soon as round N is committed (the kill then lands in
+    the rounds after it); "written" when, after round 1, a data file newer than the table's
+    newest metadata appears (a round written, not yet committed)."""
+    if point.startswith("round-"):
+        read_round_line(proc, int(point[6:]))
         return
+    read_round_line(proc, 1)
+    deadline = time.monotonic() + KILL_POINT_TIMEOUT_S
     while not any(f.stat().st_mtime_ns > newest_metadata(base) for f in data_files(base)):
-        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert proc.poll() is None, "the export ended before a round was caught uncommitted"
         assert time.monotonic() < deadline, "no round was caught between write and commit"
 
 
-@pytest.mark.parametrize("point", ["written", "seed-1", "seed-2"])
+@pytest.mark.parametrize("point", ["written", "round-1", "round-2"])
 def test_export_killed_mid_round_and_resumed_holds_each_record_once(tmp_path, point):
     cluster = TieredCluster(tmp_path / "cluster")
     cluster.produce_and_tier(TOPIC, 4, 1500, segment_bytes=24 << 10)
     base = tmp_path / "ice"
     t = target(base)
     round_bytes = str(16 << 10)  # a round a segment: the kill lands inside the export
-    cmd = [sys.executable, "-m", "engine", "export", "--config", str(cluster.config),
+    cmd = [sys.executable, "-u", "-m", "engine", "export", "--config", str(cluster.config),
            "--topic", TOPIC, "--format", "iceberg", "--iceberg-catalog-uri", t.catalog_uri,
            "--iceberg-warehouse", t.warehouse, "--iceberg-table", TABLE,
            "--max-bytes-per-round", round_bytes]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, bufsize=0)  # unbuffered: select sees it all
     try:
         wait_for_kill_point(proc, base, point)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
     killed = committed_state(load(base), TOPIC)
     ends = tier_ends(cluster)
-    assert killed.round >= 1 and killed.offsets != ends  # killed before the end
+    assert killed.round >= (int(point[6:]) if point.startswith("round-") else 1)
+    assert killed.offsets != ends  # killed before the end
     referenced = {Path(task.file.file_path.removeprefix("file://"))
                   for task in load(base).scan().plan_files()}
     if point == "written":  # the kill left files no snapshot references
@@ -174,6 +187,7 @@ def test_export_killed_mid_round_and_resumed_holds_each_record_once(tmp_path, po
     assert len(offsets) == len(set(offsets))  # nothing twice
     assert got == fetched(cluster, range(4), headers=False)  # nothing lost
     assert committed_state(table, TOPIC).offsets == ends
+    print(f"killed after round {killed.round} of {committed_state(table, TOPIC).round}")
 
 
 def test_a_table_of_another_topic_is_refused(tmp_path):

@@ -37,6 +37,8 @@ import time
 import uuid
 
 import obstore
+from broker_support import FS_TIERED, broker_properties
+from suite_counts import count_at_least
 
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
@@ -50,7 +52,7 @@ from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "objectstore_crash_driver.py")
-KILLS = int(os.environ.get("ENGINE_OBJECTSTORE_CRASH_KILLS", "30"))
+KILLS = count_at_least("ENGINE_OBJECTSTORE_CRASH_KILLS", 30)
 SEED = int(os.environ.get("ENGINE_OBJECTSTORE_CRASH_SEED", "917"))
 TOPIC = "crash"
 PARTITIONS = 2
@@ -68,14 +70,11 @@ def _rsm_configs(s3_server, prefix: str) -> dict[str, str]:
 
 
 def _write_properties(path, dirs, rsm_configs) -> None:
+    rsm = {"remote.log.storage.manager.class.name":
+           "engine.remote.ObjectStorageRemoteStorageManager",
+           **{f"rsm.config.{k}": v for k, v in rsm_configs.items()}}
     with open(path, "w") as f:
-        f.write(f"log.dirs={dirs['d1']},{dirs['d2']}\n"
-                "remote.log.storage.system.enable=true\n"
-                "remote.log.storage.manager.class.name="
-                "engine.remote.ObjectStorageRemoteStorageManager\n"
-                "log.segment.bytes=4096\nlog.retention.ms=-1\nlog.local.retention.bytes=1\n"
-                "remote.storage.enable=true\nremote.log.manager.task.retry.backoff.ms=1\n")
-        f.writelines(f"rsm.config.{k}={v}\n" for k, v in rsm_configs.items())
+        f.write(broker_properties(dirs, FS_TIERED, rsm))
 
 
 def _produce_round(path, topic_id) -> dict[int, int]:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import crc32c as crc32c_package
 import pytest
+from broker_support import engine_in_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,14 +134,11 @@ def test_real_kafka_snapshots(tmp_path, commit, partition, offset):
 
 import logging  # noqa: E402
 import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
 from engine.log import AbortedTxn, UnifiedLog  # noqa: E402
 from engine.log.producer_state import ProducerStateManager  # noqa: E402
 from engine.records import RecordBatchBuilder, build_end_txn_marker  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000_000
 
 
@@ -267,8 +265,7 @@ def test_manager_state_machine_directly(tmp_path):
 
 
 def _dump_verify(path):
-    return subprocess.run([sys.executable, "-m", "engine", "dump-log", "--verify", str(path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    return engine_in_process("dump-log", "--verify", str(path), check=False)
 
 
 def test_dump_log_verify_checks_snapshots_and_txn_indexes_against_the_log(tmp_path):

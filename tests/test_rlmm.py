@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from suite_counts import count_at_least
 
 from engine.common import Uuid
 from engine.config import ConfigError
@@ -533,7 +534,7 @@ def _recovered(rlmm, partitions) -> dict[str, int]:
 def test_sigkill_of_a_writer_loses_no_acknowledged_event(tmp_path):
     import rlmm_crash_writer
 
-    kills = int(os.environ.get("RLMM_CRASH_KILLS", str(DEFAULT_KILLS)))
+    kills = count_at_least("RLMM_CRASH_KILLS", DEFAULT_KILLS)
     base_seed = int(os.environ.get("RLMM_CRASH_SEED", "405"))
     rng = random.Random(base_seed)
     directory = tmp_path / METADATA_DIR_NAME

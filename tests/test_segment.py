@@ -2,11 +2,10 @@
 
 import logging
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from broker_support import engine_in_process
 
 from engine.errors import InvalidRecordError
 from engine.log import (
@@ -22,7 +21,6 @@ from engine.log.time_index import TIME_INDEX_FILE_DTYPE
 from engine.records import CompressionType, MemoryRecords, RecordBatchBuilder, scan_batches
 from engine.records.sample import sample_batches
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTERVAL = 4096
 MAX_INDEX = 64 * 1024
 CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.LZ4,
@@ -57,9 +55,7 @@ def _names(base=0):
 def _verify(tmp_path, base=0, ok=True):
     n = _names(base)
     files = [tmp_path / n[s] for s in (".log", ".index", ".timeindex")]
-    proc = subprocess.run([sys.executable, "-m", "engine", "dump-log", "--verify",
-                           *map(str, files)], check=False, capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    proc = engine_in_process("dump-log", "--verify", *map(str, files), check=False)
     assert (proc.returncode == 0) == ok, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 

@@ -170,19 +170,15 @@ def _big_tiered_broker(base: Path, extra: str) -> str:
     reads are copies of the remote segment)."""
     import random
 
+    from broker_support import SERVE, write_broker
     from serve_support import TOPIC, engine
 
     from engine.config import load_broker_config
     from engine.log.log_manager import LogManager
     from engine.records import RecordBatchBuilder
 
-    dirs = {k: base / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir(parents=True)
-    config = base / "server.properties"
-    from serve_support import BROKER
-    config.write_text(BROKER.format(**dirs) + "log.segment.bytes=8388608\n"
-                      "log.local.retention.bytes=8388608\n" + extra)
+    config, _ = write_broker(base, {**SERVE, "log.segment.bytes": 8388608,
+                                    "log.local.retention.bytes": 8388608}, extra=extra)
     rng = random.Random(3)
     with LogManager(load_broker_config(config).log_dirs,
                     broker_config=load_broker_config(config)) as manager:
@@ -193,8 +189,8 @@ def _big_tiered_broker(base: Path, extra: str) -> str:
             for _ in range(16):
                 builder.append(rng.randbytes(64 << 10), key=None, timestamp=ts)
             manager.append_as_leader(TOPIC, 0, builder.build(), 0)
-    engine("run", "--config", str(config), "--until-idle")
-    return str(config)
+    engine("run", "--config", config, "--until-idle")
+    return config
 
 
 def _fetch_frame(correlation: int, max_bytes: int) -> bytes:

@@ -11,7 +11,8 @@ import struct
 import time
 from pathlib import Path
 
-from serve_support import BROKER, TOPIC, ServeProcess
+from broker_support import SERVE, write_broker
+from serve_support import TOPIC, ServeProcess
 
 from engine.protocol import codec
 
@@ -26,11 +27,7 @@ def _broker(base: Path) -> str:
     from engine.log.log_manager import LogManager
     from engine.records import RecordBatchBuilder
 
-    dirs = {k: base / k for k in ("d1", "d2", "tier")}
-    for d in dirs.values():
-        d.mkdir(parents=True)
-    config = base / "server.properties"
-    config.write_text(BROKER.format(**dirs) + "remote.log.manager.task.interval.ms=1000\n")
+    config, _ = write_broker(base, {**SERVE, "remote.log.manager.task.interval.ms": 1000})
     broker = load_broker_config(config)
     topic_id = Uuid.random()
     with LogManager(broker.log_dirs, broker_config=broker) as manager:

@@ -33,6 +33,9 @@ import subprocess
 import sys
 import time
 
+from broker_support import FS_TIERED, broker_template
+from suite_counts import count_at_least
+
 from engine.cli._broker import open_broker
 from engine.cli.fetch import ConsumerView
 from engine.common import Uuid
@@ -46,22 +49,13 @@ from engine.remote.metadata import RemoteLogSegmentState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(ROOT, "tests", "tiered_crash_driver.py")
-KILLS = int(os.environ.get("ENGINE_TIERED_CRASH_KILLS", "16"))
+KILLS = count_at_least("ENGINE_TIERED_CRASH_KILLS", 16)
 SEED = int(os.environ.get("ENGINE_TIERED_CRASH_SEED", "405"))
 TOPIC = "crash"
 PARTITIONS = 2
 BATCHES_PER_ROUND = 24  # about 11 KiB: 2-3 segments of 4 KiB per partition and round
 
-PROPERTIES = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-rsm.config.dirs={tier}
-log.segment.bytes=4096
-log.retention.ms=-1
-log.local.retention.bytes=1
-remote.storage.enable=true
-remote.log.manager.task.retry.backoff.ms=1
-"""
+PROPERTIES = broker_template(FS_TIERED)
 
 
 def value_of(partition: int, offset: int) -> bytes:

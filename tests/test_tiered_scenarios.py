@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 import pytest
+from broker_support import broker_dirs, broker_properties
 
 from engine.cli._broker import open_broker
 from engine.cli.dump_log import RECORD_JSON_KEYS
@@ -39,20 +40,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD_TS = 1_600_000_000_000  # 2020: beyond any time retention of a few days
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
-BASE_PROPERTIES = """\
-log.dirs={d1},{d2}
-remote.log.storage.system.enable=true
-log.segment.bytes=300
-log.retention.ms=-1
-remote.log.manager.task.interval.ms=100
-"""
-# the object-store tier under the Aiven plugin's class and config names
-S3_PROPERTIES = """\
-remote.log.storage.manager.class.name=io.aiven.kafka.tieredstorage.RemoteStorageManager
-rsm.config.storage.backend.class=io.aiven.kafka.tieredstorage.storage.s3.S3Storage
-rsm.config.key.prefix={prefix}
-rsm.config.chunk.size=100
-"""
+SCENARIOS = {"log.segment.bytes": 300, "log.retention.ms": -1,
+             "remote.log.manager.task.interval.ms": 100}
+
+
+def _s3_rsm(s3_server, prefix: str) -> dict[str, str]:
+    """The object-store tier under the Aiven plugin's class and config names."""
+    return {"remote.log.storage.manager.class.name":
+            "io.aiven.kafka.tieredstorage.RemoteStorageManager",
+            "rsm.config.storage.backend.class":
+            "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
+            "rsm.config.key.prefix": prefix, "rsm.config.chunk.size": "100",
+            **{f"rsm.config.{k}": v for k, v in s3_server.config().items()}}
 
 
 def value_of(topic: str, partition: int, offset: int) -> bytes:
@@ -65,19 +64,13 @@ class Broker:
     commands open it (validated config, stored overrides, LogManager, RLM)."""
 
     def __init__(self, tmp_path, extra: str = "", s3_server=None) -> None:
-        self.dirs = {k: tmp_path / k for k in ("d1", "d2", "tier")}
-        for d in self.dirs.values():
-            d.mkdir(exist_ok=True)
+        self.dirs = broker_dirs(tmp_path)
         self.path = str(tmp_path / "server.properties")
         self.s3_server = s3_server
         self.prefix = f"scenarios-{Uuid.random()}/"
+        rsm = None if s3_server is None else _s3_rsm(s3_server, self.prefix)
         with open(self.path, "w") as f:
-            f.write(BASE_PROPERTIES.format(**self.dirs) + extra)
-            if s3_server is None:
-                f.write(f"rsm.config.dirs={self.dirs['tier']}\n")
-            else:
-                f.write(S3_PROPERTIES.format(prefix=self.prefix))
-                f.writelines(f"rsm.config.{k}={v}\n" for k, v in s3_server.config().items())
+            f.write(broker_properties(self.dirs, SCENARIOS, rsm, extra))
         self.topic_ids: dict[str, Uuid] = {}
         self.session = None
         self.open()

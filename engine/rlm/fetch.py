@@ -220,8 +220,8 @@ class RemoteLogReader:
         """Whole batches from `offset`: from the local log when `offset` >= the local log
         start offset, else from the remote tier: on the caller's thread when the read needs
         no storage I/O, else on the reader pool (the module docstring; the answers are the
-        read model's, through engine.rlm.reader). read_committed stops at the last stable offset and lists aborted
-        transactions.
+        read model's, through engine.rlm.reader). read_committed stops at the last stable
+        offset and lists aborted transactions.
 
         Raises:
             OffsetOutOfRangeError: `offset` outside [log start offset, log end offset], or

@@ -178,3 +178,42 @@ def test_a_connection_closed_before_the_response_is_a_connection_error(manager):
 
     assert isinstance(asyncio.run(run()), ConnectionError)
     assert region.closed
+
+
+def test_a_connection_closing_as_sendfile_starts_is_a_connection_error(manager):
+    """The peer goes between the send's look at the transport and loop.sendfile, which
+    then refuses the closing transport with RuntimeError: that is the client gone (a
+    ConnectionError, logged as such), not a failed request."""
+    parts, _, region = _response(manager, 2 << 20)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        outcome = loop.create_future()
+        real = loop.sendfile
+
+        async def closing_first(transport, *args, **kwargs):
+            transport.close()  # the peer's reset lands here
+            return await real(transport, *args, **kwargs)
+
+        async def handle(reader, writer):
+            loop.sendfile = closing_first
+            try:
+                await KafkaServer._send(writer, parts, True)
+                outcome.set_result(None)
+            except Exception as exc:  # noqa: BLE001 - the test looks at its type
+                outcome.set_result(exc)
+            finally:
+                del loop.sendfile
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30):
+                return await asyncio.wait_for(outcome, 30)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    error = asyncio.run(run())
+    assert isinstance(error, ConnectionError), repr(error)
+    assert region.closed

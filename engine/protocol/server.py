@@ -131,6 +131,19 @@ async def _progress(step, idle_s: float | None) -> None:
         raise _Closed("the response made no progress for connections.max.idle.ms") from None
 
 
+async def _sendfile(progress, loop, writer: asyncio.StreamWriter, file, pos: int,
+                    count: int) -> None:
+    """One sendfile chunk. The peer may close between the caller's look at the transport
+    and the send: loop.sendfile then refuses a closing transport with RuntimeError, which
+    is the peer going away, not a failed request."""
+    try:
+        await progress(loop.sendfile(writer.transport, file, pos, count))
+    except RuntimeError:
+        if not writer.transport.is_closing():
+            raise
+        raise ConnectionResetError("the connection closed mid-response") from None
+
+
 class KafkaServer:
     """Serves `broker` (a ReadBroker) and, when given, a group coordinator on the
     listeners; SASL listeners authenticate against `credentials` (sasl.Credentials), and
@@ -309,8 +322,7 @@ class KafkaServer:
                                 raise ConnectionResetError("the connection closed "
                                                            "mid-response")
                             count = min(_SENDFILE_CHUNK, part.position + part.nbytes - pos)
-                            await progress(loop.sendfile(writer.transport, part.file, pos,
-                                                         count))
+                            await _sendfile(progress, loop, writer, part.file, pos, count)
                         continue
                     part = part.view
                 writer.write(part)

@@ -10,7 +10,7 @@ store's credentials) never appear in errors, logs or `repr`. The plugin's `key.p
 `metrics.*` keys are accepted and have no effect (object keys are not secrets here; the
 metrics have no sampling windows).
 
-Copy (`copy_log_segment_data`), in the plugin's order:
+Copy (`copy_log_segment_data`, the objects written by `upload`), in the plugin's order:
 
 1. `.log`: the segment read in `chunk.size` chunks, each transformed (see `transforms`), and
    streamed into a multipart upload (parts in parallel, the shared upload rate limit): the
@@ -86,18 +86,15 @@ from engine.errors import (
 )
 from engine.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from engine.remote.objectstore import custom_metadata as cm
-from engine.remote.objectstore import segment_source
+from engine.remote.objectstore import segment_source, upload
 from engine.remote.objectstore.chunk_cache import LoadingCache
 from engine.remote.objectstore.config import RSM_CONFIG_KEYS, RsmConfig, load_key_ring
 from engine.remote.objectstore.keys import INDEXES, LOG, MANIFEST, ObjectKeyFactory, main_path
 from engine.remote.objectstore.manifest import (
     GCM_OVERHEAD,
     MAX_MANIFEST_BYTES,
-    FixedChunkIndex,
     SegmentIndex,
-    SegmentIndexes,
     SegmentManifest,
-    VariableChunkIndex,
 )
 from engine.remote.objectstore.metrics import StoreMetricsCollector
 from engine.remote.objectstore.reads import RangeReader, RangeStream, SegmentObject, cut_chunks
@@ -114,7 +111,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
 MiB = 1024 * 1024
 
 # a segment's `.indexes` up to this size is fetched whole on its first index read
@@ -421,10 +417,11 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 or first_batch_compressed(segment_data.log_segment) is False)
             data_key = self._key_ring.new_data_key() if cfg.encryption else None
             transform = ChunkTransform(compress, data_key)
-            chunk_index, log_bytes = self._upload_log(keys[LOG], segment_data.log_segment,
-                                                      file_size, transform)
-            indexes, index_bytes = self._upload_indexes(keys[INDEXES], segment_data,
-                                                        transform)
+            chunk_index, log_bytes = upload.upload_log(
+                self._store, keys[LOG], segment_data.log_segment, file_size, cfg.chunk_size,
+                transform, self._transform_pool, _TRANSFORM_AHEAD)
+            indexes, index_bytes = upload.upload_indexes(self._store, keys[INDEXES],
+                                                         segment_data, transform)
             manifest = SegmentManifest(chunk_index, indexes, compress,
                                        None if data_key is None else data_key.metadata)
             manifest_bytes = self._store.upload(keys[MANIFEST], manifest.to_json(metadata),
@@ -437,58 +434,6 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
                 exc, f"copy of {metadata.remote_log_segment_id} to "
                      f"{self._store.url(keys[LOG])}") from exc
         return self._custom_metadata(metadata, log_bytes + index_bytes + manifest_bytes)
-
-    def _upload_log(self, key: str, path, file_size: int, transform: ChunkTransform):
-        c = self._config.chunk_size
-        if transform.identity:
-            written = self._store.upload(key, path, object_type="log")
-            if written != file_size:
-                raise RemoteStorageError(
-                    f"segment {path} changed during its upload: {written} bytes sent, "
-                    f"{file_size} expected", file=str(path))
-            n = max(1, -(-file_size // c))
-            last = file_size - (n - 1) * c
-            return FixedChunkIndex(c, file_size, c, last), written
-        sizes: list[int] = []
-        written = self._store.upload(key, segment_source.transformed_chunks(
-            path, file_size, c, transform, sizes, self._transform_pool, _TRANSFORM_AHEAD),
-            object_type="log")
-        if sum(sizes) != written or len(sizes) != (-(-file_size // c) if file_size else 0):
-            raise RemoteStorageError(f"upload of {path} sent {written} bytes for "
-                                     f"{len(sizes)} chunks", file=str(path))
-        if transform.compression:
-            return VariableChunkIndex(c, file_size, sizes), written
-        extra = GCM_OVERHEAD if transform.data_key is not None else 0
-        if not sizes:
-            return FixedChunkIndex(c, 0, c + extra, 0), written
-        return FixedChunkIndex(c, file_size, c + extra, sizes[-1]), written
-
-    def _upload_indexes(self, key: str, data: LogSegmentData, transform: ChunkTransform):
-        sources = [
-            (IndexType.OFFSET, data.offset_index),
-            (IndexType.TIMESTAMP, data.time_index),
-            (IndexType.PRODUCER_SNAPSHOT, data.producer_snapshot),
-            (IndexType.LEADER_EPOCH, bytes(data.leader_epoch_index)),
-        ]
-        txn = data.transaction_index
-        if txn is not None and os.path.exists(txn):
-            sources.append((IndexType.TRANSACTION, txn))
-        parts, entries, position = [], {}, 0
-        for index_type, source in sources:
-            raw = segment_source.read_source(source)
-            stored = transform.encrypt(raw) if raw else b""
-            parts.append(stored)
-            entries[index_type] = SegmentIndex(position, len(stored))
-            position += len(stored)
-        if position > INT32_MAX:
-            raise RemoteStorageError(f"the indexes of segment {data.log_segment} take "
-                                     f"{position} bytes, over int32", file=str(data.log_segment))
-        indexes = SegmentIndexes(entries[IndexType.OFFSET], entries[IndexType.TIMESTAMP],
-                                 entries[IndexType.PRODUCER_SNAPSHOT],
-                                 entries[IndexType.LEADER_EPOCH],
-                                 entries.get(IndexType.TRANSACTION))
-        written = self._store.upload(key, b"".join(parts), object_type="indexes")
-        return indexes, written
 
     def _custom_metadata(self, metadata, total: int) -> bytes | None:
         fields = self._config.custom_metadata_fields

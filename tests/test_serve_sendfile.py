@@ -150,33 +150,36 @@ def test_a_client_leaving_mid_response_costs_nothing(manager):
     assert _open_fds() == baseline
 
 
+async def _send_outcome(parts, before_send) -> Exception | None:
+    """What KafkaServer._send(parts, sendfile) ends with on a loopback connection, after
+    `before_send(writer)` ran on the server's side: None, or the exception it raised."""
+    outcome = asyncio.get_running_loop().create_future()
+
+    async def handle(reader, writer):
+        before_send(writer)
+        try:
+            await KafkaServer._send(writer, parts, True)
+            outcome.set_result(None)
+        except Exception as exc:  # noqa: BLE001 - the tests look at its type
+            outcome.set_result(exc)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30):
+            return await asyncio.wait_for(outcome, 30)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 def test_a_connection_closed_before_the_response_is_a_connection_error(manager):
     """The server's side closed before anything is sent: the send ends with a
     ConnectionError (what the connection loop takes as the client gone, not a failed
     request) and the region is closed."""
     parts, _, region = _response(manager, 2 << 20)
-
-    async def run():
-        outcome = asyncio.get_running_loop().create_future()
-
-        async def handle(reader, writer):
-            writer.transport.close()
-            try:
-                await KafkaServer._send(writer, parts, True)
-                outcome.set_result(None)
-            except Exception as exc:  # noqa: BLE001 - the test looks at its type
-                outcome.set_result(exc)
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=30):
-                return await asyncio.wait_for(outcome, 30)
-        finally:
-            server.close()
-            await server.wait_closed()
-
-    assert isinstance(asyncio.run(run()), ConnectionError)
+    error = asyncio.run(_send_outcome(parts, lambda writer: writer.transport.close()))
+    assert isinstance(error, ConnectionError)
     assert region.closed
 
 
@@ -188,31 +191,17 @@ def test_a_connection_closing_as_sendfile_starts_is_a_connection_error(manager):
 
     async def run():
         loop = asyncio.get_running_loop()
-        outcome = loop.create_future()
         real = loop.sendfile
 
         async def closing_first(transport, *args, **kwargs):
             transport.close()  # the peer's reset lands here
             return await real(transport, *args, **kwargs)
 
-        async def handle(reader, writer):
-            loop.sendfile = closing_first
-            try:
-                await KafkaServer._send(writer, parts, True)
-                outcome.set_result(None)
-            except Exception as exc:  # noqa: BLE001 - the test looks at its type
-                outcome.set_result(exc)
-            finally:
-                del loop.sendfile
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
+        loop.sendfile = closing_first
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=30):
-                return await asyncio.wait_for(outcome, 30)
+            return await _send_outcome(parts, lambda writer: None)
         finally:
-            server.close()
-            await server.wait_closed()
+            del loop.sendfile
 
     error = asyncio.run(run())
     assert isinstance(error, ConnectionError), repr(error)

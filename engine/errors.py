@@ -202,6 +202,14 @@ class RemoteStorageError(KafkaEngineError, OSError):
     """A remote storage operation failed (Kafka's RemoteStorageException). Retriable by
     the caller: copies are retried by the next task run, reads fail for that partition."""
 
+    #: what failed, as the object store counts its errors ("io", "configured_timeout",
+    #: "server", "throttling", "other"); None where no store call was the cause
+    kind: str | None = None
+
+    #: the kinds that mean the store did not answer usably (down, unreachable, overloaded),
+    #: rather than answered that a request was wrong
+    UNAVAILABLE_KINDS = frozenset({"io", "configured_timeout", "server", "throttling"})
+
 
 class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
     """A remote resource does not exist (Kafka's RemoteResourceNotFoundException), e.g. an

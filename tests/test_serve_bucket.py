@@ -407,6 +407,33 @@ def test_serve_bucket_arguments(tmp_path, s3_server):
         assert message in run.stderr, (args, run.stderr)
 
 
+def test_serve_bucket_on_a_store_that_does_not_answer_exits_1(tmp_path):
+    """A store nothing answers at (the first listing fails on the connection) is a failing
+    tier, exit status 1 naming the bucket's URL, as `run` and `export` treat one; a bad
+    argument stays exit status 2 (above)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a loopback port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "serve.properties"
+    config.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "engine", "serve", "--config", str(config),
+         "--bucket", "s3://nobody/prefix", "--state-dir", str(tmp_path / "state"),
+         "--store", f"storage.s3.endpoint.url=http://127.0.0.1:{port}",
+         "--store", "storage.s3.region=us-east-1",
+         "--store", "storage.aws.access.key.id=AKIDEXAMPLE",
+         "--store", "storage.aws.secret.access.key=not-a-real-secret"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.startswith("error: RemoteStorageError: "), run.stderr
+    assert "s3://nobody/prefix" in run.stderr and "(io)" in run.stderr, run.stderr
+    assert "not-a-real-secret" not in run.stderr
+
+
 def test_a_failed_listing_keeps_serving_what_was_listed(s3_server, fault_proxy, tmp_path):
     """The store failing every request for a while: each refresh fails with a warning, the
     partitions listed before are still answered, and the next listing after the store is

@@ -48,6 +48,7 @@ from engine.errors import (
     KafkaEngineError,
     OffsetOutOfRangeError,
     RemoteResourceNotFoundError,
+    RemoteStorageError,
     UnknownTopicOrPartitionError,
 )
 from engine.log.checkpoint import EpochEntry
@@ -357,7 +358,9 @@ def serving_settings(settings, broker_props, state_dir) -> dict[str, str]:
 
 def open_replica(url: str, settings, broker_props, state_dir) -> BucketReplica:
     """A BucketReplica (with `serving_settings`) with its first listing done: ConfigError
-    (naming the bucket) when the store's settings are bad or the bucket cannot be listed."""
+    (naming the bucket) when the store's settings are bad or the store refuses the listing;
+    a store that does not answer (unreachable, timing out, failing) is a failing tier, its
+    RemoteStorageError raised as it is."""
     replica = BucketReplica(url, serving_settings(settings, broker_props, state_dir),
                             broker_props)
     try:
@@ -365,6 +368,11 @@ def open_replica(url: str, settings, broker_props, state_dir) -> BucketReplica:
     except ConfigError:
         replica.close()
         raise
+    except RemoteStorageError as exc:
+        replica.close()
+        if exc.kind in RemoteStorageError.UNAVAILABLE_KINDS:
+            raise
+        raise ConfigError("bucket", url, f"cannot be listed: {exc}") from exc
     except (KafkaEngineError, OSError) as exc:
         replica.close()
         raise ConfigError("bucket", url, f"cannot be listed: {exc}") from exc

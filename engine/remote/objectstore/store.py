@@ -333,6 +333,7 @@ class ObjectStore:
         self.metrics.error(kind)
         err = RemoteStorageError(f"{op} failed ({kind.replace('_', ' ')}): {first[:500]}",
                                  file=self.url(key))
+        err.kind = kind
         m = _ERRNO_RE.search(text)
         if m:
             err.errno = int(m.group(1))

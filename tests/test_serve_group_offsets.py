@@ -118,3 +118,43 @@ def test_offsets_expire_as_kafka_expires_them(tmp_path, monkeypatch):
             "active": [0]}
     finally:
         coordinator.close()
+
+
+# ------------------------------------------------------------ a partition whose log is offline
+
+def test_a_commit_for_a_partition_whose_log_dir_is_offline_is_kept(tmp_path):
+    """Kafka checks an OffsetCommit's partitions against its metadata, not their logs: a
+    partition whose log dir is offline still exists, so its commit is accepted and kept
+    beside the others'; a partition that does not exist is still refused."""
+    import asyncio
+
+    from engine.errors import KafkaStorageError
+    from engine.protocol import errors as E
+
+    class Reader:
+        def log_offsets(self, topic, partition):
+            if partition == 0:
+                raise KafkaStorageError(f"{topic}-0: log dir /disk0 is offline")
+            return object() if partition == 1 else None
+
+    class Server:
+        async def run_blocking(self, fn, *args):
+            return fn(*args)
+
+    coordinator = _coordinator(tmp_path)
+    coordinator.reader = Reader()
+    try:
+        body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                "topics": [{"name": TOPIC, "partitions": [
+                    {"partition_index": p, "committed_offset": 10 + p,
+                     "committed_leader_epoch": -1, "committed_metadata": ""}
+                    for p in (0, 1, 2)]}]}
+        session = {"allowed": lambda *_: True}
+        answer = asyncio.run(coordinator._commit(body, 8, session, Server()))
+        codes = {p["partition_index"]: p["error_code"]
+                 for p in answer["topics"][0]["partitions"]}
+        assert codes == {0: E.NONE, 1: E.NONE, 2: E.UNKNOWN_TOPIC_OR_PARTITION}
+        stored = coordinator.store.get("g")
+        assert {p: c.offset for (_, p), c in stored.items()} == {0: 10, 1: 11}
+    finally:
+        coordinator.close()

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from engine.errors import KafkaStorageError
 from engine.protocol import errors as E
 from engine.protocol.group_model import COMPLETING, DEAD, EMPTY, STABLE, Group, now_ms
 from engine.protocol.offsets_store import CommittedOffset, OffsetsStore
@@ -89,8 +90,7 @@ class OffsetApis:
                 code = error
                 if not code and not allowed("read", "topic", t["name"]):
                     code = E.TOPIC_AUTHORIZATION_FAILED
-                if not code and self.reader.log_offsets(t["name"],
-                                                        p["partition_index"]) is None:
+                if not code and not self._partition_exists(t["name"], p["partition_index"]):
                     code = E.UNKNOWN_TOPIC_OR_PARTITION
                 if not code and self._metadata_too_large(p["committed_metadata"]):
                     code = E.OFFSET_METADATA_TOO_LARGE
@@ -106,6 +106,15 @@ class OffsetApis:
             if group.state == EMPTY:
                 group.empty_since_ms = now
         return {"topics": rows}
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        """Kafka checks a committed partition against its metadata, not its log: a partition
+        whose log dir is offline still exists, and its group's commits are kept (they live
+        in the coordinator's store, not in that log)."""
+        try:
+            return self.reader.log_offsets(topic, partition) is not None
+        except KafkaStorageError:
+            return True
 
     def _metadata_too_large(self, metadata: str | None) -> bool:
         # Kafka compares String.length(): UTF-16 code units

@@ -16,6 +16,10 @@ ranges into its stream's direct buffer with `plugin_read_into`, maps the engine'
 those), and exposes `plugin_metrics` over JMX. Messages are the engine's own (object key,
 chunk, errno); the engine never puts a secret in one.
 
+Kafka names one segment a fetch and never the next: with read-ahead configured, the plugin
+finds the next segment in the bucket (`objectstore.next_segment`) so the store's read-ahead
+goes on into it, as it does for the engine's own RemoteLogManager.
+
 Log records of the engine are queued (bounded) and drained by the Java side into the
 broker's log, so no engine thread ever calls into the JVM.
 """
@@ -41,6 +45,7 @@ from engine.remote.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from engine.remote.objectstore.next_segment import NextSegmentLookup
 from engine.remote.objectstore.rsm import ObjectStorageRemoteStorageManager
 from engine.remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
@@ -85,6 +90,21 @@ class _Plugin:
         rsm.register_metrics(self.registry)
         self._metadata: collections.OrderedDict = collections.OrderedDict()
         self._metadata_lock = threading.Lock()
+        # Kafka never names the segment it reads next: the bucket does
+        self._next_segments = NextSegmentLookup(rsm) if (
+            isinstance(rsm, ObjectStorageRemoteStorageManager) and rsm.reads_ahead) else None
+
+    def reads_forward(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """A stream's first read: its reads go forward, and the store's read-ahead goes on
+        into the next segment once the bucket has named it."""
+        if self.rsm.reads_ahead:
+            nxt = None if self._next_segments is None else self._next_segments.next_of(metadata)
+            _storage_call(self.rsm.read_forward, metadata, nxt)
+
+    def close(self) -> None:
+        if self._next_segments is not None:
+            self._next_segments.close()
+        self.rsm.close()
 
     def metadata(self, segment: str) -> RemoteLogSegmentMetadata:
         """The metadata the Java side described (`_segment_metadata`), parsed once."""
@@ -205,8 +225,8 @@ def plugin_read_into(handle: int, segment: str, position: int, buffer, length: i
     a stream also says that its reads go forward (the store's read-ahead follows them)."""
     plugin = _plugin(handle)
     metadata = plugin.metadata(segment)
-    if first and plugin.rsm.reads_ahead:
-        _storage_call(plugin.rsm.read_forward, metadata, None)
+    if first:
+        plugin.reads_forward(metadata)
     view = memoryview(buffer).cast("B")[:int(length)]
     try:
         return _storage_call(plugin.rsm.read_range_into, metadata, int(position), view)
@@ -228,8 +248,8 @@ def plugin_map(handle: int, segment: str, position: int, length: int, first: boo
             plugin_unmap(address)
     plugin = _plugin(handle)
     metadata = plugin.metadata(segment)
-    if first and plugin.rsm.reads_ahead:
-        _storage_call(plugin.rsm.read_forward, metadata, None)
+    if first:
+        plugin.reads_forward(metadata)
     start, length = int(position), int(length)
     view = _storage_call(plugin.rsm.map_range, metadata, start, start + length)
     array = numpy.frombuffer(view, numpy.uint8)
@@ -304,7 +324,7 @@ def plugin_close(handle: int) -> None:
     with _lock:
         plugin = _plugins.pop(int(handle), None)
     if plugin is not None:
-        plugin.rsm.close()
+        plugin.close()
 
 
 # -- the engine's log records, for the broker's log ---------------------------------------

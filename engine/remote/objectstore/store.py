@@ -592,11 +592,14 @@ class ObjectStore:
             except RemoteResourceNotFoundError:
                 continue
 
-    def list(self, prefix: str, *, page_size: int = 1000) -> Iterator[ObjectInfo]:
-        """Objects under `prefix`, lazily, in batches of `page_size` (memory bounded by one
-        listing page of the store: 1000 keys on S3); each batch is bounded by the call
-        timeout."""
-        between_pages = [obstore.list(self._store, prefix=prefix, chunk_size=page_size)]
+    def list(self, prefix: str, *, page_size: int = 1000,
+             offset: str | None = None) -> Iterator[ObjectInfo]:
+        """Objects under `prefix` (a folder: whole path segments), lazily, in batches of
+        `page_size` (memory bounded by one listing page of the store: 1000 keys on S3); each
+        batch is bounded by the call timeout. With `offset`, only keys after it (S3's
+        StartAfter: the store lists from there, in key order)."""
+        between_pages = [obstore.list(self._store, prefix=prefix, offset=offset,
+                                      chunk_size=page_size)]
 
         async def next_page():
             # while a page is in flight only its call holds the stream: abandoned (a

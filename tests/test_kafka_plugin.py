@@ -209,6 +209,28 @@ def test_streams_over_1_mib_are_exact_from_any_position(s3_server, tmp_path, jav
     assert out[4]["bytes"] == 4 * 2 * size
 
 
+@pytest.mark.parametrize("java_opts", [(), DIRECT_COPY], ids=["mapped", "direct-buffer"])
+def test_an_open_ended_stream_maps_to_the_1_mib_boundary_at_once(s3_server, tmp_path,
+                                                                 java_opts):
+    """Kafka's reader opens a stream with no end and reads a batch, then up to its fetch
+    size: a mapped stream maps to the end of the 1 MiB-aligned block at once (a view costs
+    the same at any length), where the direct-buffer path starts with 64 KiB (each range it
+    pulls is copied whole)."""
+    data, last, size = make_segment(tmp_path / "local", 0, batches=150, records=100,
+                                    value_size=200, seed=5)
+    md = segment_metadata(TIP, 0, last, size)
+    words = metadata_words(md)
+    configs = s3_configs(s3_server, **{
+        "chunk.size": str(MiB), "fetch.chunk.cache.size": str(4 * MiB),
+        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"})
+    out = run_driver(tmp_path / "drv", configs,
+                     [f"copy {words} {copy_words(data)}",
+                      f"fetch {words} from=12345 out={tmp_path / 'tail'}"], java_opts=java_opts)
+    assert [line.get("error") for line in out] == [None] * 3, out
+    assert (tmp_path / "tail").read_bytes() == data.log_segment.read_bytes()[12345:]
+    assert out[2]["first_range"] == (64 * 1024 if java_opts else MiB - 12345)
+
+
 def test_mapped_streams_hold_no_direct_buffers(s3_server, segment, tmp_path):
     """Streams copy from the engine's own memory into the reader's array: no 1 MiB direct
     buffer per open stream (the fallback pools one each)."""

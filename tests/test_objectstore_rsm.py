@@ -616,6 +616,31 @@ def test_map_range_if_open_serves_only_what_needs_no_io(s3_server, fault_proxy, 
         assert rsm.map_range_if_open(md, 0, 100) is None
 
 
+def test_views_of_cached_chunks_count_the_requested_bytes_as_reads_do(s3_server, segment):
+    """A range served from the chunk cache's memory (`map_range_if_open`, and `map_range`,
+    which takes that path when it can) counts `segment_fetch_requested_bytes` as
+    `read_range` counts it, so the plugin's metric does not depend on the path a read took."""
+    from prometheus_client import CollectorRegistry
+
+    configs = rsm_configs(s3_server, fetch_chunk_cache_class="memory",
+                          fetch_chunk_cache_size=str(64 << 20))
+    log = segment[0].log_segment.read_bytes()
+    registry = CollectorRegistry()
+    with make_rsm(configs) as rsm:
+        rsm.register_metrics(registry)
+        md = copy(rsm, segment)
+
+        def requested():
+            return registry.get_sample_value("segment_fetch_requested_bytes_total")
+
+        assert rsm.read_range(md, 0, 3 * CHUNK) == log[:3 * CHUNK]
+        assert requested() == 3 * CHUNK
+        assert bytes(rsm.map_range_if_open(md, 100, 600)) == log[100:600]
+        assert requested() == 3 * CHUNK + 500
+        assert bytes(rsm.map_range(md, 500, 2500)) == log[500:2500]
+        assert requested() == 3 * CHUNK + 2500
+
+
 def test_a_deleted_segment_is_not_served_from_memory(s3_server, segment):
     """Reads find a segment read moments ago by its id alone; deleting the segment drops
     that with its manifest, so no read serves it after."""

@@ -107,12 +107,16 @@ class _Plugin:
         self.rsm.close()
 
     def metadata(self, segment: str) -> RemoteLogSegmentMetadata:
-        """The metadata the Java side described (`_segment_metadata`), parsed once."""
-        with self._metadata_lock:
-            found = self._metadata.get(segment)
-            if found is not None:
+        """The metadata the Java side described (`_segment_metadata`), parsed once. Every
+        range of a stream asks: a hit takes no lock (a dict's get and move_to_end are atomic
+        under the GIL; the lock orders inserts and evictions)."""
+        found = self._metadata.get(segment)
+        if found is not None:
+            try:
                 self._metadata.move_to_end(segment)
-                return found
+            except KeyError:  # evicted meanwhile: it stays valid for this call
+                pass
+            return found
         found = _segment_metadata(segment)
         with self._metadata_lock:
             self._metadata[segment] = found

@@ -38,6 +38,10 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
     public static final String VENV_KEY = "engine.venv";
     static final String PREFIX = "rsm.config.";
 
+    /** Descriptions of recently described metadata objects, by identity (see words()). */
+    private static final int DESCRIBED_SLOTS = 64;
+
+    private final Described[] described = new Described[DESCRIBED_SLOTS];
     private volatile EngineRuntime runtime;
     private volatile long handle;
     private volatile EngineLog log;
@@ -119,6 +123,32 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
         return handle;
     }
 
+    /** A metadata object and its description (immutable: safely shared between threads). */
+    private static final class Described {
+        final RemoteLogSegmentMetadata metadata;
+        final String words;
+
+        Described(RemoteLogSegmentMetadata metadata, String words) {
+            this.metadata = metadata;
+            this.words = words;
+        }
+    }
+
+    /**
+     * {@link #describe} of {@code m}, kept by identity: Kafka's reader passes the metadata
+     * object its metadata cache holds for a segment, once per fetch, and the object is
+     * immutable. A slot another thread overwrites only costs a describe more.
+     */
+    String words(RemoteLogSegmentMetadata m) {
+        int slot = System.identityHashCode(m) & (DESCRIBED_SLOTS - 1);
+        Described d = described[slot];
+        if (d == null || d.metadata != m) {
+            d = new Described(m, describe(m));
+            described[slot] = d;
+        }
+        return d.words;
+    }
+
     /**
      * Kafka's segment metadata as one line of words (broker_plugin._segment_metadata reads
      * it): one string crosses into Python per call, and the engine keeps the parsed metadata
@@ -175,7 +205,7 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
             throw new RemoteStorageException("positions [" + startPosition + ", " + endPosition
                     + "] outside " + metadata.remoteLogSegmentId() + " of " + size + " bytes");
         }
-        SegmentInputStream stream = new SegmentInputStream(this, describe(metadata), startPosition,
+        SegmentInputStream stream = new SegmentInputStream(this, words(metadata), startPosition,
                 Math.min((long) endPosition + 1, size), bounded);
         try {
             stream.start();
@@ -189,7 +219,7 @@ public class EngineRemoteStorageManager implements RemoteStorageManager {
     @Override
     public InputStream fetchIndex(RemoteLogSegmentMetadata metadata, IndexType indexType)
             throws RemoteStorageException {
-        byte[] bytes = (byte[]) call("plugin_fetch_index", handle, describe(metadata),
+        byte[] bytes = (byte[]) call("plugin_fetch_index", handle, words(metadata),
                 indexType.name());
         return new ByteArrayInputStream(bytes);
     }

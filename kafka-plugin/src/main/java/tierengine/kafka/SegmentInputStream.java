@@ -19,11 +19,15 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * fetched range (a closed stream's pin goes with the next map of any stream). Where
  * {@link RawMemory} is unavailable, the engine writes each range into a
  * pooled direct buffer instead ({@code plugin_read_into}) and {@code read} copies from that.
- * A stream with no end position (Kafka's reader asks for one from a position on) starts with
- * a small range and doubles it, so a reader that wants one batch pays for little more, and a
- * reader walking on is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB)
- * at once. Mapped ranges stay within 1 MiB-aligned blocks, so with a chunk size that is a
- * multiple of 1 MiB no range spans two chunks (which the engine would join, a copy more).
+ * A mapped range costs the same whatever its length (a view, nothing copied until read), so
+ * a mapped stream maps to the end of the 1 MiB-aligned block at once: Kafka's reader, which
+ * reads one batch and then up to its fetch size (1 MiB by default), maps twice per fetch
+ * rather than three times. Mapped ranges stay within those blocks, so with a chunk size that
+ * is a multiple of 1 MiB no range spans two chunks (which the engine would join, a copy
+ * more). On the direct-buffer path, where each range is copied in full, a stream with no end
+ * position (Kafka's reader asks for one from a position on) starts with a small range and
+ * doubles it, so a reader that wants one batch pays for little more, and a reader walking on
+ * is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB) at once.
  * Safe to close from another thread than the reader's.
  */
 final class SegmentInputStream extends InputStream {
@@ -120,7 +124,7 @@ final class SegmentInputStream extends InputStream {
         this.segment = segment;
         this.position = start;
         this.end = end;
-        this.nextRange = bounded ? MAX_RANGE : FIRST_RANGE;
+        this.nextRange = bounded || RawMemory.available() ? MAX_RANGE : FIRST_RANGE;
         if (RawMemory.available()) {
             pin = new Pin(rsm);
             cleanable = CLEANER.register(this, pin);

@@ -100,16 +100,19 @@ public final class PluginDriver {
                 int start = Integer.parseInt(kv.getOrDefault("from", "0"));
                 byte[] buf = new byte[Integer.parseInt(kv.getOrDefault("chunk", "65536"))];
                 long total = 0;
+                int first;
                 try (InputStream in = kv.containsKey("to")
                         ? rsm.fetchLogSegment(md, start, Integer.parseInt(kv.get("to")))
                         : rsm.fetchLogSegment(md, start);
                      OutputStream out = Files.newOutputStream(Paths.get(kv.get("out")))) {
+                    first = in.available();  // the first range the stream pulled
                     for (int n; (n = in.read(buf, 0, buf.length)) >= 0; ) {
                         out.write(buf, 0, n);
                         total += n;
                     }
                 }
-                return "{\"cmd\":\"fetch\",\"bytes\":" + total + "}";
+                return "{\"cmd\":\"fetch\",\"bytes\":" + total + ",\"first_range\":" + first
+                        + "}";
             }
             case "ranges": {
                 // the segment in fetchLogSegment calls of `range` bytes, each read whole

@@ -102,3 +102,28 @@ def test_sigterm_during_a_long_poll_stops_cleanly(tmp_path):
     out = proc.output()
     assert "Traceback" not in out and "ERROR" not in out, out
     assert "serve: stopped cleanly" in out
+
+
+def test_sigterm_with_a_peer_that_stopped_reading_stops_cleanly(tmp_path):
+    """A client that asked for more than the socket buffers hold and stopped reading: on
+    SIGTERM serve drops its unsent bytes (it cannot flush them to a peer that does not
+    read) and stops within its bound instead of waiting on that connection for ever."""
+    from engine.protocol import codec
+
+    config = build_small_broker(tmp_path, records=20_000)  # about 4 MB, eight times asked
+    proc = ServeProcess(config)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", proc.port))
+        fetch = {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": 8 << 20, "session_epoch": -1,
+                 "topics": [{"topic": "orders", "partitions": [
+                     {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 8 << 20}]}]}
+        for correlation in range(1, 9):  # pipelined, none read
+            s.sendall(codec.encode_request(1, 12, correlation, "t", fetch))
+        time.sleep(2)  # the answers fill the socket buffers, the rest waits in serve
+        started = time.monotonic()
+        assert proc.stop(timeout=60) == 0
+        assert time.monotonic() - started < 30
+    out = proc.output()
+    assert "Traceback" not in out, out
+    assert "serve: stopped cleanly" in out

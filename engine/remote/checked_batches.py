@@ -1,0 +1,202 @@
+"""The batches of remote segments that reads in this process checked, as rows (byte position,
+end, base and last offset), so that a read within them again cuts its answer from the rows:
+no header walk, no scan of the bytes for the cut, no second check of the offsets.
+
+Kept under the same key as the CRC verdicts (engine.remote.read_verdicts): the segment id
+and the RSM's `read_generation`, taken before a read's first byte and after its last. Rows
+are recorded only for a read whose generation stayed as it was, whose batches passed every
+consumer check (CRC, by the reader or the RSM, framing, offsets in the segment and
+continuing), and served only to a read whose generation, asked before and after, is the
+one they were recorded under. One generation per segment id: a read under another one
+drops the segment's rows.
+
+A segment's rows form runs: each run is byte-contiguous (every batch starts where the one
+before it ends) and offset-contiguous (every batch's base offset follows the last offset
+before it). Rows that would break either rule within a run are not kept (a read of them is
+checked as any other read is). A read is answered from a run only when the run decides it:
+the batch holding the fetch offset is in the run, and the run goes on past the answer (a
+batch that does not fit, or starts at the upper bound), or ends where the segment does.
+
+Thread-safety: every method may be called from any number of threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["CHECKED_BATCHES", "CheckedAnswer", "CheckedBatches"]
+
+
+class CheckedAnswer(NamedTuple):
+    """A read decided by checked rows: bytes [position, end) of the segment, the offset
+    after them, and whether they end the run (the next read is past the checked rows)."""
+
+    position: int
+    end: int
+    next_offset: int
+    run_ends: bool
+
+
+class _Run:
+    """Rows of byte- and offset-contiguous checked batches, in position order."""
+
+    __slots__ = ("bases", "ends", "lasts", "positions")
+
+    def __init__(self, positions, ends, bases, lasts):
+        self.positions = array("q", positions)
+        self.ends = array("q", ends)
+        self.bases = array("q", bases)
+        self.lasts = array("q", lasts)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.frombuffer(a, dtype=np.int64) for a in
+                     (self.positions, self.ends, self.bases, self.lasts))
+
+
+class _Segment:
+    """A segment's runs under one generation, in position (and so offset) order."""
+
+    __slots__ = ("firsts", "generation", "runs")
+
+    def __init__(self, generation: Hashable):
+        self.generation = generation
+        self.runs: list[_Run] = []
+        self.firsts: list[int] = []  # each run's first base offset
+
+    def rows(self) -> int:
+        return sum(len(r) for r in self.runs)
+
+
+class CheckedBatches:
+    """Checked batch rows per segment id, under one generation each; at most `max_rows`
+    rows in all, the least recently used segments dropped first."""
+
+    def __init__(self, max_rows: int = 1 << 20):
+        self.max_rows = max_rows
+        self._lock = threading.Lock()
+        self._segments: OrderedDict[object, _Segment] = OrderedDict()
+        self._rows = 0
+
+    def answer(self, segment_id: object, generation: Hashable | None, offset: int,
+               max_bytes: int, upto: int, size: int) -> CheckedAnswer | int | None:
+        """The read of `offset` (at most `max_bytes`, batches starting below `upto`, the
+        first batch whole even when larger) from checked rows of a segment of `size` bytes:
+        a CheckedAnswer when the rows decide it, else the byte position of the batch
+        holding `offset` when a run has it (a read may start there without a walk), else
+        None. The first batch's size is the caller's to weigh against `max_bytes`."""
+        if generation is None:
+            return None
+        with self._lock:
+            seg = self._segments.get(segment_id)
+            if seg is None:
+                return None
+            if seg.generation != generation:  # other bytes now: their rows are not these
+                self._drop(segment_id)
+                return None
+            self._segments.move_to_end(segment_id)
+            k = bisect.bisect_right(seg.firsts, offset) - 1
+            if k < 0:
+                return None
+            run = seg.runs[k]
+            i = bisect.bisect_right(run.bases, offset) - 1
+            if run.lasts[i] < offset or run.bases[i] >= upto:
+                return None
+            start, last_row = run.positions[i], len(run) - 1
+            j = min(bisect.bisect_right(run.ends, start + max_bytes),
+                    bisect.bisect_left(run.bases, upto)) - 1
+            j = max(j, i)  # the first batch, whole
+            if j == last_row and run.ends[j] < min(size, start + max_bytes) and \
+                    run.lasts[j] + 1 < upto:
+                return start  # a batch after the run's last may still belong to the read
+            return CheckedAnswer(start, run.ends[j], run.lasts[j] + 1, j == last_row)
+
+    def checked(self, segment_id: object, generation: Hashable | None, position: int,
+                headers: np.ndarray) -> None:
+        """The batches of `headers` (scan rows, positions relative to byte `position`), read
+        under `generation` (the same before and after the read), passed every check."""
+        if generation is None or not len(headers):
+            return
+        positions = headers["position"].astype(np.int64) + position
+        ends = positions + headers["size"]
+        bases = headers["base_offset"].astype(np.int64)
+        lasts = headers["last_offset"].astype(np.int64)
+        if not _contiguous(positions, ends, bases, lasts):
+            return
+        with self._lock:
+            seg = self._segments.get(segment_id)
+            if seg is None or seg.generation != generation:
+                self._drop(segment_id)
+                seg = self._segments[segment_id] = _Segment(generation)
+            else:
+                self._segments.move_to_end(segment_id)
+            self._rows -= seg.rows()
+            _merge(seg, positions, ends, bases, lasts)
+            self._rows += seg.rows()
+            while self._rows > self.max_rows and len(self._segments) > 1:
+                self._drop(next(iter(self._segments)))
+
+    def drop(self, segment_id: object) -> None:
+        """Forgets the rows of a segment (its bytes are gone)."""
+        with self._lock:
+            self._drop(segment_id)
+
+    def rows(self, segment_id: object, generation: Hashable) -> int:
+        """How many rows the segment holds under `generation`."""
+        with self._lock:
+            seg = self._segments.get(segment_id)
+            return 0 if seg is None or seg.generation != generation else seg.rows()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._segments.clear()
+            self._rows = 0
+
+    def _drop(self, segment_id: object) -> None:
+        seg = self._segments.pop(segment_id, None)
+        if seg is not None:
+            self._rows -= seg.rows()
+
+
+def _contiguous(positions, ends, bases, lasts) -> bool:
+    """Whether rows are one run: each batch starts where the one before ends, and its base
+    offset follows the last offset before it."""
+    return bool((bases <= lasts).all() and (positions[1:] == ends[:-1]).all()
+                and (bases[1:] == lasts[:-1] + 1).all())
+
+
+def _merge(seg: _Segment, positions, ends, bases, lasts) -> None:
+    """Adds a run of rows to the segment's runs, joining the runs it overlaps or touches
+    into one when the rows agree (a row at the same position is the same row, and the
+    joined rows are one run); rows that do not agree are left out."""
+    start, end = int(positions[0]), int(ends[-1])
+    lo = next((k for k, r in enumerate(seg.runs) if r.ends[-1] >= start), len(seg.runs))
+    hi = next((k for k, r in enumerate(seg.runs) if r.positions[0] > end), len(seg.runs))
+    cols = [np.concatenate(c) for c in zip(*(r.columns() for r in seg.runs[lo:hi]),
+                                           (positions, ends, bases, lasts))]
+    order = np.argsort(cols[0], kind="stable")
+    cols = [c[order] for c in cols]
+    same = np.flatnonzero(cols[0][1:] == cols[0][:-1])  # one row read twice
+    if len(same) and not all((c[same] == c[same + 1]).all() for c in cols):
+        return
+    keep = np.ones(len(cols[0]), dtype=bool)
+    keep[same + 1] = False
+    cols = [c[keep] for c in cols]
+    if not _contiguous(*cols):
+        return
+    run = _Run(*cols)
+    seg.runs[lo:hi] = [run]
+    seg.firsts[lo:hi] = [run.bases[0]]
+
+
+#: the checked batch rows of every remote reader of this process
+CHECKED_BATCHES = CheckedBatches()

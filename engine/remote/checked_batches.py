@@ -104,21 +104,21 @@ class CheckedBatches:
                 self._drop(segment_id)
                 return None
             self._segments.move_to_end(segment_id)
-            k = bisect.bisect_right(seg.firsts, offset) - 1
-            if k < 0:
-                return None
+            k = bisect.bisect_right(seg.firsts, offset) - 1 if len(seg.runs) > 1 else 0
             run = seg.runs[k]
-            i = bisect.bisect_right(run.bases, offset) - 1
-            if run.lasts[i] < offset or run.bases[i] >= upto:
+            bases = run.bases
+            i = bisect.bisect_right(bases, offset) - 1
+            if i < 0 or run.lasts[i] < offset or bases[i] >= upto:
                 return None
-            start, last_row = run.positions[i], len(run) - 1
-            j = min(bisect.bisect_right(run.ends, start + max_bytes),
-                    bisect.bisect_left(run.bases, upto)) - 1
+            start, last_row = run.positions[i], len(bases) - 1
+            j = bisect.bisect_right(run.ends, start + max_bytes, i) - 1
+            if upto <= run.lasts[-1]:
+                j = min(j, bisect.bisect_left(bases, upto, i) - 1)
             j = max(j, i)  # the first batch, whole
-            if j == last_row and run.ends[j] < min(size, start + max_bytes) and \
-                    run.lasts[j] + 1 < upto:
+            end, next_offset = run.ends[j], run.lasts[j] + 1
+            if j == last_row and end < min(size, start + max_bytes) and next_offset < upto:
                 return start  # a batch after the run's last may still belong to the read
-            return CheckedAnswer(start, run.ends[j], run.lasts[j] + 1, j == last_row)
+            return CheckedAnswer(start, end, next_offset, j == last_row)
 
     def checked(self, segment_id: object, generation: Hashable | None, position: int,
                 headers: np.ndarray) -> None:

@@ -494,8 +494,12 @@ class RemoteLog:
         """The bytes of an answer decided by checked rows, when the generation they were
         checked under is still the one after the read (else None: the read is checked as
         any other is, since bytes may have come from storage meanwhile)."""
-        view = RemoteSegmentReader(self.rsm, md, nonblocking).read_exact(found.position,
-                                                                         found.end)
+        if nonblocking:  # the reader's work, for the one range there is
+            view = self.rsm.map_range_if_open(md, found.position, found.end)
+            if view is None:
+                raise WouldBlock
+        else:
+            view = RemoteSegmentReader(self.rsm, md).read_exact(found.position, found.end)
         if self.rsm.read_generation(md) != before or len(view) != found.end - found.position:
             return None
         if found.run_ends:  # the next read starts past the checked rows

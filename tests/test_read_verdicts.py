@@ -245,6 +245,21 @@ def test_checked_rows_join_only_where_bytes_and_offsets_continue():
     assert t.answer("s", 1, 65, 50, 10**9, 1000) == CheckedAnswer(600, 700, 70, True)
 
 
+def test_checked_rows_of_a_reader_going_on_extend_its_run():
+    t = CheckedBatches()
+    t.checked("s", 1, 0, _rows(0, [100] * 2))
+    t.checked("s", 1, 200, _rows(20, [100] * 2))  # where the run ends
+    t.checked("s", 1, 100, _rows(10, [100] * 5))  # over its tail, and on past it
+    assert t.rows("s", 1) == 6
+    assert t.answer("s", 1, 0, 10**6, 10**9, 600) == CheckedAnswer(0, 600, 60, True)
+    t.checked("s", 1, 100, _rows(10, [100] * 6, records=9))  # offsets disagree: refused
+    t.checked("s", 1, 550, _rows(55, [100]))  # inside the run's last batch: refused
+    t.checked("s", 1, 600, _rows(61, [100]))  # offsets skip one: refused
+    assert t.rows("s", 1) == 6
+    t.checked("s", 1, 500, _rows(50, [100, 100]))
+    assert t.answer("s", 1, 65, 10**6, 10**9, 700) == CheckedAnswer(600, 700, 70, True)
+
+
 def test_checked_rows_never_outlive_their_generation_and_stay_bounded():
     t = CheckedBatches(max_rows=8)
     t.checked("s", 1, 0, _rows(0, [100] * 4))
@@ -259,6 +274,9 @@ def test_checked_rows_never_outlive_their_generation_and_stay_bounded():
     assert t.rows("y", 1) == 3 and t.rows("z", 1) == 3
     t.drop("z")
     assert t.answer("z", 1, 0, 100, 10**9, 300) is None
+    t.checked("big", 1, 0, _rows(0, [100] * 6))
+    t.checked("big", 1, 600, _rows(60, [100] * 3))  # more than all may have: dropped
+    assert t.rows("big", 1) == 0 and t.rows("y", 1) == 0
 
 
 def test_rows_serve_only_a_read_whose_generation_stays_and_a_new_one_drops_them(

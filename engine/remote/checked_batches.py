@@ -76,12 +76,15 @@ class _Segment:
     def rows(self) -> int:
         return sum(len(r) for r in self.runs)
 
+    def firsts_positions(self) -> list[int]:
+        return [r.positions[0] for r in self.runs]
+
 
 class CheckedBatches:
     """Checked batch rows per segment id, under one generation each; at most `max_rows`
-    rows in all, the least recently used segments dropped first."""
+    rows in all (32 bytes a row), the least recently used segments dropped first."""
 
-    def __init__(self, max_rows: int = 1 << 20):
+    def __init__(self, max_rows: int = 1 << 18):
         self.max_rows = max_rows
         self._lock = threading.Lock()
         self._segments: OrderedDict[object, _Segment] = OrderedDict()
@@ -126,10 +129,11 @@ class CheckedBatches:
         under `generation` (the same before and after the read), passed every check."""
         if generation is None or not len(headers):
             return
-        positions = headers["position"].astype(np.int64) + position
-        ends = positions + headers["size"]
-        bases = headers["base_offset"].astype(np.int64)
-        lasts = headers["last_offset"].astype(np.int64)
+        # lists: a read's few rows cost less as Python ints than as numpy calls
+        positions = [position + p for p in headers["position"].tolist()]
+        ends = [p + n for p, n in zip(positions, headers["size"].tolist())]
+        bases = headers["base_offset"].tolist()
+        lasts = headers["last_offset"].tolist()
         if not _contiguous(positions, ends, bases, lasts):
             return
         with self._lock:
@@ -144,6 +148,8 @@ class CheckedBatches:
             self._rows += seg.rows()
             while self._rows > self.max_rows and len(self._segments) > 1:
                 self._drop(next(iter(self._segments)))
+            if self._rows > self.max_rows:  # one segment of more rows than all may have
+                self._drop(segment_id)
 
     def drop(self, segment_id: object) -> None:
         """Forgets the rows of a segment (its bytes are gone)."""
@@ -168,19 +174,27 @@ class CheckedBatches:
 
 
 def _contiguous(positions, ends, bases, lasts) -> bool:
-    """Whether rows are one run: each batch starts where the one before ends, and its base
-    offset follows the last offset before it."""
-    return bool((bases <= lasts).all() and (positions[1:] == ends[:-1]).all()
-                and (bases[1:] == lasts[:-1] + 1).all())
+    """Whether rows (lists, each batch's own offsets checked: base <= last) are one run:
+    each batch starts where the one before ends, and its base offset follows the last
+    offset before it."""
+    return positions[1:] == ends[:-1] and bases[1:] == [last + 1 for last in lasts[:-1]]
 
 
-def _merge(seg: _Segment, positions, ends, bases, lasts) -> None:
-    """Adds a run of rows to the segment's runs, joining the runs it overlaps or touches
-    into one when the rows agree (a row at the same position is the same row, and the
-    joined rows are one run); rows that do not agree are left out."""
-    start, end = int(positions[0]), int(ends[-1])
-    lo = next((k for k, r in enumerate(seg.runs) if r.ends[-1] >= start), len(seg.runs))
-    hi = next((k for k, r in enumerate(seg.runs) if r.positions[0] > end), len(seg.runs))
+def _merge(seg: _Segment, positions: list[int], ends: list[int], bases: list[int],
+           lasts: list[int]) -> None:
+    """Adds a run of rows to the segment's runs: rows continuing a run (a sequential reader)
+    are appended to it; else the runs the rows overlap or touch are joined into one when
+    the rows agree (a row at the same position is the same row, and the joined rows are
+    one run). Rows that do not agree are left out."""
+    start, end = positions[0], ends[-1]
+    lo = bisect.bisect_left([r.ends[-1] for r in seg.runs], start)
+    hi = bisect.bisect_right(seg.firsts_positions(), end)
+    if lo == hi:  # apart from every run
+        seg.runs.insert(lo, _Run(positions, ends, bases, lasts))
+        seg.firsts.insert(lo, bases[0])
+        return
+    if hi - lo == 1 and _extend(seg.runs[lo], positions, ends, bases, lasts):
+        return
     cols = [np.concatenate(c) for c in zip(*(r.columns() for r in seg.runs[lo:hi]),
                                            (positions, ends, bases, lasts))]
     order = np.argsort(cols[0], kind="stable")
@@ -190,12 +204,37 @@ def _merge(seg: _Segment, positions, ends, bases, lasts) -> None:
         return
     keep = np.ones(len(cols[0]), dtype=bool)
     keep[same + 1] = False
-    cols = [c[keep] for c in cols]
-    if not _contiguous(*cols):
+    rows = [c[keep].tolist() for c in cols]
+    if not _contiguous(*rows):
         return
-    run = _Run(*cols)
+    run = _Run(*rows)
     seg.runs[lo:hi] = [run]
     seg.firsts[lo:hi] = [run.bases[0]]
+
+
+def _extend(run: _Run, positions: list[int], ends: list[int], bases: list[int],
+            lasts: list[int]) -> bool:
+    """Whether the rows were added to `run` without a join: all of them in it already, or
+    those past its end continuing it (the rows before its end being its own)."""
+    i = bisect.bisect_left(run.positions, positions[0])
+    tail = run.ends[-1]
+    if i == len(run) and positions[0] != tail:
+        return False  # starts inside the run's last batch: the join decides (refuses)
+    own = bisect.bisect_left(positions, tail)  # the rows up to the run's end
+    if own > len(run) - i or (own and not (
+            run.positions[i:i + own] == array("q", positions[:own])
+            and run.lasts[i:i + own] == array("q", lasts[:own])
+            and ends[own - 1] == run.ends[i + own - 1] and bases[0] == run.bases[i])):
+        return False
+    if own == len(positions):
+        return True
+    if positions[own] != tail or bases[own] != run.lasts[-1] + 1:
+        return False
+    run.positions.extend(positions[own:])
+    run.ends.extend(ends[own:])
+    run.bases.extend(bases[own:])
+    run.lasts.extend(lasts[own:])
+    return True
 
 
 #: the checked batch rows of every remote reader of this process

@@ -186,13 +186,19 @@ class LineageSegments:
         self.tip = tip
         self.log = log
         self.name = name
+        self._last: SegmentSpan | None = None  # consecutive reads mostly hit one segment
 
     def link_for(self, offset: int) -> Link | None:
         epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
         if epoch is None:
             return None
         md = self.rlmm.remote_log_segment_metadata(self.tip, epoch, offset)
-        return None if md is None else SegmentSpan(md, md.end_offset + 1)
+        if md is None:
+            return None
+        last = self._last
+        if last is None or last.segment is not md:
+            last = self._last = SegmentSpan(md, md.end_offset + 1)
+        return last
 
     def next_link(self, link: Link) -> Link | None:
         return self.link_for(link.end)

@@ -197,11 +197,13 @@ def test_a_chunk_fetched_after_the_verdict_drops_it_and_a_flipped_byte_is_caught
         assert rsm.read_generation(md) != before
 
 
-def _rows(first_offset: int, sizes: list[int], records: int = 10):
+def _rows(first_offset: int, sizes: list[int], records: int = 10, magic: int = 2):
     """Header rows as a scan gives them (positions relative to the first batch's): batches
     of `records` offsets each, from `first_offset`."""
     rows = np.zeros(len(sizes), dtype=[("position", np.int64), ("size", np.int32),
-                                       ("base_offset", np.int64), ("last_offset", np.int64)])
+                                       ("base_offset", np.int64), ("last_offset", np.int64),
+                                       ("magic", np.int8)])
+    rows["magic"] = magic
     rows["size"] = sizes
     rows["position"] = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     rows["base_offset"] = first_offset + records * np.arange(len(sizes))
@@ -241,6 +243,8 @@ def test_checked_rows_join_only_where_bytes_and_offsets_continue():
     assert t.answer("s", 1, 30, 1000, 10**9, 1000) == 300
     t.checked("s", 1, 0, _rows(0, [100, 100, 60, 100]))  # framing with a gap in it
     t.checked("s", 1, 600, _rows(60, [100]))  # apart from the run: a run of its own
+    assert t.rows("s", 1) == 5
+    t.checked("s", 1, 700, _rows(70, [100], magic=1))  # offsets may have gaps: not kept
     assert t.rows("s", 1) == 5
     assert t.answer("s", 1, 65, 50, 10**9, 1000) == CheckedAnswer(600, 700, 70, True)
 

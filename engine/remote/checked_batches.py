@@ -45,22 +45,43 @@ class CheckedAnswer(NamedTuple):
 
 
 class _Run:
-    """Rows of byte- and offset-contiguous checked batches, in position order."""
+    """Rows of byte- and offset-contiguous checked batches, in position order: each batch's
+    position and last offset; the ends and base offsets follow (a batch ends where the next
+    starts, and its base offset follows the last offset before it), but for the first base
+    offset and the last end."""
 
-    __slots__ = ("bases", "ends", "lasts", "positions")
+    __slots__ = ("end", "first_base", "lasts", "positions")
 
     def __init__(self, positions, ends, bases, lasts):
         self.positions = array("q", positions)
-        self.ends = array("q", ends)
-        self.bases = array("q", bases)
         self.lasts = array("q", lasts)
+        self.first_base = int(bases[0])
+        self.end = int(ends[-1])
 
     def __len__(self) -> int:
         return len(self.positions)
 
-    def columns(self) -> tuple[np.ndarray, ...]:
-        return tuple(np.frombuffer(a, dtype=np.int64) for a in
-                     (self.positions, self.ends, self.bases, self.lasts))
+    def end_of(self, i: int) -> int:
+        return self.positions[i + 1] if i + 1 < len(self.positions) else self.end
+
+    def base_of(self, i: int) -> int:
+        return self.lasts[i - 1] + 1 if i else self.first_base
+
+    def extend(self, positions, lasts, end: int) -> None:
+        """Rows continuing the run: lists, or int64 numpy columns (their bytes copied)."""
+        if isinstance(positions, np.ndarray):
+            self.positions.frombytes(positions.tobytes())
+            self.lasts.frombytes(lasts.astype(np.int64, copy=False).tobytes())
+        else:
+            self.positions.extend(positions)
+            self.lasts.extend(lasts)
+        self.end = end
+
+    def columns(self) -> tuple[list[int], ...]:
+        """(positions, ends, bases, lasts) of every row."""
+        positions, lasts = self.positions.tolist(), self.lasts.tolist()
+        return (positions, positions[1:] + [self.end],
+                [self.first_base] + [last + 1 for last in lasts[:-1]], lasts)
 
 
 class _Segment:
@@ -82,9 +103,9 @@ class _Segment:
 
 class CheckedBatches:
     """Checked batch rows per segment id, under one generation each; at most `max_rows`
-    rows in all (32 bytes a row), the least recently used segments dropped first."""
+    rows in all (16 bytes a row), the least recently used segments dropped first."""
 
-    def __init__(self, max_rows: int = 1 << 18):
+    def __init__(self, max_rows: int = 1 << 19):
         self.max_rows = max_rows
         self._lock = threading.Lock()
         self._segments: OrderedDict[object, _Segment] = OrderedDict()
@@ -109,33 +130,25 @@ class CheckedBatches:
             self._segments.move_to_end(segment_id)
             k = bisect.bisect_right(seg.firsts, offset) - 1 if len(seg.runs) > 1 else 0
             run = seg.runs[k]
-            bases = run.bases
-            i = bisect.bisect_right(bases, offset) - 1
-            if i < 0 or run.lasts[i] < offset or bases[i] >= upto:
+            if offset < run.first_base:
                 return None
-            start, last_row = run.positions[i], len(bases) - 1
-            j = bisect.bisect_right(run.ends, start + max_bytes, i) - 1
-            if upto <= run.lasts[-1]:
-                j = min(j, bisect.bisect_left(bases, upto, i) - 1)
-            j = max(j, i)  # the first batch, whole
-            end, next_offset = run.ends[j], run.lasts[j] + 1
-            if j == last_row and end < min(size, start + max_bytes) and next_offset < upto:
-                return start  # a batch after the run's last may still belong to the read
-            return CheckedAnswer(start, end, next_offset, j == last_row)
+            return _answer(run, offset, max_bytes, upto, size)
 
     def checked(self, segment_id: object, generation: Hashable | None, position: int,
                 headers: np.ndarray) -> None:
         """The batches of `headers` (scan rows, positions relative to byte `position`), read
-        under `generation` (the same before and after the read), passed every check."""
+        under `generation` (the same before and after the read), passed every check of
+        check_batches (offsets continuing between v2 batches among them)."""
         if generation is None or not len(headers):
             return
-        # lists: a read's few rows cost less as Python ints than as numpy calls
-        positions = [position + p for p in headers["position"].tolist()]
-        ends = [p + n for p, n in zip(positions, headers["size"].tolist())]
-        bases = headers["base_offset"].tolist()
-        lasts = headers["last_offset"].tolist()
-        if not _contiguous(positions, ends, bases, lasts):
+        # a scan frames each batch where the one before it ends; offsets may have gaps
+        # around batches older than v2: such rows are not kept
+        if int(headers["magic"].min()) < 2:
             return
+        positions = headers["position"] + position
+        lasts = headers["last_offset"]
+        first, base = int(positions[0]), int(headers["base_offset"][0])
+        end = int(positions[-1]) + int(headers["size"][-1])
         with self._lock:
             seg = self._segments.get(segment_id)
             if seg is None or seg.generation != generation:
@@ -143,9 +156,18 @@ class CheckedBatches:
                 seg = self._segments[segment_id] = _Segment(generation)
             else:
                 self._segments.move_to_end(segment_id)
-            self._rows -= seg.rows()
-            _merge(seg, positions, ends, bases, lasts)
-            self._rows += seg.rows()
+            run = seg.runs[-1] if seg.runs else None
+            if run is not None and run.end == first and run.lasts[-1] + 1 == base:
+                run.extend(positions, lasts, end)  # a sequential reader going on
+                self._rows += len(positions)
+            else:
+                self._rows -= seg.rows()
+                cols = positions.tolist()
+                _merge(seg, cols, cols[1:] + [end],
+                       [base] + [last + 1 for last in lasts[:-1].tolist()], lasts.tolist())
+                self._rows += seg.rows()
+            if self._rows <= self.max_rows:
+                return
             while self._rows > self.max_rows and len(self._segments) > 1:
                 self._drop(next(iter(self._segments)))
             if self._rows > self.max_rows:  # one segment of more rows than all may have
@@ -173,6 +195,26 @@ class CheckedBatches:
             self._rows -= seg.rows()
 
 
+def _answer(run: _Run, offset: int, max_bytes: int, upto: int,
+            size: int) -> CheckedAnswer | int | None:
+    """CheckedBatches.answer within one run holding offsets from `offset` on."""
+    lasts, positions, n = run.lasts, run.positions, len(run)
+    i = bisect.bisect_left(lasts, offset)  # the batch holding `offset`
+    if i == n or run.base_of(i) >= upto:
+        return None
+    start = positions[i]
+    window = start + max_bytes
+    k = bisect.bisect_right(positions, window, i)  # batches starting in the window
+    j = k - 1 if k == n and run.end <= window else k - 2  # the last one ending in it
+    if upto <= lasts[-1]:  # batches from the first one at or past `upto` are left out
+        j = min(j, bisect.bisect_left(lasts, upto - 1, i, n - 1))
+    j = max(j, i)  # the first batch, whole
+    end, next_offset = run.end_of(j), lasts[j] + 1
+    if j == n - 1 and end < min(size, window) and next_offset < upto:
+        return start  # a batch after the run's last may still belong to the read
+    return CheckedAnswer(start, end, next_offset, j == n - 1)
+
+
 def _contiguous(positions, ends, bases, lasts) -> bool:
     """Whether rows (lists, each batch's own offsets checked: base <= last) are one run:
     each batch starts where the one before ends, and its base offset follows the last
@@ -182,12 +224,12 @@ def _contiguous(positions, ends, bases, lasts) -> bool:
 
 def _merge(seg: _Segment, positions: list[int], ends: list[int], bases: list[int],
            lasts: list[int]) -> None:
-    """Adds a run of rows to the segment's runs: rows continuing a run (a sequential reader)
-    are appended to it; else the runs the rows overlap or touch are joined into one when
-    the rows agree (a row at the same position is the same row, and the joined rows are
-    one run). Rows that do not agree are left out."""
+    """Adds a run of rows to the segment's runs: rows continuing a run are appended to it;
+    else the runs the rows overlap or touch are joined into one when the rows agree (a row
+    at the same position is the same row, and the joined rows are one run). Rows that do
+    not agree are left out."""
     start, end = positions[0], ends[-1]
-    lo = bisect.bisect_left([r.ends[-1] for r in seg.runs], start)
+    lo = bisect.bisect_left([r.end for r in seg.runs], start)
     hi = bisect.bisect_right(seg.firsts_positions(), end)
     if lo == hi:  # apart from every run
         seg.runs.insert(lo, _Run(positions, ends, bases, lasts))
@@ -209,7 +251,7 @@ def _merge(seg: _Segment, positions: list[int], ends: list[int], bases: list[int
         return
     run = _Run(*rows)
     seg.runs[lo:hi] = [run]
-    seg.firsts[lo:hi] = [run.bases[0]]
+    seg.firsts[lo:hi] = [run.first_base]
 
 
 def _extend(run: _Run, positions: list[int], ends: list[int], bases: list[int],
@@ -217,23 +259,20 @@ def _extend(run: _Run, positions: list[int], ends: list[int], bases: list[int],
     """Whether the rows were added to `run` without a join: all of them in it already, or
     those past its end continuing it (the rows before its end being its own)."""
     i = bisect.bisect_left(run.positions, positions[0])
-    tail = run.ends[-1]
+    tail = run.end
     if i == len(run) and positions[0] != tail:
         return False  # starts inside the run's last batch: the join decides (refuses)
     own = bisect.bisect_left(positions, tail)  # the rows up to the run's end
     if own > len(run) - i or (own and not (
             run.positions[i:i + own] == array("q", positions[:own])
             and run.lasts[i:i + own] == array("q", lasts[:own])
-            and ends[own - 1] == run.ends[i + own - 1] and bases[0] == run.bases[i])):
+            and ends[own - 1] == run.end_of(i + own - 1) and bases[0] == run.base_of(i))):
         return False
     if own == len(positions):
         return True
     if positions[own] != tail or bases[own] != run.lasts[-1] + 1:
         return False
-    run.positions.extend(positions[own:])
-    run.ends.extend(ends[own:])
-    run.bases.extend(bases[own:])
-    run.lasts.extend(lasts[own:])
+    run.extend(positions[own:], lasts[own:], ends[-1])
     return True
 
 

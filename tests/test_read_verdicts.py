@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import obstore
 import pytest
 from test_objectstore_rsm import copy, make_rsm, rsm_configs, segment  # noqa: F401 (fixture)
@@ -15,6 +16,7 @@ from test_rlm_helpers import TOPIC, Env, read_all
 from engine._native import records as _native_records
 from engine.errors import CorruptRecordError
 from engine.remote import remote_log as remote_log_module
+from engine.remote.checked_batches import CHECKED_BATCHES, CheckedAnswer, CheckedBatches
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.metadata import RemoteLogSegmentState
 from engine.remote.read_verdicts import VERIFIED, VerifiedRanges
@@ -24,8 +26,10 @@ from engine.remote.remote_log import ChainSegments, RemoteLog, SegmentSpan, Stor
 @pytest.fixture(autouse=True)
 def _fresh_verdicts():
     VERIFIED.clear()
+    CHECKED_BATCHES.clear()
     yield
     VERIFIED.clear()
+    CHECKED_BATCHES.clear()
 
 
 @pytest.fixture
@@ -100,6 +104,9 @@ def test_a_size_tier_checks_each_range_once_under_one_file_identity(tmp_path, cr
         _read_tier(env, mds)  # a segment's first read opens its file: no generation yet
         crc_passes.clear()
         assert _read_tier(env, mds) == first
+        assert not crc_passes  # every read cut from checked rows: no scan at all
+        CHECKED_BATCHES.clear()
+        assert _read_tier(env, mds) == first
         assert crc_passes and not any(crc_passes)  # every range was checked before
         env.rsm.read_generation = lambda md: None  # an RSM that never vouches
         crc_passes.clear()
@@ -173,6 +180,9 @@ def test_a_chunk_fetched_after_the_verdict_drops_it_and_a_flipped_byte_is_caught
         before = rsm.read_generation(md)
         crc_passes.clear()
         read_through()
+        assert not crc_passes  # cut from checked rows
+        CHECKED_BATCHES.clear()
+        read_through()
         assert crc_passes and not any(crc_passes)
 
         raw = bytearray(data.log_segment.read_bytes())
@@ -185,3 +195,145 @@ def test_a_chunk_fetched_after_the_verdict_drops_it_and_a_flipped_byte_is_caught
         with pytest.raises(CorruptRecordError, match="CRC"):
             read_through()
         assert rsm.read_generation(md) != before
+
+
+def _rows(first_offset: int, sizes: list[int], records: int = 10, magic: int = 2):
+    """Header rows as a scan gives them (positions relative to the first batch's): batches
+    of `records` offsets each, from `first_offset`."""
+    rows = np.zeros(len(sizes), dtype=[("position", np.int64), ("size", np.int32),
+                                       ("base_offset", np.int64), ("last_offset", np.int64),
+                                       ("magic", np.int8)])
+    rows["magic"] = magic
+    rows["size"] = sizes
+    rows["position"] = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    rows["base_offset"] = first_offset + records * np.arange(len(sizes))
+    rows["last_offset"] = rows["base_offset"] + records - 1
+    return rows
+
+
+def test_checked_rows_decide_a_read_only_where_they_reach():
+    t = CheckedBatches()
+    t.checked("s", 1, 0, _rows(0, [100] * 5))  # offsets 0-49, bytes 0-500
+    assert t.answer("s", 1, 0, 250, 10**9, 1000) == CheckedAnswer(0, 200, 20, False)
+    assert t.answer("s", 1, 15, 100, 10**9, 1000) == CheckedAnswer(100, 200, 20, False)
+    assert t.answer("s", 1, 0, 50, 10**9, 1000) == CheckedAnswer(0, 100, 10, False)  # whole
+    assert t.answer("s", 1, 0, 1000, 25, 1000) == CheckedAnswer(0, 300, 30, False)  # upto
+    # the read may go past the last checked batch: only where to start is known
+    assert t.answer("s", 1, 30, 1000, 10**9, 1000) == 300
+    # ... unless the segment ends with the rows, or the upper bound stops the read there
+    assert t.answer("s", 1, 30, 1000, 10**9, 500) == CheckedAnswer(300, 500, 50, True)
+    assert t.answer("s", 1, 30, 1000, 50, 1000) == CheckedAnswer(300, 500, 50, True)
+    assert t.answer("s", 1, 50, 100, 10**9, 1000) is None  # past the rows
+    assert t.answer("s", None, 0, 100, 10**9, 1000) is None  # no generation: never
+    assert t.answer("other", 1, 0, 100, 10**9, 1000) is None  # another segment id
+
+
+def test_checked_rows_join_only_where_bytes_and_offsets_continue():
+    t = CheckedBatches()
+    t.checked("s", 1, 200, _rows(20, [100] * 2))  # bytes 200-400
+    t.checked("s", 1, 0, _rows(0, [100] * 2))  # bytes 0-200: joins it
+    assert t.rows("s", 1) == 4
+    assert t.answer("s", 1, 0, 1000, 10**9, 400) == CheckedAnswer(0, 400, 40, True)
+    t.checked("s", 1, 100, _rows(10, [100] * 3))  # read again: same rows
+    assert t.rows("s", 1) == 4
+    t.checked("s", 1, 400, _rows(41, [100]))  # offsets skip 40: not kept
+    t.checked("s", 1, 350, _rows(40, [50]))  # starts inside a checked batch: not kept
+    t.checked("s", 1, 0, _rows(0, [60, 100]))  # a batch read twice disagrees: not kept
+    assert t.rows("s", 1) == 4
+    assert t.answer("s", 1, 30, 1000, 10**9, 1000) == 300
+    t.checked("s", 1, 0, _rows(0, [100, 100, 60, 100]))  # framing with a gap in it
+    t.checked("s", 1, 600, _rows(60, [100]))  # apart from the run: a run of its own
+    assert t.rows("s", 1) == 5
+    t.checked("s", 1, 700, _rows(70, [100], magic=1))  # offsets may have gaps: not kept
+    assert t.rows("s", 1) == 5
+    assert t.answer("s", 1, 65, 50, 10**9, 1000) == CheckedAnswer(600, 700, 70, True)
+
+
+def test_checked_rows_of_a_reader_going_on_extend_its_run():
+    t = CheckedBatches()
+    t.checked("s", 1, 0, _rows(0, [100] * 2))
+    t.checked("s", 1, 200, _rows(20, [100] * 2))  # where the run ends
+    t.checked("s", 1, 100, _rows(10, [100] * 5))  # over its tail, and on past it
+    assert t.rows("s", 1) == 6
+    assert t.answer("s", 1, 0, 10**6, 10**9, 600) == CheckedAnswer(0, 600, 60, True)
+    t.checked("s", 1, 100, _rows(10, [100] * 6, records=9))  # offsets disagree: refused
+    t.checked("s", 1, 550, _rows(55, [100]))  # inside the run's last batch: refused
+    t.checked("s", 1, 600, _rows(61, [100]))  # offsets skip one: refused
+    assert t.rows("s", 1) == 6
+    t.checked("s", 1, 500, _rows(50, [100, 100]))
+    assert t.answer("s", 1, 65, 10**6, 10**9, 700) == CheckedAnswer(600, 700, 70, True)
+
+
+def test_checked_rows_never_outlive_their_generation_and_stay_bounded():
+    t = CheckedBatches(max_rows=8)
+    t.checked("s", 1, 0, _rows(0, [100] * 4))
+    assert t.answer("s", 2, 0, 100, 10**9, 400) is None  # other bytes now: rows dropped
+    assert t.rows("s", 1) == 0 and t.rows("s", 2) == 0
+    t.checked("s", 1, 0, _rows(0, [100] * 4))
+    t.checked("s", 2, 0, _rows(0, [100] * 2))  # recorded under a new generation
+    assert t.rows("s", 1) == 0 and t.rows("s", 2) == 2
+    for seg in ("x", "y", "z"):
+        t.checked(seg, 1, 0, _rows(0, [100] * 3))
+    assert t.rows("s", 2) == 0 and t.rows("x", 1) == 0  # the least recently used went
+    assert t.rows("y", 1) == 3 and t.rows("z", 1) == 3
+    t.drop("z")
+    assert t.answer("z", 1, 0, 100, 10**9, 300) is None
+    t.checked("big", 1, 0, _rows(0, [100] * 6))
+    t.checked("big", 1, 600, _rows(60, [100] * 3))  # more than all may have: dropped
+    assert t.rows("big", 1) == 0 and t.rows("y", 1) == 0
+
+
+def test_rows_serve_only_a_read_whose_generation_stays_and_a_new_one_drops_them(
+        tmp_path, crc_passes):
+    env, mds = _size_tier(tmp_path)
+    try:
+        first = _read_tier(env, mds)
+        _read_tier(env, mds)
+        md = mds[0]
+        seg_id, generation = md.remote_log_segment_id.id, env.rsm.read_generation(md)
+        assert CHECKED_BATCHES.rows(seg_id, generation)
+        real = env.rsm.read_generation
+        calls = [0]
+
+        def moved_after_the_first_ask(m):  # the 2nd ask of a read sees another generation
+            calls[0] += 1
+            return (real(m), "moved") if calls[0] == 2 else real(m)
+
+        env.rsm.read_generation = moved_after_the_first_ask
+        crc_passes.clear()
+        result = env.rlm.read(TOPIC, 0, 0, 200)
+        # rows matched the generation before the read, not after: the bytes were scanned
+        # (no CRC pass: they are still the ones the 3rd ask names, checked before)
+        assert crc_passes == [False] and result.next_offset > 0
+        calls = iter(range(10**6))
+        # the generation moves on during every read: no answer from rows, every byte
+        # checked again, and nothing recorded under either generation
+        env.rsm.read_generation = lambda m: (real(m), next(calls))
+        crc_passes.clear()
+        assert _read_tier(env, mds) == first
+        assert crc_passes and all(crc_passes)
+        assert not CHECKED_BATCHES.rows(seg_id, generation)  # dropped for another one
+        env.rsm.read_generation = real
+        crc_passes.clear()
+        assert _read_tier(env, mds) == first
+        # its rows were dropped: scanned again, the CRC verdicts of its bytes still count
+        assert crc_passes and not any(crc_passes)
+    finally:
+        env.close()
+
+
+def test_a_full_tier_cuts_rereads_from_checked_rows(tmp_path, crc_passes):
+    rsm = FileSystemRemoteStorageManager([tmp_path / "remote"], fsync=False)
+    env = Env(tmp_path, rsm=rsm, topic_config={"local.retention.bytes": 1})
+    env.produce(30)
+    env.rlm.run_once()
+    try:
+        tip = env.rlm._partitions[(TOPIC, 0)].tip
+        mds = sorted(env.rlmm.list_remote_log_segments(tip), key=lambda m: m.start_offset)
+        first = _read_tier(env, mds)
+        _read_tier(env, mds)
+        crc_passes.clear()
+        assert _read_tier(env, mds) == first
+        assert not crc_passes
+    finally:
+        env.close()

@@ -10,11 +10,14 @@ alone, as `serve --bucket` and the bucket readers see it)."""
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from test_rlm_helpers import T0, TOPIC, Env, marker, records_of, txn_batch
 
 from engine.config import BrokerConfig
+from engine.remote import remote_log as remote_log_module
+from engine.remote.checked_batches import CHECKED_BATCHES
 from engine.remote.factory import create_remote_storage_manager
 from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
 from engine.rlm.reader import remote_log
@@ -120,6 +123,44 @@ def test_reads_equal_the_local_reads_before_tiering(tiered):
             got = log.read(offset, max_bytes)
             assert (bytes(got.records), got.next_offset) == (data, next_offset), \
                 (name, offset, max_bytes)
+
+
+def test_reads_cut_from_checked_rows_equal_reads_that_scan(tmp_path, monkeypatch):
+    """A read answered from checked batch rows (engine.remote.checked_batches) returns what a
+    read scanning the bytes returns, under every rule of the cut: max_bytes, the first batch
+    whole (or nothing, without min_one_message), the upper bound. (The filesystem tier: the
+    object store's plain reads here have no chunk cache, so no read generation.)"""
+    tiered = Tiered(tmp_path, "fs", None)
+    try:
+        _compare_reads_cut_from_rows(tiered, monkeypatch)
+    finally:
+        tiered.close()
+
+
+def _compare_reads_cut_from_rows(tiered, monkeypatch):
+    scans = []
+    real_scan = remote_log_module._records.scan
+    monkeypatch.setattr(remote_log_module, "_records", SimpleNamespace(
+        scan=lambda view, crc=True: scans.append(1) or real_scan(view, crc)))
+    for name, (log, _) in _each_source(tiered):
+        cases = [(o, mb, one, upto) for o in range(tiered.end) for mb in (1, 700, 100_000)
+                 for one in (True, False) for upto in (None, o + 2)]
+
+        def read(case, log=log):
+            got = log.read(case[0], case[1], case[2], upto=case[3])
+            return bytes(got.records), got.next_offset
+
+        scans.clear()
+        scanned = {}
+        for case in cases:  # (a first read of a segment opens its file: no generation)
+            CHECKED_BATCHES.clear()
+            scanned[case] = read(case)
+        expected = len(scans)
+        for case in cases:  # every batch's row recorded
+            read(case)
+        scans.clear()
+        assert {case: read(case) for case in cases} == scanned, name
+        assert len(scans) < expected // 10, name  # most answered from rows
 
 
 def test_aborted_transactions_are_those_produced(tiered):

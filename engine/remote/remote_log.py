@@ -15,8 +15,11 @@ Answers, for one partition:
   at an upper bound (the last stable offset for read_committed). Kafka's rules for the first
   batch: larger than `max_bytes`, it is returned whole with `min_one_message`, and nothing is
   returned without. A read ends at a whole batch (unlike Kafka, which may end on a partial
-  one the client drops). The walk starts where the previous read of the segment ended
-  (NextPositions), else at the offset index's position.
+  one the client drops). A read within batches an earlier read in this process checked,
+  under the same read generation of the RSM, is cut from their rows
+  (engine.remote.checked_batches): no walk, no scan. Else the walk starts at the checked
+  batch holding the offset, where the previous read of the segment ended (NextPositions),
+  or at the offset index's position.
 - `aborted_transactions`: those overlapping [fetch offset, upper bound), from a segment on
   until one search is complete (Kafka's collectAbortedTxns), with whether it completed;
   `all_aborted_transactions` for a scan's planning. The transaction index of the segment
@@ -55,6 +58,7 @@ from engine.log.producer_state import decode_snapshot
 from engine.log.time_index import TimeIndex
 from engine.log.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, AbortedTxn
 from engine.records import MemoryRecords
+from engine.remote.checked_batches import CHECKED_BATCHES, CheckedAnswer
 from engine.remote.index_check import OFFSET, TIME, TRANSACTION, VERDICTS
 from engine.remote.metadata import RemoteLogSegmentMetadata
 from engine.remote.read_verdicts import VERIFIED
@@ -182,13 +186,19 @@ class LineageSegments:
         self.tip = tip
         self.log = log
         self.name = name
+        self._last: SegmentSpan | None = None  # consecutive reads mostly hit one segment
 
     def link_for(self, offset: int) -> Link | None:
         epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
         if epoch is None:
             return None
         md = self.rlmm.remote_log_segment_metadata(self.tip, epoch, offset)
-        return None if md is None else SegmentSpan(md, md.end_offset + 1)
+        if md is None:
+            return None
+        last = self._last
+        if last is None or last.segment is not md:
+            last = self._last = SegmentSpan(md, md.end_offset + 1)
+        return last
 
     def next_link(self, link: Link) -> Link | None:
         return self.link_for(link.end)
@@ -437,14 +447,22 @@ class RemoteLog:
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       min_one_message: bool, upto: int, nonblocking: bool
                       ) -> tuple[memoryview | bytes, int]:
-        # asked before any byte is read (the view may be a slice of the walk's window); not
-        # needed where the RSM vouches for the CRCs itself
-        before = None if self.rsm.verifies_batch_crcs(md) else self.rsm.read_generation(md)
+        # asked before any byte is read (the view may be a slice of the walk's window)
+        before = self.rsm.read_generation(md)
+        found = CHECKED_BATCHES.answer(md.remote_log_segment_id.id, before, offset,
+                                       max_bytes, upto, md.segment_size_in_bytes)
+        if isinstance(found, CheckedAnswer):
+            if found.end - found.position > max_bytes and not min_one_message:
+                return b"", offset
+            served = self._read_checked(md, found, before, nonblocking)
+            if served is not None:
+                return served
+            found = None
         # the header walk's window and the records after it in one mapping, where views are
         reader = RemoteSegmentReader(self.rsm, md, nonblocking, span=max_bytes + WALK_WINDOW)
-        known = self.positions.start(md, offset)
+        known = found if found is not None else self.positions.start(md, offset)
         view = None
-        if known is not None:  # a batch start an earlier checked read ended at: no walk
+        if known is not None:  # a batch start a checked read found: no walk
             position = known
             view = reader.read_exact(position, position + max_bytes)
             if not _holds_first_batch(view):  # larger than max_bytes: the walk frames it
@@ -465,6 +483,7 @@ class RemoteLog:
         if crc:  # every whole batch of the view checked out (a partial last one is not)
             VERIFIED.checked(md.remote_log_segment_id.id, generation, position,
                              position + valid)
+        CHECKED_BATCHES.checked(md.remote_log_segment_id.id, generation, position, headers)
         n = int(np.count_nonzero(headers["base_offset"] < upto))
         if not n:  # find_batch framed it whole: the bytes changed under the read
             raise CorruptRecordError(f"{describe_segment(md)}: no whole batch at byte "
@@ -474,6 +493,24 @@ class RemoteLog:
         next_offset = int(headers["last_offset"][n - 1]) + 1
         self.positions.ended(md, next_offset, position + cut)
         return view[:cut], next_offset
+
+    def _read_checked(self, md: RemoteLogSegmentMetadata, found: CheckedAnswer,
+                      before: Hashable, nonblocking: bool
+                      ) -> tuple[memoryview | bytes, int] | None:
+        """The bytes of an answer decided by checked rows, when the generation they were
+        checked under is still the one after the read (else None: the read is checked as
+        any other is, since bytes may have come from storage meanwhile)."""
+        if nonblocking:  # the reader's work, for the one range there is
+            view = self.rsm.map_range_if_open(md, found.position, found.end)
+            if view is None:
+                raise WouldBlock
+        else:
+            view = RemoteSegmentReader(self.rsm, md).read_exact(found.position, found.end)
+        if self.rsm.read_generation(md) != before or len(view) != found.end - found.position:
+            return None
+        if found.run_ends:  # the next read starts past the checked rows
+            self.positions.ended(md, found.next_offset, found.end)
+        return view, found.next_offset
 
     def _walk_to(self, reader: RemoteSegmentReader, md: RemoteLogSegmentMetadata,
                  offset: int, max_bytes: int, nonblocking: bool,
@@ -493,18 +530,20 @@ class RemoteLog:
     def _needs_crc(self, md: RemoteLogSegmentMetadata, start: int, end: int,
                    before: Hashable | None) -> tuple[bool, Hashable | None]:
         """(whether bytes [start, end) just read need the reader's CRC pass, the generation
-        to keep its verdict under). No pass when the RSM checked every batch CRC before
-        serving them (the contract's verifies_batch_crcs), nor when a read in this process
-        checked them under the generation they have, asked before (`before`) and after the
-        read: a generation left as it was by the read means no byte came from storage
-        meanwhile (engine.remote.read_verdicts)."""
+        they were read under or None). A generation left as it was by the read (`before`,
+        asked before it, equal to the one after) means no byte came from storage meanwhile
+        (engine.remote.read_verdicts): the verdicts of the read are kept under it. No pass
+        when the RSM checked every batch CRC before serving them (the contract's
+        verifies_batch_crcs), nor when a read in this process checked them under that
+        generation."""
+        generation = before if before is not None and \
+            before == self.rsm.read_generation(md) else None
         if self.rsm.verifies_batch_crcs(md):
-            return False, None
-        if before is None or before != self.rsm.read_generation(md):
+            return False, generation
+        if generation is None:
             return True, None
-        if VERIFIED.covers(md.remote_log_segment_id.id, before, start, end):
-            return False, None
-        return True, before
+        return not VERIFIED.covers(md.remote_log_segment_id.id, generation, start, end), \
+            generation
 
     # -- transactions -----------------------------------------------------------------
 

@@ -20,10 +20,10 @@ plain result (an answer or None).
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.errors import OffsetOutOfRangeError, RemoteFetchTimeoutError
 from engine.rlm import copier, offsets, reader
@@ -46,11 +46,10 @@ __all__ = ["ISOLATION_LEVELS", "ReadPlan", "RemoteLogReader", "await_result",
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
-@dataclass(frozen=True)
-class ReadPlan:
+class ReadPlan(NamedTuple):
     """How one partition's read is answered: `answer` when nothing remote is left to do (a
     local read, or a remote read throttled by the fetch quota), else a remote read of
-    `state` with the read's arguments."""
+    `state` with the read's arguments. (A tuple: every read makes one.)"""
 
     offset: int
     max_bytes: int
@@ -82,10 +81,10 @@ def plan_read(log_reader, unified, st: PartitionState | None, topic: str, partit
             f"fetch offset {offset} of partition {topic}-{partition} is out of range: "
             f"valid offsets are [{start}, {end}] (log start offset, log end offset)",
             offset=offset, log_start_offset=start, log_end_offset=end)
-    if st is not None and st.copy.metadata_gap is not None and \
-            offset < unified.local_log_start_offset:
+    local_start = unified.local_log_start_offset
+    if st is not None and st.copy.metadata_gap is not None and offset < local_start:
         raise copier.gap_error(st, offset)
-    if offset >= unified.local_log_start_offset or st is None:
+    if offset >= local_start or st is None:
         try:
             return ReadPlan(offset, max_bytes, min_one_message, isolation,
                             answer=reader.read_local(unified, topic, partition, offset,
@@ -93,7 +92,7 @@ def plan_read(log_reader, unified, st: PartitionState | None, topic: str, partit
         except OffsetOutOfRangeError:
             if st is None or offset < unified.log_start_offset:
                 raise  # else local retention just removed it: read it remotely
-    throttle = log_reader.fetch_rate.throttle_time_ms()
+    throttle = log_reader.throttle_time_ms()
     if throttle > 0:
         log_reader.fetch_quota_sensor.record(throttle)
         return ReadPlan(offset, max_bytes, min_one_message, isolation,
@@ -122,7 +121,7 @@ def read_remote(log_reader, plan: ReadPlan,
     nbytes = memoryview(data).nbytes
     log_reader.metrics.mark("RemoteFetchBytesPerSec", st.topic, nbytes)
     log_reader.metrics.fetch_time.observe((time.perf_counter() - started) * 1000)
-    log_reader.fetch_rate.record(nbytes)
+    log_reader.record_fetched(nbytes)
     return RemoteFetchResult(st.topic, st.partition, offset, data, next_offset, True,
                              aborted)
 
@@ -197,6 +196,24 @@ class RemoteLogReader:
         # thread and back costs more than the read itself (bench/compare_remote_read.py)
         self.inline_reads = inline_reads
         self.log_and_state = log_and_state
+        # bytes the fetch quota has recorded, ever: while they are at most what it allows
+        # in a millisecond (its shortest span), no rate can be over it (the default quota,
+        # Long.MAX_VALUE bytes a second, never is)
+        self._fetched = 0
+        self._fetched_lock = threading.Lock()
+
+    def throttle_time_ms(self) -> int:
+        """The fetch quota's throttle time (0 without asking it while no rate can be over
+        the quota: see `_fetched`)."""
+        if self._fetched * 1000 <= self.fetch_rate.quota:
+            return 0
+        return self.fetch_rate.throttle_time_ms()
+
+    def record_fetched(self, nbytes: int) -> None:
+        """Records the bytes of a remote read in the fetch quota."""
+        with self._fetched_lock:
+            self._fetched += nbytes
+        self.fetch_rate.record(nbytes)
 
     def plan_read(self, topic: str, partition: int, offset: int, max_bytes: int,
                   min_one_message: bool, isolation: str) -> ReadPlan:

@@ -509,3 +509,30 @@ def test_bytes_match_the_documented_layout():
 
     assert _partition_body(TIP) == (bytes([1, 3]) + bytes(TIP.topic_id)
                                     + struct.pack(">ih", 0, 3) + b"foo")
+
+
+def test_a_partition_found_by_an_equal_one_here_and_in_another_process():
+    """TopicIdPartition keeps its hash (every read looks it up in several dicts); a pickled
+    one is hashed again where it is loaded, since a string's hash differs per process."""
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def tip(partition=2):
+        return TopicIdPartition(Uuid.from_string("lZ6vvmajTWKDBUTV6SQAtQ"), "orders", partition)
+
+    assert {tip(): "here"}[tip()] == "here"
+    assert tip() == tip() and tip() != tip(3) and tip() != ("orders", 2)
+    assert tip() != TopicIdPartition(Uuid.from_string("AAAAAAAAAAAAAAAAAAAAAQ"), "orders", 2)
+    load = ("import pickle, sys\n"
+            "from engine.common import Uuid\n"
+            "from engine.remote.metadata import TopicIdPartition\n"
+            "found = pickle.loads(sys.stdin.buffer.read())\n"
+            "print(found[TopicIdPartition(Uuid.from_string('lZ6vvmajTWKDBUTV6SQAtQ'), "
+            "'orders', 2)])\n")
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", load], input=pickle.dumps({tip(): "there"}),
+                             capture_output=True, check=True, env={"PYTHONHASHSEED": seed},
+                             cwd=str(Path(__file__).resolve().parent.parent))
+        assert out.stdout.strip() == b"there", out.stderr

@@ -32,12 +32,30 @@ class TopicIdPartition:
     topic_id: Uuid
     topic: str
     partition: int
+    # every read looks partitions up in several dicts: the hash is computed once (a
+    # string's hash differs between processes, so it is never pickled: __reduce__)
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.topic_id, Uuid):
             object.__setattr__(self, "topic_id", Uuid.from_string(str(self.topic_id)))
         if self.partition < 0:
             raise ValueError(f"partition must be >= 0, got {self.partition}")
+        object.__setattr__(self, "_hash", hash((self.topic_id, self.topic, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, TopicIdPartition):
+            return NotImplemented
+        return (self._hash == other._hash and self.partition == other.partition
+                and self.topic == other.topic and self.topic_id == other.topic_id)
+
+    def __reduce__(self):
+        return (TopicIdPartition, (self.topic_id, self.topic, self.partition))
 
     @property
     def topic_partition(self) -> tuple[str, int]:

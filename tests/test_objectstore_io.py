@@ -5,6 +5,8 @@ import asyncio
 import concurrent.futures
 import errno
 import os
+import platform
+import sys
 import threading
 import time
 import zlib
@@ -895,3 +897,51 @@ def test_a_missing_source_file_is_an_error_naming_it(store, tmp_path):
     with pytest.raises(RemoteStorageError) as info:
         store.upload(unique("nofile"), missing)
     assert info.value.errno == errno.ENOENT and str(missing) in str(info.value)
+
+
+# -- the allocator -----------------------------------------------------------------------
+_MAPPED_BY_A_24_MIB_MALLOC = """
+import ctypes, json, sys
+from engine.remote.objectstore import ObjectStore, StoreConfig
+store = ObjectStore(StoreConfig.from_configs(json.loads(sys.argv[1])))
+
+class MallInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo.restype = MallInfo
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = (ctypes.c_void_p,)
+before = libc.mallinfo().hblks
+p = libc.malloc(24 << 20)
+print(libc.mallinfo().hblks - before)
+libc.free(p)
+store.close()
+"""
+
+
+def _mapped_by_a_big_malloc(s3_server, **env) -> int:
+    """How many new mappings one 24 MiB malloc made, in a new process that built a store
+    (the allocator settings are the process's)."""
+    import json
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _MAPPED_BY_A_24_MIB_MALLOC, json.dumps(s3_server.config())],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env},
+        capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or
+                    platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+def test_a_store_makes_get_buffers_come_from_the_heap_unless_the_operator_set_malloc(
+        s3_server):
+    """Once a store is built, an allocation the size of a few chunks comes from the malloc
+    heap (a freed one is reused by the next GET) rather than from a mapping of its own,
+    which the kernel faults in page by page; the operator's own MALLOC_* setting wins
+    (here glibc's default thresholds, fixed)."""
+    assert _mapped_by_a_big_malloc(s3_server) == 0
+    assert _mapped_by_a_big_malloc(s3_server, MALLOC_MMAP_THRESHOLD_="131072") == 1

@@ -490,6 +490,21 @@ def test_an_entry_torn_by_a_crash_is_a_miss_and_deleted(tmp_path, crash):
     reopened.close()
 
 
+def test_closing_a_cache_lets_go_of_its_chunks_at_once():
+    """A closed cache holds no chunk: their memory is free for the next reads (a new store
+    after a reconfiguration) without waiting for the old cache to be collected; a view
+    handed out before stays valid."""
+    cache = ChunkCache(memory_bytes=MiB)
+    key, data = ChunkKey("obj.log", "id-1", 0), os.urandom(1000)
+    alone = sys.getrefcount(data)
+    cache.put(key, data)
+    held = cache.get(key)
+    assert sys.getrefcount(data) > alone + 1  # the cache's reference and `held`
+    cache.close()
+    assert sys.getrefcount(data) == alone + 1 and cache.memory_bytes == 0
+    assert held == data
+
+
 def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path, monkeypatch):
     """A disk hit is a read-only view (of the mapped entry for one of 1 MiB or more), its
     CRC checked once; an entry file replaced under the cache (another inode) is checked

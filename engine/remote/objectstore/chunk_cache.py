@@ -402,8 +402,16 @@ class ChunkCache:
             return self._written.wait_for(lambda: self._writing_bytes == 0, timeout=timeout_s)
 
     def close(self) -> None:
+        """Waits for the queued disk writes, and lets go of the memory tier and the kept
+        mappings at once (views handed out stay valid): a closed cache serves nothing, and
+        its chunks' memory should not wait for the cache to be collected."""
         if self._writer is not None:
             self._writer.shutdown(wait=True)
+        with self._lock:
+            self._mem.clear()
+            self._mem_bytes = 0
+            self._open.clear()
+        self._report_size()
 
     @property
     def memory_bytes(self) -> int:

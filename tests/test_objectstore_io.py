@@ -5,6 +5,8 @@ import asyncio
 import concurrent.futures
 import errno
 import os
+import platform
+import sys
 import threading
 import time
 import zlib
@@ -450,6 +452,59 @@ def test_a_damaged_disk_entry_is_dropped_and_refetched(tmp_path, s3_server, faul
         assert reopened.metrics.value("cache_misses", cache="chunk-cache") == 2
 
 
+def test_disk_entries_are_written_without_a_sync(tmp_path, monkeypatch):
+    """A cache entry is renamed into place unsynced: what a crash can do to it is a miss
+    (next test), so a sync per entry would only cost."""
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    cache = ChunkCache(memory_bytes=0, disk_paths=[str(tmp_path / "c")])
+    key = ChunkKey("obj.log", "id-1", 0)
+    cache.put(key, b"x" * 1000)
+    assert cache.flush(30)
+    assert bytes(cache.get(key)) == b"x" * 1000
+    cache.close()
+    assert synced == []
+
+
+@pytest.mark.parametrize("crash", ["empty", "header only", "short", "zeroed block"])
+def test_an_entry_torn_by_a_crash_is_a_miss_and_deleted(tmp_path, crash):
+    """An unsynced entry after a crash may be renamed yet short, or hold blocks of zeros
+    where its data never reached the disk: the whole-entry check makes it a miss (the
+    reader refetches it), never served, and deletes the file."""
+    dirs = [str(tmp_path / "c")]
+    key = ChunkKey("obj.log", "id-1", 0)
+    data = os.urandom(3 * 4096 + 100)
+    writer = ChunkCache(memory_bytes=0, disk_paths=dirs)
+    writer.put(key, data)
+    assert writer.flush(30)
+    writer.close()
+    entry = next(Path(dirs[0]).rglob(f"{key.digest()}.chunk"))
+    raw = entry.read_bytes()
+    torn = {"empty": b"", "header only": raw[:21], "short": raw[:len(raw) - 4096],
+            "zeroed block": raw[:4096] + bytes(4096) + raw[8192:]}[crash]
+    entry.write_bytes(torn)
+    reopened = ChunkCache(memory_bytes=0, disk_paths=dirs)
+    assert reopened.get(key) is None
+    assert not entry.exists() and reopened.disk_bytes == 0
+    assert reopened.metrics.value("cache_misses", cache="chunk-cache") == 1
+    reopened.close()
+
+
+def test_closing_a_cache_lets_go_of_its_chunks_at_once():
+    """A closed cache holds no chunk: their memory is free for the next reads (a new store
+    after a reconfiguration) without waiting for the old cache to be collected; a view
+    handed out before stays valid."""
+    cache = ChunkCache(memory_bytes=MiB)
+    key, data = ChunkKey("obj.log", "id-1", 0), os.urandom(1000)
+    alone = sys.getrefcount(data)
+    cache.put(key, data)
+    held = cache.get(key)
+    assert sys.getrefcount(data) > alone + 1  # the cache's reference and `held`
+    cache.close()
+    assert sys.getrefcount(data) == alone + 1 and cache.memory_bytes == 0
+    assert held == data
+
+
 def test_disk_hits_are_mapped_views_checked_once_per_entry_file(tmp_path, monkeypatch):
     """A disk hit is a read-only view (of the mapped entry for one of 1 MiB or more), its
     CRC checked once; an entry file replaced under the cache (another inode) is checked
@@ -857,3 +912,51 @@ def test_a_missing_source_file_is_an_error_naming_it(store, tmp_path):
     with pytest.raises(RemoteStorageError) as info:
         store.upload(unique("nofile"), missing)
     assert info.value.errno == errno.ENOENT and str(missing) in str(info.value)
+
+
+# -- the allocator -----------------------------------------------------------------------
+_MAPPED_BY_A_24_MIB_MALLOC = """
+import ctypes, json, sys
+from engine.remote.objectstore import ObjectStore, StoreConfig
+store = ObjectStore(StoreConfig.from_configs(json.loads(sys.argv[1])))
+
+class MallInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo.restype = MallInfo
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = (ctypes.c_void_p,)
+before = libc.mallinfo().hblks
+p = libc.malloc(24 << 20)
+print(libc.mallinfo().hblks - before)
+libc.free(p)
+store.close()
+"""
+
+
+def _mapped_by_a_big_malloc(s3_server, **env) -> int:
+    """How many new mappings one 24 MiB malloc made, in a new process that built a store
+    (the allocator settings are the process's)."""
+    import json
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _MAPPED_BY_A_24_MIB_MALLOC, json.dumps(s3_server.config())],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env},
+        capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or
+                    platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+def test_a_store_makes_get_buffers_come_from_the_heap_unless_the_operator_set_malloc(
+        s3_server):
+    """Once a store is built, an allocation the size of a few chunks comes from the malloc
+    heap (a freed one is reused by the next GET) rather than from a mapping of its own,
+    which the kernel faults in page by page; the operator's own MALLOC_* setting wins
+    (here glibc's default thresholds, fixed)."""
+    assert _mapped_by_a_big_malloc(s3_server) == 0
+    assert _mapped_by_a_big_malloc(s3_server, MALLOC_MMAP_THRESHOLD_="131072") == 1

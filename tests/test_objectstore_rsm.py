@@ -764,10 +764,10 @@ def _until(predicate, what: str, timeout_s: float = 20.0) -> None:
 
 def test_batch_crcs_are_declared_checked_only_over_cached_checked_chunks(
         s3_server, segment, tmp_path):
-    """With a chunk cache, `verifies_batch_crcs` turns true once a read reached the last
-    chunk and a background pass found every batch CRC good over the cached chunks (batches
-    straddle the 1000-byte chunks); a chunk fetched from the store again ends it; a segment
-    with a bad batch CRC never gets it."""
+    """With a chunk cache, `verifies_batch_crcs` turns true once a read reached the
+    segment's end and a background pass found every batch CRC good over the cached chunks
+    (batches straddle the 1000-byte chunks); a chunk fetched from the store again ends it;
+    a segment with a bad batch CRC never gets it."""
     import dataclasses
 
     data, last, size = segment
@@ -777,7 +777,7 @@ def test_batch_crcs_are_declared_checked_only_over_cached_checked_chunks(
         md = copy(rsm, segment)
         assert not rsm.verifies_batch_crcs(md)
         rsm.read_range(md, 0, size // 2)
-        assert not rsm.verifies_batch_crcs(md)  # the last chunk not reached: no pass yet
+        assert not rsm.verifies_batch_crcs(md)  # the end not reached: no pass yet
         rsm.read_range(md, size // 2, size)
         _until(lambda: rsm.verifies_batch_crcs(md), "the batch CRC pass")
 

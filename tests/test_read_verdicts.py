@@ -6,10 +6,12 @@ again, the tier's file replaced or rewritten, another segment id."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import obstore
 import pytest
+from objectstore_support import plain_segment
 from test_objectstore_rsm import copy, make_rsm, rsm_configs, segment  # noqa: F401 (fixture)
 from test_rlm_helpers import TOPIC, Env, read_all
 
@@ -19,6 +21,8 @@ from engine.remote import remote_log as remote_log_module
 from engine.remote.checked_batches import CHECKED_BATCHES, CheckedAnswer, CheckedBatches
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.metadata import RemoteLogSegmentState
+from engine.remote.objectstore import verdicts as verdicts_module
+from engine.remote.objectstore.verdicts import BatchCrcVerdicts
 from engine.remote.read_verdicts import VERIFIED, VerifiedRanges
 from engine.remote.remote_log import ChainSegments, RemoteLog, SegmentSpan, StoreIndexes
 
@@ -156,16 +160,19 @@ def test_a_verdict_never_covers_another_segment_id(tmp_path, crc_passes):
         env.close()
 
 
+@pytest.mark.parametrize("segment_pass", [False, True])
 def test_a_chunk_fetched_after_the_verdict_drops_it_and_a_flipped_byte_is_caught(
-        s3_server, segment, crc_passes):  # noqa: F811 (the fixture)
+        s3_server, segment, crc_passes, segment_pass):  # noqa: F811 (the fixture)
     """Object store, memory chunk cache: reads check each range once per chunk fetches of
     the segment; chunks evicted and fetched again (from an object that changed meanwhile)
-    move the generation on, so the flipped byte in them is a CRC error."""
+    move the generation on, so the flipped byte in them is a CRC error. The same with the
+    background pass, which builds its segment verdict on the readers' checks."""
     data, last, size = segment
     configs = rsm_configs(s3_server, fetch_chunk_cache_class="memory",
                           fetch_chunk_cache_size=str(size * 3 // 2))
     with make_rsm(configs) as rsm:
-        rsm._verdicts.check_after = lambda *a: None  # only the readers' verdicts here
+        if not segment_pass:
+            rsm._verdicts.check_after = lambda *a: None  # only the readers' verdicts here
         md = copy(rsm, segment)
         log = RemoteLog(rsm, ChainSegments("t-0", [SegmentSpan(md, last + 1)]),
                         StoreIndexes(rsm))
@@ -177,6 +184,8 @@ def test_a_chunk_fetched_after_the_verdict_drops_it_and_a_flipped_byte_is_caught
 
         for _ in range(2):
             read_through()
+        if segment_pass:
+            _until(lambda: rsm.verifies_batch_crcs(md), "the segment's pass")
         before = rsm.read_generation(md)
         crc_passes.clear()
         read_through()
@@ -337,3 +346,140 @@ def test_a_full_tier_cuts_rereads_from_checked_rows(tmp_path, crc_passes):
         assert not crc_passes
     finally:
         env.close()
+
+
+def _until(predicate, what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_cold_read_s_checks_count_toward_the_segment_verdict(
+        s3_server, segment, monkeypatch):  # noqa: F811 (the fixture)
+    """A cold sequential read fetches each chunk for the first time, which leaves the read
+    generation as it was: the reads' checks are kept, and the background pass over the
+    segment CRCs only what no read checked (the first read, which met the upload's first
+    fetch, and the last read when the pass it queued overtakes it), not the segment
+    again."""
+    _, last, size = segment
+    configs = rsm_configs(s3_server, fetch_chunk_cache_class="memory",
+                          fetch_chunk_cache_size=str(size * 3 // 2),
+                          fetch_chunk_cache_prefetch_max_size=str(4 * 1000))
+    passed: list[int] = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(_native_records, name)
+
+        @staticmethod
+        def scan(view, crc=True):
+            if crc:
+                passed.append(len(view))
+            return _native_records.scan(view, crc)
+
+    monkeypatch.setattr(verdicts_module, "_records", Spy())
+    with make_rsm(configs) as rsm:
+        md = copy(rsm, segment)
+        log = RemoteLog(rsm, ChainSegments("t-0", [SegmentSpan(md, last + 1)]),
+                        StoreIndexes(rsm))
+        offset = md.start_offset
+        while offset <= last:
+            offset = log.read(offset, 2000).next_offset
+        _until(lambda: rsm.verifies_batch_crcs(md), "the segment's pass")
+        generation = rsm.read_generation(md)
+        assert VERIFIED.covers(md.remote_log_segment_id.id, generation, 2000 + 1000,
+                               size - 2000 - 1000)
+        assert 0 < sum(passed) < size // 8  # a read or two of ~2 KiB, of 64 KiB
+
+
+def _verdicts_over(blob: bytes, chunk_size: int):
+    """BatchCrcVerdicts over a dict of `blob`'s chunks (every one cached)."""
+    seg = plain_segment("k.log", len(blob), chunk_size)
+    chunks = {seg.chunk_key(i): blob[i * chunk_size:(i + 1) * chunk_size]
+              for i in range(seg.index.chunk_count)}
+
+    class Cache:
+        def get(self, key, background=False):
+            return chunks.get(key)
+
+        def contains(self, key):
+            return key in chunks
+
+    return seg, chunks, BatchCrcVerdicts(Cache(), pool=None)
+
+
+def test_only_a_chunk_fetched_again_moves_the_read_generation(monkeypatch):
+    """The first fetch of each chunk leaves the generation (nobody read other bytes of it);
+    a chunk fetched again moves it on; so does every fetch of an upload this process cannot
+    vouch for: chunks of it cached before its first recorded fetch, or its record dropped."""
+    seg, chunks, verdicts = _verdicts_over(bytes(4000), 1000)
+    cached = dict(chunks)
+    chunks.clear()
+    g0 = verdicts.generation(seg.key, seg.identity)
+    verdicts.fetched(seg, [0])  # the upload's first recorded fetch: readers had none
+    g1 = verdicts.generation(seg.key, seg.identity)
+    assert g1 != g0
+    verdicts.fetched(seg, [1, 2])
+    verdicts.fetched(seg, [3])
+    assert verdicts.generation(seg.key, seg.identity) == g1
+    verdicts.fetched(seg, [2])  # evicted and fetched again
+    g2 = verdicts.generation(seg.key, seg.identity)
+    assert g2 != g1
+
+    other, _, _ = _verdicts_over(bytes(4000), 1000)
+    chunks.update(cached)  # cached before its first fetch here (a disk cache's entries)
+    verdicts.fetched(other, [0])
+    g = verdicts.generation(other.key, other.identity)
+    verdicts.fetched(other, [1])
+    assert verdicts.generation(other.key, other.identity) != g
+
+    monkeypatch.setattr(verdicts_module, "_VERDICTS_KEPT", 1)
+    chunks.clear()
+    third = plain_segment("k3.log", 4000, 1000)
+    verdicts.fetched(third, [0])  # drops the record of `seg`
+    verdicts.fetched(seg, [0])
+    g = verdicts.generation(seg.key, seg.identity)
+    verdicts.fetched(seg, [1])
+    assert verdicts.generation(seg.key, seg.identity) != g
+
+
+def test_the_segment_pass_skips_what_readers_checked_under_its_generation():
+    """The pass trusts bytes readers checked under the generation it starts with and CRCs
+    the rest: a flipped byte outside them fails it; a checked range that does not start
+    where the pass's batches end fails it; a chunk fetched again moves the generation on,
+    so the pass checks everything, and the flipped byte in that chunk fails it."""
+    from engine.records.sample import sample_batches
+
+    blob = b"".join(sample_batches(60, batch_size=7, seed=3))
+    rows, _ = _native_records.scan(blob, False)
+    cut = int(rows[4]["position"])  # a batch start inside the segment
+    seg, chunks, verdicts = _verdicts_over(blob, 333)
+    verdicts.fetched(seg, list(range(seg.index.chunk_count)))
+    first = verdicts.generation(seg.key, seg.identity)
+
+    def passes(skip: tuple[int, int], generation=first) -> bool:
+        """Whether the pass records a verdict, readers having checked `skip`."""
+        VERIFIED.clear()
+        VERIFIED.checked("sid", generation, *skip)
+        verdicts._checked.clear()
+        verdicts._checking[(seg.key, seg.identity)] = True
+        verdicts._check(seg, "sid")
+        return verdicts.holds(seg.key, seg.identity)
+
+    def flip(at: int) -> None:
+        i = at // 333
+        chunk = bytearray(chunks[seg.chunk_key(i)])
+        chunk[at - i * 333] ^= 0x01
+        chunks[seg.chunk_key(i)] = bytes(chunk)
+
+    assert passes((cut, len(blob)))
+    at = int(rows[6]["position"]) + 70
+    flip(at)  # inside the checked range: trusted, not read
+    assert passes((cut, len(blob)))
+    assert not passes((0, len(blob) - 1))  # the checked bytes end inside the last batch
+    assert not passes((cut + 1, len(blob)))  # not where a batch of the pass ends
+    assert not passes((0, cut - 10))  # the flipped byte is outside: the pass CRCs it
+    verdicts.fetched(seg, [at // 333])  # that chunk fetched again: the flip is in it now
+    assert not passes((cut, len(blob)))  # checked under the generation before
+    assert passes((cut, len(blob)), verdicts.generation(seg.key, seg.identity))

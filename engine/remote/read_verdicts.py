@@ -51,6 +51,32 @@ class VerifiedRanges:
             i = bisect.bisect_right(starts, start) - 1
             return i >= 0 and ends[i] >= end
 
+    def spans(self, segment_id: object, generation: Hashable | None, start: int,
+              end: int) -> list[tuple[int, int, bool]]:
+        """Bytes [start, end) of the segment cut where checked ranges under `generation`
+        begin and end: consecutive (from, to, checked) pieces."""
+        if start >= end:
+            return []
+        with self._lock:
+            found = None if generation is None else self._ranges.get((segment_id, generation))
+            if found is None:
+                return [(start, end, False)]
+            starts, ends = list(found[0]), list(found[1])
+        out = []
+        at = start
+        for i in range(bisect.bisect_right(ends, start), len(starts)):
+            if at >= end or starts[i] >= end:
+                break
+            if starts[i] > at:
+                out.append((at, starts[i], False))
+                at = starts[i]
+            to = min(ends[i], end)
+            out.append((at, to, True))
+            at = to
+        if at < end:
+            out.append((at, end, False))
+        return out
+
     def checked(self, segment_id: object, generation: Hashable | None, start: int,
                 end: int) -> None:
         """Bytes [start, end) of the segment, as `generation` names them, were checked."""

@@ -167,7 +167,7 @@ class RemoteStorageManager(abc.ABC):
     def read_generation(self, metadata: RemoteLogSegmentMetadata) -> Hashable | None:
         """A token naming the `.log` bytes this RSM's ranges of the segment serve now, or
         None. Two equal tokens of one segment id promise the same bytes: the token changes
-        whenever bytes of the segment are read from storage again (a chunk fetched, a file
+        whenever bytes of the segment are read from storage again (a chunk fetched again, a file
         replaced or rewritten), before those bytes are served. A reader that checked the
         batch CRCs of a range keeps that verdict under the token and skips the CRC pass
         when it reads the range again under the same one (engine.remote.read_verdicts):

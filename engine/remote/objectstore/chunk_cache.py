@@ -13,7 +13,7 @@ tier: files spread over every directory of `fetch.chunk.cache.path` (by a hash o
 so many disks share the load), bounded in total by `fetch.chunk.cache.size` bytes (-1 =
 unbounded), least recently used evicted first. A disk hit is promoted into memory.
 
-**Entries on disk** are written atomically: to `<dir>/tmp/...`, fsynced, then renamed to
+**Entries on disk** are written atomically: to `<dir>/tmp/...`, then renamed to
 `<dir>/<hh>/<digest>.chunk`. Each file holds a header, the full key and the bytes:
 
     magic  b"KTCC" | version u8 (1) | key length u16 | data length u64 | crc32c u32
@@ -21,7 +21,11 @@ unbounded), least recently used evicted first. A disk hit is promoted into memor
 
 (big-endian; the CRC-32C covers key and data). Disk writes happen on a writer thread after
 the chunk is in memory, so a cold read never waits for a disk; if more than
-`write_queue_bytes` are waiting, new entries stay memory-only.
+`write_queue_bytes` are waiting, new entries stay memory-only. An entry is not fsynced: a
+crash may leave a renamed entry whose data never reached the disk (short, or with blocks
+of zeros), and the whole-entry check below turns such an entry into a miss that is deleted
+and refetched; a crash costs cache entries, never a wrong byte, so a sync per entry (once
+the largest cost of writing one) would buy nothing.
 
 **Kept across restarts** (the plugin wipes its cache at start): opening the cache lists the
 directories (names and sizes, not contents), deletes leftover temporary files, and serves
@@ -398,8 +402,16 @@ class ChunkCache:
             return self._written.wait_for(lambda: self._writing_bytes == 0, timeout=timeout_s)
 
     def close(self) -> None:
+        """Waits for the queued disk writes, and lets go of the memory tier and the kept
+        mappings at once (views handed out stay valid): a closed cache serves nothing, and
+        its chunks' memory should not wait for the cache to be collected."""
         if self._writer is not None:
             self._writer.shutdown(wait=True)
+        with self._lock:
+            self._mem.clear()
+            self._mem_bytes = 0
+            self._open.clear()
+        self._report_size()
 
     @property
     def memory_bytes(self) -> int:
@@ -450,8 +462,6 @@ class ChunkCache:
                     f.write(header)
                     f.write(key_bytes)
                     f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
                 os.replace(tmp, final)
                 st = os.stat(final)
             except OSError:

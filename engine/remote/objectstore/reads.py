@@ -168,15 +168,15 @@ class RangeReader:
     per read (the reader pool's thread count bounds how many reads run at once).
     `max_request_bytes`: the largest coalesced GET. `fetch_max_wait_ms`: the default bound
     of a read (`remote.fetch.max.wait.ms`). `prefetch_max_bytes`: read-ahead after each
-    read (0 = none; needs a cache). `on_fetched(seg)` is called whenever chunks of `seg`
-    came from the store, before any reader is handed them (a check of cached bytes learns
-    that they may have changed)."""
+    read (0 = none; needs a cache). `on_fetched(seg, chunks)` is called whenever chunks of
+    `seg` came from the store, before any reader is handed them (a check of cached bytes
+    learns that they may have changed)."""
 
     def __init__(self, store: ObjectStore, cache: ChunkCache | None = None, *,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  fetch_max_wait_ms: int = 500, prefetch_max_bytes: int = 0,
-                 on_fetched: Callable[[SegmentObject], None] | None = None):
+                 on_fetched: Callable[[SegmentObject, list[int]], None] | None = None):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.store = store
@@ -437,7 +437,7 @@ class RangeReader:
                         self._raise_if_cut_short(seg, run, e)
                         raise
                     if self._on_fetched is not None:
-                        self._on_fetched(seg)
+                        self._on_fetched(seg, run)
                     for i in run:
                         a, b = seg.index.transformed_range(i)
                         data = self._detransform(seg, i, raw[a - t0:b - t0])

@@ -575,7 +575,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         data = self._reader.read(seg, start, end_exclusive, sequential=sequential,
                                  next_segments=next_segs)
         if self._verdicts is not None:
-            self._verdicts.check_after(seg.key, seg.identity, seg.index, end_exclusive)
+            self._verdicts.check_after(seg.key, seg.identity, seg.index, end_exclusive,
+                                       metadata.remote_log_segment_id.id)
         return memoryview(data) if isinstance(data, bytearray) else data
 
     def read_range_once(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -597,7 +598,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         n = self._reader.read_into(seg, start, buffer, sequential=sequential,
                                    next_segments=next_segs)
         if self._verdicts is not None:
-            self._verdicts.check_after(seg.key, seg.identity, seg.index, end)
+            self._verdicts.check_after(seg.key, seg.identity, seg.index, end,
+                                       metadata.remote_log_segment_id.id)
         return n
 
     def map_range(self, metadata: RemoteLogSegmentMetadata, start: int,
@@ -635,7 +637,8 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             parts.append((i, data))
         if not parts:
             return memoryview(b"")
-        self._verdicts.check_after(seg.key, seg.identity, index, end_exclusive)
+        self._verdicts.check_after(seg.key, seg.identity, index, end_exclusive,
+                                   metadata.remote_log_segment_id.id)
         self._store.metrics.requested(end_exclusive - start)  # as `read_range` counts it
         if self._reader.prefetch_max_bytes > 0:
             sequential, next_segs = self._read_ahead(metadata, seg, end_exclusive)

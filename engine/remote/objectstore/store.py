@@ -30,6 +30,10 @@ What this layer adds on top of obstore, and why:
   GETs, with no thread hand-off on the hot path) or on one background loop per store
   (`call(coro, timeout)` and `submit`: from any thread, cancelled when the bound passes).
 
+- **Response buffers reused.** The first store built sets glibc's mmap and trim thresholds
+  for the process (allocator.py), so each GET's buffer reuses freed heap memory instead of
+  a fresh mapping the kernel must fault in and zero.
+
 Configuration: `StoreConfig.from_configs` reads the plugin's names (without the
 `rsm.config.` prefix; see `STORE_CONFIG_KEYS`) and raises `ConfigError` naming a bad key.
 """
@@ -59,6 +63,7 @@ from engine.errors import (
     RemoteStorageError,
     redact_userinfo,
 )
+from engine.remote.objectstore.allocator import tune_for_object_reads
 from engine.remote.objectstore.config_values import ConfigValues
 from engine.remote.objectstore.loops import Calls, CallsClosed, StoreLoop, thread_loop
 from engine.remote.objectstore.metrics import ObjectStoreMetrics
@@ -304,6 +309,7 @@ class ObjectStore:
     def __init__(self, config: StoreConfig, metrics: ObjectStoreMetrics | None = None):
         self.config = config
         self.metrics = metrics if metrics is not None else ObjectStoreMetrics()
+        tune_for_object_reads()
         self._store = _build_store(config)
         self._rate = None if config.upload_rate_limit is None else TokenBucket(
             config.upload_rate_limit, max(config.upload_rate_limit, MiB))

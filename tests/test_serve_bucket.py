@@ -349,9 +349,11 @@ def test_offsets_between_segments_are_out_of_range(s3_server, tmp_path):
 
 def test_a_consumer_reading_on_needs_no_offset_index(s3_server, tmp_path, monkeypatch):
     """Fetches that go on where the previous one ended start from its end: no offset-index
-    lookup for a consumer reading forward, every record still read; a fetch anywhere else
-    still takes the index's position."""
+    lookup for a consumer reading forward, every record still read; a fetch back within
+    batches already checked is cut from their rows, and anywhere else takes the index's
+    position."""
     from engine.protocol.replica import open_replica
+    from engine.remote.checked_batches import CHECKED_BATCHES
     from engine.remote.remote_log import StoreIndexes
 
     lookups = []
@@ -373,6 +375,11 @@ def test_a_consumer_reading_on_needs_no_offset_index(s3_server, tmp_path, monkey
                 offset = result.next_offset
             assert got == [value_of(o) for o in range(30)]
             assert lookups == []
+            # a read back within the batches read is cut from their checked rows; without
+            # them (another process, rows evicted) it takes the index's position
+            result = replica.read("hand", 0, 17, 1, False)
+            assert lookups == []
+            CHECKED_BATCHES.clear()
             result = replica.read("hand", 0, 17, 1, False)
             assert lookups == [17]
             values = [r.offset for b in MemoryRecords(bytes(result.records)).batches()

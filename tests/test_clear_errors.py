@@ -316,8 +316,9 @@ def test_fetch_past_the_read_wait_exits_quietly(tmp_path, s3_server, fault_proxy
 def test_serve_bucket_past_the_call_timeout_exits_quietly(tmp_path, s3_server, fault_proxy,
                                                           delay_s):
     """`serve --bucket` whose first listing outlives `storage.s3.api.call.timeout`: one
-    error line naming the bucket and exit 2 (a bucket that cannot be listed at start is a
-    bad `--bucket`), and the LIST answered after the store closed prints nothing."""
+    error line naming the bucket and exit 1 (a store that does not answer is a failing
+    tier, as for every command), and the LIST answered after the store closed prints
+    nothing."""
     from fault_proxy import Fault
 
     settings = {**s3_server.config(), "storage.s3.endpoint.url": fault_proxy.endpoint,
@@ -330,7 +331,8 @@ def test_serve_bucket_past_the_call_timeout_exits_quietly(tmp_path, s3_server, f
     for i in range(2):
         proc = cli("serve", "--bucket", f"s3://{s3_server.buckets[0]}/slow-{i}/", *store,
                    "--state-dir", str(tmp_path / f"state-{i}"))
-        _assert_quiet_exit(proc, 2, "cannot be listed", f"s3://{s3_server.buckets[0]}/")
+        _assert_quiet_exit(proc, 1, "RemoteStorageError", "did not finish",
+                           f"s3://{s3_server.buckets[0]}/slow-{i}/")
 
 
 def test_closing_the_store_ends_its_calls_in_flight(s3_server, fault_proxy):

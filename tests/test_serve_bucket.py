@@ -441,6 +441,28 @@ def test_serve_bucket_on_a_store_that_does_not_answer_exits_1(tmp_path):
     assert "not-a-real-secret" not in run.stderr
 
 
+def test_serve_bucket_on_a_store_that_refuses_the_listing_exits_2(tmp_path, s3_server):
+    """A store that answers but refuses the first listing (no such bucket, a wrong secret)
+    is a bad `--bucket` or `--store`: exit status 2, one line naming the bucket, no secret."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "serve.properties"
+    config.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")
+    settings = {k: v for k, v in s3_server.config().items() if k != "storage.s3.bucket.name"}
+    for url, extra in (("s3://no-such-bucket/prefix", {}),
+                       (f"s3://{s3_server.buckets[0]}/prefix",
+                        {"storage.aws.secret.access.key": "a-wrong-secret"})):
+        store = [a for k, v in {**settings, **extra}.items() for a in ("--store", f"{k}={v}")]
+        run = subprocess.run(
+            [sys.executable, "-m", "engine", "serve", "--config", str(config), "--bucket", url,
+             "--state-dir", str(tmp_path / "state"), *store],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.startswith("error: ") and "cannot be listed" in run.stderr
+        assert url in run.stderr and "a-wrong-secret" not in run.stderr, run.stderr
+
+
 def test_a_failed_listing_keeps_serving_what_was_listed(s3_server, fault_proxy, tmp_path):
     """The store failing every request for a while: each refresh fails with a warning, the
     partitions listed before are still answered, and the next listing after the store is

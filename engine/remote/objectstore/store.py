@@ -401,8 +401,10 @@ class ObjectStore:
         except concurrent.futures.TimeoutError:
             fut.cancel()
             self.metrics.error("configured_timeout")
-            raise RemoteStorageError(f"{op} did not finish within {bound:.3f} s",
-                                     file=self.url(key)) from None
+            err = RemoteStorageError(f"{op} did not finish within {bound:.3f} s",
+                                     file=self.url(key))
+            err.kind = "configured_timeout"
+            raise err from None
         except Exception as e:
             raise self._error(op, key, e) from e
 
@@ -701,6 +703,8 @@ def _error_kind(exc: BaseException, text: str) -> str:
         return "throttling"
     if status is not None and status >= 500:
         return "server"
+    if status is not None and status >= 400:  # the store answered: the request was refused
+        return "other"
     low = text.lower()
     if isinstance(exc, TimeoutError) or _TIMEOUT_RE.search(text):
         return "configured_timeout"

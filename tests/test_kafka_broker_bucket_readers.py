@@ -245,10 +245,12 @@ class BucketServe(ServeProcess):
 
 @pytest.fixture(scope="module")
 def server(tiered, tmp_path_factory):
-    state = tmp_path_factory.mktemp("readers-serve") / "state"
+    base = tmp_path_factory.mktemp("readers-serve")
+    config = base / "node.properties"
+    config.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")  # never a fixed port
     store = [a for k, v in tiered.store.items() for a in ("--store", f"{k}={v}")]
     proc = BucketServe([sys.executable, "-m", "engine", "serve", "--bucket", tiered.url,
-                        *store, "--state-dir", str(state)])
+                        *store, "--config", str(config), "--state-dir", str(base / "state")])
     yield proc
     assert proc.stop() == 0, proc.output()
     assert "Traceback" not in proc.output(), proc.output()

@@ -18,6 +18,7 @@ from test_rlm_helpers import TOPIC, Env, read_all
 from engine._native import records as _native_records
 from engine.errors import CorruptRecordError
 from engine.remote import remote_log as remote_log_module
+from engine.remote import checked_batches as checked_batches_module
 from engine.remote.checked_batches import CHECKED_BATCHES, CheckedAnswer, CheckedBatches
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.metadata import RemoteLogSegmentState
@@ -273,8 +274,14 @@ def test_checked_rows_of_a_reader_going_on_extend_its_run():
     assert t.answer("s", 1, 65, 10**6, 10**9, 700) == CheckedAnswer(600, 700, 70, True)
 
 
+def _cost(rows: int, runs: int = 1) -> int:
+    """A segment's share of CheckedBatches.max_rows: its rows, and its runs' and its own
+    objects."""
+    return rows + runs * checked_batches_module._RUN_COST + checked_batches_module._SEGMENT_COST
+
+
 def test_checked_rows_never_outlive_their_generation_and_stay_bounded():
-    t = CheckedBatches(max_rows=8)
+    t = CheckedBatches(max_rows=_cost(2) + 2 * _cost(3))
     t.checked("s", 1, 0, _rows(0, [100] * 4))
     assert t.answer("s", 2, 0, 100, 10**9, 400) is None  # other bytes now: rows dropped
     assert t.rows("s", 1) == 0 and t.rows("s", 2) == 0
@@ -288,8 +295,33 @@ def test_checked_rows_never_outlive_their_generation_and_stay_bounded():
     t.drop("z")
     assert t.answer("z", 1, 0, 100, 10**9, 300) is None
     t.checked("big", 1, 0, _rows(0, [100] * 6))
-    t.checked("big", 1, 600, _rows(60, [100] * 3))  # more than all may have: dropped
+    t.checked("big", 1, 600, _rows(60, [100] * 130))  # more than all may have: dropped
     assert t.rows("big", 1) == 0 and t.rows("y", 1) == 0
+
+
+def test_many_small_runs_and_segments_stay_within_the_bound_and_cheap():
+    """Rows are counted with what their runs and segments take: one-row segments by the
+    thousand stay within the bound's memory, and a segment read at random keeps at most
+    _MAX_RUNS runs (adding a row stays a short walk)."""
+    import tracemalloc
+
+    max_rows = 1 << 14  # 256 KiB of rows
+    t = CheckedBatches(max_rows=max_rows)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(20_000):
+            t.checked(f"segment-{n}", 1, 0, _rows(n * 10, [100]))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * 16 * max_rows, held
+    t.clear()
+    for n in range(1000):  # disjoint one-batch reads of one segment
+        t.checked("random", 1, n * 1000, _rows(n * 100, [100]))
+    runs = t._segments["random"].runs
+    assert len(runs) == checked_batches_module._MAX_RUNS
+    assert t.answer("random", 1, 0, 100, 10**9, 10**6) == CheckedAnswer(0, 100, 10, True)
 
 
 def test_rows_serve_only_a_read_whose_generation_stays_and_a_new_one_drops_them(

@@ -97,13 +97,28 @@ class _Segment:
     def rows(self) -> int:
         return sum(len(r) for r in self.runs)
 
+    def cost(self) -> int:
+        """What the segment's rows hold, in rows of 16 bytes: the objects of the segment and
+        of each run too, so that many small runs or segments count for what they take."""
+        return self.rows() + _RUN_COST * len(self.runs) + _SEGMENT_COST
+
     def firsts_positions(self) -> list[int]:
         return [r.positions[0] for r in self.runs]
 
 
+#: a run's and a segment's own objects, in rows of 16 bytes (measured: about 300 and 600
+#: bytes)
+_RUN_COST = 20
+_SEGMENT_COST = 40
+#: runs kept per segment: rows that would add a run to a segment holding this many are
+#: not kept (a read of them is checked as any other read is), so adding rows stays cheap
+_MAX_RUNS = 64
+
+
 class CheckedBatches:
     """Checked batch rows per segment id, under one generation each; at most `max_rows`
-    rows in all (16 bytes a row), the least recently used segments dropped first."""
+    rows in all (16 bytes a row, each run and segment counted for its own objects too),
+    the least recently used segments dropped first."""
 
     def __init__(self, max_rows: int = 1 << 19):
         self.max_rows = max_rows
@@ -154,18 +169,21 @@ class CheckedBatches:
             if seg is None or seg.generation != generation:
                 self._drop(segment_id)
                 seg = self._segments[segment_id] = _Segment(generation)
+                self._rows += seg.cost()
             else:
                 self._segments.move_to_end(segment_id)
             run = seg.runs[-1] if seg.runs else None
             if run is not None and run.end == first and run.lasts[-1] + 1 == base:
                 run.extend(positions, lasts, end)  # a sequential reader going on
                 self._rows += len(positions)
+            elif len(seg.runs) >= _MAX_RUNS:
+                return
             else:
-                self._rows -= seg.rows()
+                self._rows -= seg.cost()
                 cols = positions.tolist()
                 _merge(seg, cols, cols[1:] + [end],
                        [base] + [last + 1 for last in lasts[:-1].tolist()], lasts.tolist())
-                self._rows += seg.rows()
+                self._rows += seg.cost()
             if self._rows <= self.max_rows:
                 return
             while self._rows > self.max_rows and len(self._segments) > 1:
@@ -192,7 +210,7 @@ class CheckedBatches:
     def _drop(self, segment_id: object) -> None:
         seg = self._segments.pop(segment_id, None)
         if seg is not None:
-            self._rows -= seg.rows()
+            self._rows -= seg.cost()
 
 
 def _answer(run: _Run, offset: int, max_bytes: int, upto: int,

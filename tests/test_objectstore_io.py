@@ -452,18 +452,94 @@ def test_a_damaged_disk_entry_is_dropped_and_refetched(tmp_path, s3_server, faul
         assert reopened.metrics.value("cache_misses", cache="chunk-cache") == 2
 
 
-def test_disk_entries_are_written_without_a_sync(tmp_path, monkeypatch):
-    """A cache entry is renamed into place unsynced: what a crash can do to it is a miss
-    (next test), so a sync per entry would only cost."""
+def test_disk_entries_are_synced_before_they_count_as_checked(tmp_path, monkeypatch):
+    """An entry this process wrote is served without its whole-entry check, so it is on
+    disk (fsynced) before it is renamed into place: a write-back failing later would
+    otherwise go unseen."""
     synced = []
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
     cache = ChunkCache(memory_bytes=0, disk_paths=[str(tmp_path / "c")])
     key = ChunkKey("obj.log", "id-1", 0)
     cache.put(key, b"x" * 1000)
     assert cache.flush(30)
     assert bytes(cache.get(key)) == b"x" * 1000
     cache.close()
-    assert synced == []
+    assert len(synced) == 1
+
+
+@pytest.mark.parametrize("order", ["first write before the refetch's put",
+                                   "first write after the refetch's put"])
+def test_a_chunk_fetched_again_supersedes_an_earlier_fetch_on_disk(tmp_path, order):
+    """A read misses a chunk whose earlier fetch is still queued for the disk (it left
+    memory meanwhile) and fetches it again: whichever order the writes land in, the disk
+    never serves the earlier fetch's bytes, which may be other bytes (a GET that answered
+    wrong) under the read generation the refetch began."""
+    class Store:
+        def __init__(self, data):
+            self.data, self.metrics = data, ObjectStoreMetrics()
+
+        def url(self, key):
+            return f"mem://{key}"
+
+        def run(self, coro):
+            return asyncio.new_event_loop().run_until_complete(coro)
+
+        async def get_range_async(self, key, start, end):
+            answer = self.data[start:end]
+            if self.during_get is not None:
+                self.during_get()
+            return answer
+
+    good = bytes(range(256)) * 16  # 4096 bytes: chunks of 1000
+    bad = bytearray(good)
+    bad[1500] ^= 1  # the first GET of chunk 1 answers wrong
+    store = Store(bytes(bad))
+    store.during_get = None
+    seg = plain_segment("k.log", len(good), 1000)
+    # two directories, two writer threads: the refetch's write may land before the first
+    cache = ChunkCache(memory_bytes=1000, disk_paths=[str(tmp_path / "c1"),
+                                                      str(tmp_path / "c2")])
+    reader = RangeReader(store, cache, fetch_max_wait_ms=20_000)
+    release, writes = threading.Event(), []
+    real_write = cache._write_entry
+
+    def slow_first_write(digest, key, data, put):  # the first write waits for release
+        writes.append(key.index)
+        if len(writes) == 1:
+            release.wait(10)
+        real_write(digest, key, data, put)
+
+    cache._write_entry = slow_first_write
+    try:
+        assert bytes(reader.read(seg, 1000, 2000)) == bytes(bad[1000:2000])
+        reader.read(seg, 0, 1000)  # one chunk in memory: chunk 1 leaves it, its write queued
+        assert not cache.contains(seg.chunk_key(1))
+        store.data = good  # fetched again, right this time
+
+        def first_write_lands():  # while the GET is in flight, before its put
+            store.during_get = None
+            release.set()
+            deadline = time.monotonic() + 10
+            while not cache.contains(seg.chunk_key(1)):
+                assert time.monotonic() < deadline, "the first write did not land"
+                time.sleep(0.005)
+
+        if order == "first write before the refetch's put":
+            store.during_get = first_write_lands
+        assert bytes(reader.read(seg, 1000, 2000)) == good[1000:2000]
+        if order != "first write before the refetch's put":
+            deadline = time.monotonic() + 10  # the refetch's write lands first
+            while not cache.contains(seg.chunk_key(1)) or len(writes) < 3:
+                assert time.monotonic() < deadline, "the refetch's write did not land"
+                time.sleep(0.005)
+        release.set()
+        assert cache.flush(10)
+        reader.read(seg, 2000, 3000)  # chunk 1 leaves memory again: next from the disk
+        assert bytes(reader.read(seg, 1000, 2000)) == good[1000:2000]
+    finally:
+        release.set()
+        cache.close()
 
 
 @pytest.mark.parametrize("crash", ["empty", "header only", "short", "zeroed block"])

@@ -21,11 +21,12 @@ unbounded), least recently used evicted first. A disk hit is promoted into memor
 
 (big-endian; the CRC-32C covers key and data). Disk writes happen on a writer thread after
 the chunk is in memory, so a cold read never waits for a disk; if more than
-`write_queue_bytes` are waiting, new entries stay memory-only. An entry is not fsynced: a
-crash may leave a renamed entry whose data never reached the disk (short, or with blocks
-of zeros), and the whole-entry check below turns such an entry into a miss that is deleted
-and refetched; a crash costs cache entries, never a wrong byte, so a sync per entry (once
-the largest cost of writing one) would buy nothing.
+`write_queue_bytes` are waiting, new entries stay memory-only. An entry is fsynced before
+its rename (on the writer thread): an entry this process wrote counts as checked, and a
+write-back failing later would otherwise go unseen. A chunk fetched again (a read that
+missed while the earlier fetch's write was queued) supersedes the earlier bytes: the
+entry on disk is dropped, and a queued write of them never lands, so the disk never
+serves bytes of a fetch that a later one replaced.
 
 **Kept across restarts** (the plugin wipes its cache at start): opening the cache lists the
 directories (names and sizes, not contents), deletes leftover temporary files, and serves
@@ -263,6 +264,10 @@ class ChunkCache:
         self._dirs = [Path(p) for p in disk_paths]
         self._writing_bytes = 0
         self._write_queue_cap = write_queue_bytes
+        # digest -> the latest `put` of it while writes of it are queued, and how many are:
+        # a write lands only if no later `put` superseded its bytes
+        self._latest_put: dict[str, object] = {}
+        self._queued_writes: dict[str, int] = {}
         self._writer = None
         if self._dirs:
             for d in self._dirs:
@@ -323,15 +328,23 @@ class ChunkCache:
         self.metrics.cache_event(self.CACHE, "cache_load_success")
         if self._writer is None:
             return
+        put = object()
         with self._lock:
-            if digest in self._disk or self._writing_bytes + len(data) > self._write_queue_cap:
+            # the chunk was fetched again (a read missed while an earlier fetch's write was
+            # queued, or after it landed): the earlier bytes, maybe not these, never serve
+            if digest in self._disk:
+                self._drop_disk_locked(digest, evicted=False)
+            if self._queued_writes.get(digest):
+                self._latest_put[digest] = put
+            if self._writing_bytes + len(data) > self._write_queue_cap:
                 return
             self._writing_bytes += len(data)
+            self._latest_put[digest] = put
+            self._queued_writes[digest] = self._queued_writes.get(digest, 0) + 1
         try:
-            self._writer.submit(self._write_entry, digest, key, data)
+            self._writer.submit(self._write_entry, digest, key, data, put)
         except RuntimeError:  # closed
-            with self._lock:
-                self._writing_bytes -= len(data)
+            self._write_done(digest, len(data))
 
     def get_in_memory(self, key: ChunkKey) -> bytes | memoryview | None:
         """The chunk's bytes if the memory tier holds them, else None, never touching a disk
@@ -448,7 +461,8 @@ class ChunkCache:
     def _dir_for(self, digest: str) -> Path:
         return self._dirs[crc32c(digest.encode()) % len(self._dirs)]
 
-    def _write_entry(self, digest: str, key: ChunkKey, data: bytes) -> None:
+    def _write_entry(self, digest: str, key: ChunkKey, data: bytes, put: object) -> None:
+        tmp = None
         try:
             key_bytes = key.text().encode()
             header = _HEADER.pack(_MAGIC, _VERSION, len(key_bytes), len(data),
@@ -456,21 +470,21 @@ class ChunkCache:
             root = self._dir_for(digest)
             final = root / digest[:2] / f"{digest}{_SUFFIX}"
             tmp = root / "tmp" / f"{digest}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
-                final.parent.mkdir(exist_ok=True)
-                with open(tmp, "wb") as f:
-                    f.write(header)
-                    f.write(key_bytes)
-                    f.write(data)
-                os.replace(tmp, final)
-                st = os.stat(final)
-            except OSError:
-                # a full or failing disk makes the entry memory-only; the read is unaffected
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                return
+            final.parent.mkdir(exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(header)
+                f.write(key_bytes)
+                f.write(data)
+                # on disk before it counts as checked: a write-back that failed later in
+                # this process could not be seen by the whole-entry check
+                os.fsync(f.fileno())
             size = _HEADER.size + len(key_bytes) + len(data)
             with self._lock:
+                if self._latest_put.get(digest) is not put:
+                    return  # a later fetch's bytes supersede these: never on disk
+                os.replace(tmp, final)
+                tmp = None
+                st = os.stat(final)
                 old = self._disk.pop(digest, None)
                 if old is not None:
                     self._disk_bytes -= old[1]
@@ -483,10 +497,23 @@ class ChunkCache:
                 with contextlib.suppress(OSError):
                     path.unlink()
             self._report_size()
+        except OSError:
+            pass  # a full or failing disk makes the entry memory-only; reads are unaffected
         finally:
-            with self._lock:
-                self._writing_bytes -= len(data)
-                self._written.notify_all()
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            self._write_done(digest, len(data))
+
+    def _write_done(self, digest: str, nbytes: int) -> None:
+        with self._lock:
+            self._writing_bytes -= nbytes
+            left = self._queued_writes.pop(digest, 1) - 1
+            if left:
+                self._queued_writes[digest] = left
+            else:
+                self._latest_put.pop(digest, None)
+            self._written.notify_all()
 
     def _evict_disk_locked(self) -> list[Path]:
         victims = []

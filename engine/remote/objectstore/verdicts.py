@@ -65,8 +65,22 @@ class _Upload:
 
     def __init__(self, generation: int, blind: bool):
         self.generation = generation
-        self.fetched: set[int] = set()
+        # a bit per chunk (a set of ints took about 55 bytes a chunk: 56 KiB for an upload
+        # of 1024 chunks, of which thousands are kept)
+        self.fetched = bytearray()
         self.blind = blind
+
+    def fetch(self, chunks: Sequence[int]) -> bool:
+        """Records a fetch of `chunks`; whether any of them was fetched before."""
+        bits, again = self.fetched, False
+        for c in chunks:
+            byte, bit = c >> 3, 1 << (c & 7)
+            if byte >= len(bits):
+                bits.extend(bytes(byte + 1 - len(bits)))
+            elif bits[byte] & bit:
+                again = True
+            bits[byte] |= bit
+        return again
 
 
 class BatchCrcVerdicts:
@@ -116,14 +130,14 @@ class BatchCrcVerdicts:
             if upload is None:
                 upload = self._uploads[k] = _Upload(0, self._blind_locked(seg))
                 again = True
+                upload.fetch(chunks)
                 if len(self._uploads) > _VERDICTS_KEPT:
                     gone_key, gone = self._uploads.popitem(last=False)
                     self._floor = max(self._floor, gone.generation)
                     self._dropped[hash(gone_key) % _DROPPED_SLOTS] = 1
             else:
                 self._uploads.move_to_end(k)
-                again = upload.blind or not upload.fetched.isdisjoint(chunks)
-            upload.fetched.update(chunks)
+                again = upload.fetch(chunks) or upload.blind
             if again:
                 self._checked.pop(k, None)
                 if k in self._checking:

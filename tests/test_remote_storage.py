@@ -309,6 +309,25 @@ def test_map_range_checks_like_read_range(tmp_path, segment):
         rsm.map_range(md, 0, 1)
 
 
+def test_map_range_serves_from_the_mapping_its_crc_check_made(tmp_path, segment,
+                                                             monkeypatch):
+    """A segment's first read in a process checks the whole `.log` through a mapping;
+    map_range then serves that mapping: one mapping a segment, its pages mapped once."""
+    import mmap
+
+    md = copied(FileSystemRemoteStorageManager([tmp_path], fsync=False), segment)
+    rsm = FileSystemRemoteStorageManager([tmp_path])  # a new process: nothing checked yet
+    made = []
+    real = mmap.mmap
+    monkeypatch.setattr(mmap, "mmap", lambda *a, **k: made.append(a) or real(*a, **k))
+    log = segment[0].log_segment.read_bytes()
+    assert bytes(rsm.map_range(md, 0, 100)) == log[:100]
+    assert bytes(rsm.map_range(md, 100, len(log))) == log[100:]
+    assert len(made) == 1
+    assert rsm.read_range(md, 0, 10) == log[:10]
+    rsm.close()
+
+
 def test_map_range_views_survive_eviction_deletion_and_close(tmp_path, segment):
     from engine.remote.filesystem import read as filesystem
 

@@ -178,6 +178,7 @@ def test_reader_queue_full_refuses_with_a_clear_error(tmp_path):
         env.produce(8)
         env.rlm.run_once()
         rsm.hang_read = {0}
+        rsm.reads_local_files = False  # a task a read, as for a store's RSM
         results = env.rlm.read_many([(TOPIC, 0, 0, 100), (TOPIC, 0, 3, 100),
                                      (TOPIC, 0, 6, 100)])
         errors = [type(r.error) for r in results]

@@ -6,9 +6,16 @@ offsets answers."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from test_rlm_helpers import TOPIC, Env
 
+from engine.errors import (
+    RemoteFetchTimeoutError,
+    RemoteLogReaderRejectedError,
+    RemoteStorageError,
+)
 from engine.remote.filesystem import FileSystemRemoteStorageManager
 from engine.remote.storage import RemoteStorageManager
 
@@ -165,4 +172,101 @@ def test_map_range_if_open_never_opens_a_file(tmp_path):
         env.rlm.index_cache.get_index_entry(md)
         assert env.rlm.index_cache.cached_entry(md) is not None
     finally:
+        env.close()
+
+
+def _tiered_partitions(tmp_path, rsm=None, partitions=4, **broker):
+    """An Env whose `partitions` partitions are tiered but for their active segments."""
+    env = Env(tmp_path, topic_config={"local.retention.bytes": 1}, rsm=rsm, broker=broker)
+    for p in range(partitions):
+        env.produce(10, partition=p)
+    env.rlm.run_once()
+    return env
+
+
+def _counting_submits(env) -> list:
+    submitted = []
+    submit = env.rlm.reader_pool.submit
+    env.rlm.reader_pool.submit = lambda work: submitted.append(work) or submit(work)
+    return submitted
+
+
+def test_read_many_hands_the_cold_reads_of_a_local_files_tier_to_one_reader_task(tmp_path):
+    """The filesystem tier's reads that need storage I/O (files not opened yet) go to the
+    reader pool as one task for the whole request, each answered as alone; a store's go
+    as a task each."""
+    env = _tiered_partitions(tmp_path)
+    try:
+        requests = [(TOPIC, p, o, 500) for p in range(4) for o in (0, 13)]
+        expected = [(bytes(r.records), r.next_offset) for r in
+                    (env.rlm.read(*request) for request in requests)]
+        env.rsm._open_logs.clear()  # cold again: every read needs its file opened
+        submitted = _counting_submits(env)
+        results = env.rlm.read_many(requests)
+        assert [(bytes(r.records), r.next_offset) for r in results] == expected
+        assert all(r.from_remote and r.error is None for r in results)
+        assert len(submitted) == 1
+        env.rsm._open_logs.clear()
+        env.rsm.reads_local_files = False  # as a store's RSM says
+        assert [(bytes(r.records), r.next_offset) for r in env.rlm.read_many(requests)] \
+            == expected
+        assert len(submitted) == 1 + len(requests)
+    finally:
+        env.close()
+
+
+class _HangingReads(FileSystemRemoteStorageManager):
+    """The filesystem tier whose reads of `hang` partitions wait for `release`."""
+
+    def __init__(self, dirs):
+        super().__init__(dirs, fsync=False)
+        self.hang: set[int] = set()
+        self.release = threading.Event()
+
+    def map_range(self, metadata, start, end_exclusive):
+        if metadata.topic_id_partition.partition in self.hang:
+            assert self.release.wait(30)
+        return super().map_range(metadata, start, end_exclusive)
+
+
+def test_one_reader_task_answers_each_partition_alone_and_times_out_as_one(tmp_path):
+    """A failed read in the task is its partition's error only; a task that outlasts
+    remote.fetch.max.wait.ms answers every partition it holds with
+    RemoteFetchTimeoutError, counted per partition."""
+    rsm = _HangingReads([tmp_path / "remote"])
+    env = _tiered_partitions(tmp_path, rsm, partitions=3, **{"remote.fetch.max.wait.ms": 300})
+    try:
+        md = next(iter(env.rlmm.list_remote_log_segments(
+            env.rlm._partitions[(TOPIC, 1)].tip)))
+        rsm.segment_path(md, ".log").write_bytes(b"damaged")
+        results = env.rlm.read_many([(TOPIC, p, 0, 500) for p in range(3)])
+        assert [r.error is None for r in results] == [True, False, True]
+        assert isinstance(results[1].error, RemoteStorageError)
+        rsm._open_logs.clear()
+        rsm.hang = {2}
+        results = env.rlm.read_many([(TOPIC, 0, 0, 500), (TOPIC, 2, 0, 500)])
+        assert all(isinstance(r.error, RemoteFetchTimeoutError) for r in results)
+        assert "remote.fetch.max.wait.ms" in str(results[1].error)
+        assert env.rlm.metrics.value("RemoteFetchErrorsPerSec", topic=TOPIC) >= 1 + 2
+    finally:
+        rsm.release.set()
+        env.close()
+
+
+def test_a_full_reader_queue_refuses_every_read_of_the_one_task(tmp_path):
+    rsm = _HangingReads([tmp_path / "remote"])
+    env = _tiered_partitions(tmp_path, rsm, partitions=2, **{
+        "remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 1,
+        "remote.fetch.max.wait.ms": 200})
+    try:
+        rsm.hang = {0}
+        requests = [(TOPIC, 0, 0, 500), (TOPIC, 1, 0, 500)]
+        for _ in range(2):  # the first task holds the one thread, the second the queue
+            assert all(isinstance(r.error, RemoteFetchTimeoutError)
+                       for r in env.rlm.read_many(requests))
+        refused = env.rlm.read_many(requests)
+        assert all(isinstance(r.error, RemoteLogReaderRejectedError) for r in refused)
+        assert "remote.log.reader.max.pending.tasks" in str(refused[1].error)
+    finally:
+        rsm.release.set()
         env.close()

@@ -24,7 +24,7 @@ from engine.protocol import errors as E
 from engine.protocol.acl import CLUSTER_NAME, Acl, Authorizer
 from engine.protocol.broker import Endpoint, ReadBroker
 from engine.protocol.log_reader import LogReader
-from engine.records import RecordBatchBuilder
+from engine.records import MemoryRecords, RecordBatchBuilder
 from engine.rlm import fetch as rlm_fetch
 
 FETCH, LIST_OFFSETS = 1, 2
@@ -201,6 +201,21 @@ def test_list_offsets_by_time_stop_at_the_last_stable_offset(open_transaction):
     # read_uncommitted, below the high watermark: found
     assert set(offsets(-3, False)) == {(2004, 14)}
     assert set(offsets(2000, False)) == {(2000, 10)}
+
+
+def test_a_broker_without_a_tier_answers_fetch_from_its_local_logs(open_transaction):
+    """A broker with remote.log.storage.system.enable=false reads through LocalReads:
+    Fetch answers each partition from the local log, read_committed stopping at the last
+    stable offset, an offset past the end its partition's OFFSET_OUT_OF_RANGE."""
+    resp = fetch(open_transaction, 12, [_part(0)])
+    [row] = resp["responses"][0]["partitions"]
+    assert (row["error_code"], row["high_watermark"]) == (E.NONE, 15)
+    assert [b.last_offset for b in MemoryRecords(bytes(row["records"])).batches()] == [9, 14]
+    [row] = fetch(open_transaction, 12, [_part(0)], read_committed=True)["responses"][0][
+        "partitions"]
+    assert [b.last_offset for b in MemoryRecords(bytes(row["records"])).batches()] == [9]
+    [row] = fetch(open_transaction, 12, [_part(0, offset=99)])["responses"][0]["partitions"]
+    assert row["error_code"] == E.OFFSET_OUT_OF_RANGE
 
 
 # ------------------------------------------------------------------ ListOffsets v0

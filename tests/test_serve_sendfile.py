@@ -119,6 +119,22 @@ def test_a_response_through_sendfile_equals_the_view_path(manager, sendfile):
     assert region.closed
 
 
+def test_the_buffers_of_a_response_go_out_in_one_writev(manager, monkeypatch):
+    """On a plain socket a response's size, header, record views and the bytes between
+    them are one writev (what the socket does not take then goes through the transport):
+    the client receives the response whole, byte for byte."""
+    _, view_parts, region = _response(manager, 4 << 20)
+    region.close()
+    writes = []
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, buffers: writes.append(len(buffers))
+                        or real(fd, buffers))
+    want = b"".join(bytes(p) for p in view_parts)
+    got, error, calls = asyncio.run(_serve_once(view_parts, True, _read_all))
+    assert error is None and got == want and calls == []
+    assert writes == [len(view_parts)] and len(view_parts) > 2
+
+
 def test_a_client_leaving_mid_response_costs_nothing(manager):
     manager.get_log(TOPIC, 0).read_located(0, 1)  # the segment mapped (a descriptor too)
     baseline = _open_fds()

@@ -188,9 +188,9 @@ class BrokerSession:
 
 
 class LocalReads:
-    """The RemoteLogManager's `read` and `list_offsets` over the local logs only, for a
-    broker with `remote.log.storage.system.enable=false` (the RLM needs a tier and
-    refuses to start without it). Answers as the RLM does for a partition that is not
+    """The RemoteLogManager's `read`, `read_many` and `list_offsets` over the local logs
+    only, for a broker with `remote.log.storage.system.enable=false` (the RLM needs a tier
+    and refuses to start without it). Answers as the RLM does for a partition that is not
     tiered: the same reader (engine.rlm.reader.read_local) and ListOffsets rules."""
 
     def __init__(self, log_manager: LogManager) -> None:
@@ -208,6 +208,24 @@ class LocalReads:
 
         return read_local(self._log(topic, partition), topic, partition, offset, max_bytes,
                           min_one_message, isolation)
+
+    def read_many(self, requests, *, min_one_message: bool = True,
+                  isolation: str = "read_uncommitted") -> list:
+        """`read` of each (topic, partition, offset, max_bytes[, min_one_message])
+        request, answered as the RLM's read_many answers: never raises for one partition,
+        whose result carries its error."""
+        from engine.rlm.reader import RemoteFetchResult
+
+        out = []
+        for request in requests:
+            topic, partition, offset, max_bytes = request[:4]
+            one = request[4] if len(request) > 4 else min_one_message
+            try:
+                out.append(self.read(topic, partition, offset, max_bytes, one, isolation))
+            except Exception as exc:  # noqa: BLE001 - that partition's answer
+                out.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
+                                             error=exc))
+        return out
 
     def list_offsets(self, topic: str, partition: int, spec) -> tuple[int, int]:
         from engine.rlm.offsets import list_offsets

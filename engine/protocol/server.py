@@ -5,7 +5,9 @@ until its response is sent), so a client that does not read its responses stops 
 itself, and what one connection holds is bounded by one request and one response
 (per-connection backpressure through the transport's drain). Record bytes of local segments
 go out with sendfile on plain TCP listeners (the response's bytes before them first, then
-the file range: engine.records.file_region), as their views on TLS ones. The framing is
+the file range: engine.records.file_region), as their views on TLS ones; on plain ones the
+buffers of a response (its header, record views and the bytes between them) go out in one
+writev rather than a send each. The framing is
 Kafka's: a 4-byte big-endian size, then the request; a size above
 `socket.request.max.bytes` (or negative) closes the connection before anything is allocated
 for it. On a SASL listener, until authentication succeeds, the bound is Kafka's
@@ -116,6 +118,30 @@ def _close_regions(parts) -> None:
     for part in parts:
         if isinstance(part, FileRegion):
             part.close()
+
+
+def _write_gathered(writer: asyncio.StreamWriter, parts: list) -> list:
+    """Writes the buffers that lead `parts` (up to its first FileRegion) to the plain
+    socket under `writer` in one writev, when its transport holds nothing unsent (else
+    they would overtake it); returns what is left to write: the unsent tail of the buffer
+    the write stopped in, then the parts after it. Through the transport, a response's
+    header, each record view and the bytes between them are a send each."""
+    transport = writer.transport
+    n = 0
+    while n < len(parts) and not isinstance(parts[n], FileRegion):
+        n += 1
+    if n < 2 or transport.get_write_buffer_size() or transport.is_closing():
+        return parts
+    views = [memoryview(part).cast("B") for part in parts[:n]]
+    try:
+        sent = os.writev(transport.get_extra_info("socket").fileno(), views)
+    except OSError:  # full (EAGAIN) or failed: the transport's write does what it does
+        return parts
+    for i, view in enumerate(views):
+        if sent < view.nbytes:
+            return [view[sent:], *parts[i + 1:]]
+        sent -= view.nbytes
+    return parts[n:]
 
 
 class _Closed(Exception):
@@ -304,15 +330,17 @@ class KafkaServer:
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, parts: list, sendfile: bool,
                     idle_s: float | None = None) -> None:
-        """Writes a response: buffers through the transport (a drain after each large one),
-        FileRegions with sendfile once the bytes before them are out (`sendfile`, in
-        _SENDFILE_CHUNK pieces), else as their views. Each of these waits must end within
+        """Writes a response: on a plain socket (`sendfile`) the buffers before its first
+        FileRegion in one writev when nothing is queued (`_write_gathered`), then buffers
+        through the transport (a drain after each large one), FileRegions with sendfile
+        once the bytes before them are out (`sendfile`, in _SENDFILE_CHUNK pieces), else
+        as their views. Each of these waits must end within
         `idle_s` (a peer that takes none of the response meanwhile closes the connection).
         Every FileRegion is closed, however the send ends."""
         loop = asyncio.get_running_loop()
         progress = functools.partial(_progress, idle_s=idle_s)
         try:
-            for part in parts:
+            for part in _write_gathered(writer, parts) if sendfile else parts:
                 if isinstance(part, FileRegion):
                     if sendfile:
                         await progress(writer.drain())

@@ -110,6 +110,15 @@ class RemoteStorageManager(abc.ABC):
         A plugin overrides it with a property or a class attribute."""
         return False
 
+    @property
+    def reads_local_files(self) -> bool:
+        """Whether a read's storage I/O is opening, checking and reading files of a local
+        filesystem (the filesystem tier), not requests to a store: such waits are short,
+        so the RLM runs the reads of one fetch that need it as one reader task, in turn,
+        rather than a task each. A plugin overrides it with a property or a class
+        attribute."""
+        return False
+
     def read_range(self, metadata: RemoteLogSegmentMetadata, start: int,
                    end_exclusive: int) -> bytes | memoryview:
         """`.log` bytes [start, end_exclusive). Requires 0 <= start <= end_exclusive <=

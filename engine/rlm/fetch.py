@@ -10,7 +10,9 @@ an `answer` already (a local read; a remote read the fetch quota throttles), or 
 to run. `read_remote` runs it with the remote-fetch metrics and quota. `read` and
 `read_many` first try each remote read inline with `nonblocking=True`, which returns None
 instead of doing storage I/O (the plan then goes to the reader pool, `submit_read`), and
-wait on the pool with `await_result`, bounded by `remote.fetch.max.wait.ms`.
+wait on the pool with `await_result`, bounded by `remote.fetch.max.wait.ms`. On a tier of
+local files, `read_many` hands the reads that need storage I/O to the pool as one task
+(`read_group`, `await_group`).
 
 The remote-segment access layer signals "this would need storage I/O" with its `WouldBlock`
 exception, raised deep inside an index or range read; it ends here, so that callers see a
@@ -20,6 +22,7 @@ plain result (an answer or None).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -144,16 +147,43 @@ def submit_read(log_reader, plan: ReadPlan) -> concurrent.futures.Future:
 def await_result(log_reader, plan: ReadPlan, future, timeout_s: float) -> RemoteFetchResult:
     """The result of a read submitted to the reader pool, or RemoteFetchTimeoutError after
     `timeout_s` (the read is cancelled if it has not started)."""
-    st, offset = plan.state, plan.offset
     try:
         return future.result(timeout=max(0.0, timeout_s))
     except concurrent.futures.TimeoutError:
         future.cancel()
-        log_reader.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
-        raise RemoteFetchTimeoutError(
-            f"remote read of partition {st.name} at offset {offset} did not finish within "
-            f"remote.fetch.max.wait.ms ({log_reader.fetch_max_wait_ms} ms)",
-            offset=offset) from None
+        raise _timed_out(log_reader, plan) from None
+
+
+def _timed_out(log_reader, plan: ReadPlan) -> RemoteFetchTimeoutError:
+    """The error of a read that outlasted remote.fetch.max.wait.ms, counted as a failed
+    fetch of its topic."""
+    st, offset = plan.state, plan.offset
+    log_reader.metrics.mark("RemoteFetchErrorsPerSec", st.topic)
+    return RemoteFetchTimeoutError(
+        f"remote read of partition {st.name} at offset {offset} did not finish within "
+        f"remote.fetch.max.wait.ms ({log_reader.fetch_max_wait_ms} ms)", offset=offset)
+
+
+def read_group(log_reader, plans: list[ReadPlan]) -> list:
+    """The remote reads of `plans` in turn (one reader-pool task): each one's result, or
+    the exception it raised (one partition's failure is its own)."""
+    out: list = []
+    for plan in plans:
+        try:
+            out.append(read_remote(log_reader, plan))
+        except Exception as exc:  # handed to that partition's result
+            out.append(exc)
+    return out
+
+
+def await_group(log_reader, plans: list[ReadPlan], future, timeout_s: float) -> list:
+    """`read_group`'s outcomes, or each plan's RemoteFetchTimeoutError after `timeout_s`
+    (the task is cancelled if it has not started)."""
+    try:
+        return future.result(timeout=max(0.0, timeout_s))
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        return [_timed_out(log_reader, plan) for plan in plans]
 
 
 class RemoteLogReader:
@@ -263,14 +293,15 @@ class RemoteLogReader:
                   isolation: str = "read_uncommitted") -> list[RemoteFetchResult]:
         """Reads several partitions: each request is (topic, partition, offset, max_bytes)
         or (..., min_one_message). Remote reads that need no storage I/O run on the
-        caller's thread, as in `read`; the others run in parallel on the reader pool and are
-        all bounded by one `remote.fetch.max.wait.ms` deadline (every partition may be read
-        remotely, as after KAFKA-14915; Kafka 3.9 served only the first one). Never raises
+        caller's thread, as in `read`; the others run on the reader pool (`_read_on_pool`:
+        in parallel, or as one task on a tier of local files) and are all bounded by one
+        `remote.fetch.max.wait.ms` deadline (every partition may be read remotely, as after
+        KAFKA-14915; Kafka 3.9 served only the first one). Never raises
         for one partition: a failed partition's result has `.error` set
         (OffsetOutOfRangeError, RemoteLogReaderRejectedError, RemoteFetchTimeoutError,
         RemoteStorageError, ...)."""
         results: list = []
-        pending = []
+        pending: list[tuple[int, ReadPlan]] = []
         for i, request in enumerate(requests):
             topic, partition, offset, max_bytes = request[:4]
             one = request[4] if len(request) > 4 else min_one_message
@@ -278,20 +309,50 @@ class RemoteLogReader:
                 plan = self.plan_read(topic, partition, offset, max_bytes, one, isolation)
                 answer = plan.answer if plan.answer is not None else self._read_inline(plan)
                 if answer is None:
-                    pending.append((i, plan, submit_read(self, plan)))
+                    pending.append((i, plan))
                 results.append(answer)
             except Exception as exc:
                 results.append(RemoteFetchResult(topic, int(partition), offset, b"", offset,
                                                  error=exc))
-        deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
-        for i, plan, future in pending:
-            st = plan.state
-            try:
-                results[i] = await_result(self, plan, future, deadline - time.monotonic())
-            except Exception as exc:
-                results[i] = RemoteFetchResult(st.topic, st.partition, plan.offset, b"",
-                                               plan.offset, True, error=exc)
+        for i, answer in self._read_on_pool(pending):
+            results[i] = answer
         return results
+
+    def _read_on_pool(self, pending: list[tuple[int, ReadPlan]]
+                      ) -> list[tuple[int, RemoteFetchResult]]:
+        """(index, result) of each read of `pending` (index, plan) that needs storage I/O,
+        run on the reader pool and all bounded by one `remote.fetch.max.wait.ms` deadline:
+        a task each, or, on a tier of local files (`rsm.reads_local_files`), one task for
+        them all, run in turn (their waits are short, and the hand-offs between threads
+        cost more than running them at once saves). A failed read's result carries its
+        error."""
+        if len(pending) > 1 and self.rsm.reads_local_files:
+            groups = [pending]
+        else:
+            groups = [[one] for one in pending]
+        submitted: list[tuple[list, list[ReadPlan], concurrent.futures.Future | Exception]] = []
+        for group in groups:
+            plans = [plan for _, plan in group]
+            task: concurrent.futures.Future | Exception
+            try:
+                task = self.reader_pool.submit(functools.partial(read_group, self, plans))
+            except Exception as exc:  # the queue is full: each read fails with it
+                for plan in plans:
+                    self.metrics.mark("RemoteFetchErrorsPerSec", plan.state.topic)
+                task = exc
+            submitted.append((group, plans, task))
+        deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
+        out = []
+        for group, plans, future in submitted:
+            outcomes = ([future] * len(plans) if isinstance(future, Exception) else
+                        await_group(self, plans, future, deadline - time.monotonic()))
+            for (i, plan), outcome in zip(group, outcomes):
+                if isinstance(outcome, Exception):
+                    st = plan.state
+                    outcome = RemoteFetchResult(st.topic, st.partition, plan.offset, b"",
+                                                plan.offset, True, error=outcome)
+                out.append((i, outcome))
+        return out
 
     def list_offsets(self, unified: UnifiedLog, st: PartitionState | None,
                      spec: int) -> tuple[int, int]:

@@ -118,20 +118,31 @@ def _preadv_exact(fd: int, view: memoryview, offset: int, path: Path) -> None:
         raise _storage_error(exc, f"cannot read {path} at byte {offset + done}") from None
 
 
-def _verify_log_fd(fd: int, size: int, expected: tuple[int, int], path: Path) -> None:
+def _verify_log_fd(fd: int, size: int, expected: tuple[int, int], path: Path,
+                   keep: bool = False) -> mmap.mmap | None:
     """Checks the `.log`'s CRC32C against `expected`, then the CRC of each record batch
-    it frames (RemoteStorageError naming the byte and offset of the first bad one)."""
+    it frames (RemoteStorageError naming the byte and offset of the first bad one). With
+    `keep`, returns the read-only, populated mapping the checks read (a reader serves from
+    it: no second mapping, no page faulted in again); else it is closed (None)."""
     if size == 0:
         _verify(expected, size, crc32c(b""), path)
-        return
+        return None
     try:
-        with mmap.mmap(fd, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ) as mapped:
+        mapped = mmap.mmap(fd, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ)
+        try:
             _verify(expected, size, crc32c(mapped), path)
             _check_batch_crcs(mapped, path)
+        except BaseException:
+            mapped.close()
+            raise
     except RemoteStorageError:
         raise
     except OSError as exc:
         raise _storage_error(exc, f"cannot read {path} to check its CRC32C") from None
+    if keep:
+        return mapped
+    mapped.close()
+    return None
 
 
 def _check_batch_crcs(data, path: Path) -> None:

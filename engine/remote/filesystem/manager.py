@@ -45,6 +45,7 @@ class FileSystemRemoteStorageManager(FileSystemLayout, FileSystemCopy, FileSyste
     """
 
     zero_copy_ranges = True  # map_range views a mapping of the stored, immutable file
+    reads_local_files = True  # a read's storage I/O: open, check and map a local file
 
     def __init__(self, dirs=None, *, fsync: bool = True, log_read_verification: str = "full",
                  broker_id: int = -1):

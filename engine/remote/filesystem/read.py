@@ -7,7 +7,8 @@ default), the CRC of the whole `.log` on the first read of the segment in this p
 verdict is cached per segment id and (inode, size, mtime). The `.log` files of the 128 most
 recently read segments stay open (`_OpenLogCache`, reference-counted, so eviction never
 closes a file under a read; deleting a segment drops its file), so a ranged read is one
-pread, and `map_range` views a mapping of the open file.
+pread, and `map_range` views a mapping of the open file: the one the CRC check read when
+the file was opened for `map_range` (one mapping a segment, its pages mapped once).
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ class FileSystemReads:
         into place, and deleting it (unlink) leaves existing mappings readable: a view stays
         valid after eviction, `close()` and the segment's deletion. Requires
         0 <= start <= end_exclusive <= size: ValueError otherwise."""
-        f = self._acquire_log(metadata)
+        f = self._acquire_log(metadata, keep_mapping=True)
         try:
             _check_range(start, end_exclusive, f.size, f.path, inclusive=False)
             if start == end_exclusive:
@@ -277,9 +278,11 @@ class FileSystemReads:
         finally:
             self._open_logs.release(f)
 
-    def _acquire_log(self, metadata: RemoteLogSegmentMetadata) -> _OpenLog:
+    def _acquire_log(self, metadata: RemoteLogSegmentMetadata,
+                     keep_mapping: bool = False) -> _OpenLog:
         """The segment's open, checked `.log` (from the open-file cache when possible);
-        the caller releases it."""
+        the caller releases it. With `keep_mapping` (a caller that maps the file), a file
+        opened now keeps the mapping its CRC check read as its mapping, if one ran."""
         self._check_open()
         key = (metadata.remote_log_segment_id.id, metadata.custom_metadata)
         f = self._open_logs.acquire(key)
@@ -287,11 +290,13 @@ class FileSystemReads:
             return f
         fd, path = self._open_stored(metadata, LOG)
         try:
-            size = self._checked_log_size(metadata, fd, path)
+            size, mapped = self._checked_log(metadata, fd, path, keep_mapping)
         except BaseException:
             os.close(fd)
             raise
-        return self._open_logs.insert(key, _OpenLog(fd, path, size))
+        f = _OpenLog(fd, path, size)
+        f.mapped = mapped  # no second mapping, no page faulted in again
+        return self._open_logs.insert(key, f)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata,
                     index_type: IndexType) -> io.BytesIO:
@@ -348,10 +353,16 @@ class FileSystemReads:
     def _checked_log_size(self, metadata: RemoteLogSegmentMetadata, fd: int,
                           path: Path) -> int:
         """The `.log` size, after the checks the module docstring describes."""
+        return self._checked_log(metadata, fd, path)[0]
+
+    def _checked_log(self, metadata: RemoteLogSegmentMetadata, fd: int, path: Path,
+                     keep_mapping: bool = False) -> tuple[int, mmap.mmap | None]:
+        """(the `.log` size, after the checks the module docstring describes; with
+        `keep_mapping`, the mapping the CRC check read when it ran now, else None)."""
         st = _fstat(fd, path)
         checksums = SegmentChecksums.of(metadata)
         if checksums is None:
-            return st.st_size
+            return st.st_size, None
         expected = checksums.files.get(LOG)
         if expected is None:
             raise RemoteStorageError(f"custom metadata of {metadata.remote_log_segment_id} "
@@ -359,21 +370,26 @@ class FileSystemReads:
         if st.st_size != expected[1]:
             _verify(expected, st.st_size, None, path)
         if self._verification == "full":
-            self._verify_log_once(metadata, fd, st, expected, path)
-        return st.st_size
+            return st.st_size, self._verify_log_once(metadata, fd, st, expected, path,
+                                                     keep_mapping)
+        return st.st_size, None
 
-    def _verify_log_once(self, metadata, fd, st, expected, path) -> None:
+    def _verify_log_once(self, metadata, fd, st, expected, path,
+                         keep_mapping: bool = False) -> mmap.mmap | None:
+        """Checks the `.log` unless this process checked this file already; with
+        `keep_mapping`, the mapping a check made now (else None)."""
         key = (metadata.remote_log_segment_id.id, st.st_ino, st.st_size, st.st_mtime_ns)
         if self._is_verified(key):
-            return
+            return None
         with self._verify_locks[hash(key) % _VERIFY_LOCK_STRIPES]:
             if self._is_verified(key):  # another thread checked it while we waited
-                return
-            _verify_log_fd(fd, st.st_size, expected, path)
+                return None
+            mapped = _verify_log_fd(fd, st.st_size, expected, path, keep=keep_mapping)
             with self._verified_lock:
                 self._verified[key] = True
                 while len(self._verified) > _VERIFY_CACHE_SIZE:
                     self._verified.popitem(last=False)
+            return mapped
 
     def _is_verified(self, key) -> bool:
         with self._verified_lock:

@@ -77,8 +77,11 @@ def _sizes(resp) -> list[int]:
 
 # ------------------------------------------------------------------------ remote reads
 
+@pytest.mark.parametrize("read_committed", [False, True])
 def test_an_expired_remote_read_answers_no_error_and_no_records(broker, tiered,
-                                                                monkeypatch):
+                                                                monkeypatch, read_committed):
+    """As Kafka's expired DelayedRemoteFetch: no error, no records, and no aborted
+    transactions (null, as Kafka's placeholder read carries none) under read_committed."""
     # every remote read hangs past remote.fetch.max.wait.ms; a local one is answered
     release = threading.Event()
     read_remote = rlm_fetch.read_remote
@@ -93,12 +96,14 @@ def test_an_expired_remote_read_answers_no_error_and_no_records(broker, tiered,
     monkeypatch.setattr(broker.reader.rlm.reader, "fetch_max_wait_ms", 50)
     local = tiered.offsets[1]["earliest-local"]
     try:
-        resp = fetch(broker, 12, [_part(0, 0), _part(1, local)])
+        resp = fetch(broker, 12, [_part(0, 0), _part(1, local)],
+                     read_committed=read_committed)
     finally:
         release.set()
     tiered_row, local_row = resp["responses"][0]["partitions"]
     assert tiered_row["error_code"] == E.NONE, tiered_row
     assert memoryview(tiered_row["records"]).nbytes == 0
+    assert tiered_row["aborted_transactions"] is None
     assert tiered_row["high_watermark"] == tiered.offsets[0]["latest"]
     assert (local_row["error_code"], memoryview(local_row["records"]).nbytes > 0) == (0, True)
 

@@ -90,7 +90,8 @@ class LogReader:
         isolation = "read_committed" if read_committed else "read_uncommitted"
         out = []
         for result in self.rlm.read_many(requests, isolation=isolation):
-            if result.error is not None and not E.is_expired_remote_read(result.error):
+            expired = result.error is not None and E.is_expired_remote_read(result.error)
+            if result.error is not None and not expired:
                 out.append(FetchPartitionData(result.error))
                 continue
             try:
@@ -98,8 +99,11 @@ class LogReader:
             except Exception as exc:  # noqa: BLE001 - an offline log dir fails its partitions
                 out.append(FetchPartitionData(exc))
                 continue
+            # an expired read is Kafka's placeholder: no records and no aborted transactions
+            # (null), as `serve --bucket` answers it
             out.append(FetchPartitionData(
-                None, result.records, unified, result.aborted_transactions,
+                None, result.records, unified,
+                None if expired else result.aborted_transactions,
                 result.local_segment, result.local_position))
         return out
 

@@ -63,8 +63,14 @@ PARTITIONS = 4
 PARTITION_MAX = 1 << 20
 
 
-def build(base: Path, records: int, tier: dict | None = None) -> str:
-    """The topic, tiered; `tier`: the RSM's properties instead of the filesystem tier's."""
+#: the bench's segments: small, so that a topic of seconds' reading has many of them
+SEGMENT_BYTES = 256 * 1024
+
+
+def build(base: Path, records: int, tier: dict | None = None,
+          segment_bytes: int = SEGMENT_BYTES) -> str:
+    """The topic, tiered (local retention: two segments); `tier`: the RSM's properties
+    instead of the filesystem tier's."""
     from engine.cli.produce_demo import produce_partition
     from engine.common import Uuid
     from engine.config import load_broker_config
@@ -78,7 +84,8 @@ def build(base: Path, records: int, tier: dict | None = None) -> str:
         f"log.dirs={base / 'd1'},{base / 'd2'}\nremote.log.storage.system.enable=true\n"
         + "".join(f"{k}={v}\n" for k, v in (tier or {"rsm.config.dirs": base / "tier"}).items())
         + "remote.storage.enable=true\n"
-        "log.segment.bytes=262144\nlog.local.retention.bytes=524288\nlog.retention.ms=-1\n"
+        f"log.segment.bytes={segment_bytes}\nlog.local.retention.bytes={2 * segment_bytes}\n"
+        "log.retention.ms=-1\n"
         "listeners=PLAINTEXT://127.0.0.1:0\n")
     # tiering runs its tasks every 100 ms so that set-up is quick; the measured `serve`
     # keeps Kafka's default interval (30 s), as a broker in steady state would
@@ -325,6 +332,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES,
+                    help="log.segment.bytes of the topic (default 256 KiB)")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--many-rounds", type=int, default=3, help="rounds of eight consumers")
     ap.add_argument("--consume", nargs=2, metavar=("BOOTSTRAP", "EXPECTED"))
@@ -339,7 +348,7 @@ def main() -> int:
     from serve_support import ServeProcess
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="bench-serve-"))
-    config = build(base, args.records)
+    config = build(base, args.records, segment_bytes=args.segment_bytes)
     status = json.loads(subprocess.run(
         [sys.executable, "-m", "engine", "status", "--config", config, "--json"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout)

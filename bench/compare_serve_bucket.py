@@ -2,10 +2,12 @@
 real librdkafka consumer on loopback, against the in-memory server of compare_serve.
 
     .venv/bin/python bench/compare_serve_bucket.py [--records 400000] [--rounds 4]
+        [--segment-bytes 262144] [--chunk-size 65536]
 
 1. Starts SeaweedFS (tests/s3_server.py); produces a topic (4 partitions, zstd, 256 KiB
-   segments, 512 KiB local retention) and tiers it with `run --until-idle` into the bucket
-   with the object-store tier (64 KiB chunks).
+   segments unless --segment-bytes, local retention two segments) and tiers it with
+   `run --until-idle` into the bucket with the object-store tier (64 KiB chunks unless
+   --chunk-size; the per-segment and per-chunk costs weigh less with larger ones).
 2. One consumer reading what the bucket holds from earliest: against `serve --bucket` (its
    default disk chunk cache with read-ahead, under a fresh state dir each round: cold, every
    chunk from the S3 server; then a second consumer on the same process: warm) and against
@@ -66,13 +68,14 @@ class _BucketServe:
         self.proc = Proc("")
 
 
-def build(base: Path, records: int, s3) -> str:
+def build(base: Path, records: int, s3, segment_bytes: int, chunk_size: int) -> str:
     """The bench topic of compare_serve, tiered into the S3 server's bucket."""
     config = Path(cs.build(base, records, tier={
         "remote.log.storage.manager.class.name":
             "io.aiven.kafka.tieredstorage.RemoteStorageManager",
-        "rsm.config.key.prefix": PREFIX, "rsm.config.chunk.size": "65536",
-        **{f"rsm.config.{k}": v for k, v in s3.config().items()}}))
+        "rsm.config.key.prefix": PREFIX, "rsm.config.chunk.size": str(chunk_size),
+        **{f"rsm.config.{k}": v for k, v in s3.config().items()}},
+        segment_bytes=segment_bytes))
     return str(config)
 
 
@@ -143,10 +146,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--segment-bytes", type=int, default=cs.SEGMENT_BYTES,
+                    help="log.segment.bytes of both topics (default 256 KiB)")
+    ap.add_argument("--chunk-size", type=int, default=64 * 1024,
+                    help="the object-store tier's chunk.size (default 64 KiB)")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-serve-bucket-"))
     with S3Server(base / "weed") as s3:
-        config = build(base, args.records, s3)
+        config = build(base, args.records, s3, args.segment_bytes, args.chunk_size)
         url = f"s3://{s3.buckets[0]}/{PREFIX}"
         settings = {k: v for k, v in s3.config().items() if k != "storage.s3.bucket.name"}
         probe = _BucketServe(url, settings, base, "probe").proc
@@ -157,7 +164,8 @@ def main() -> int:
         # data records in the bucket (a few offsets are transaction markers); every
         # consumer reads to each partition's end
         expected = sum(ends.values())
-        fs_config = cs.build(base / "fs", args.records)  # the same records, filesystem tier
+        # the same records, filesystem tier
+        fs_config = cs.build(base / "fs", args.records, segment_bytes=args.segment_bytes)
         print(f"topic: {args.records} records, the bucket holds offsets up to {ends}",
               file=sys.stderr)
         names = {"ceiling": ["ceiling"], "serve": ["serve"], "bucket": ["cold", "warm", "eight"]}

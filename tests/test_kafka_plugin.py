@@ -183,20 +183,30 @@ def test_concurrent_fetches_from_many_threads_are_exact(s3_server, segment, tmp_
 DIRECT_COPY = ("-Dtierengine.kafka.rawCopy=false",)
 
 
+def _segment_over_3_mib(tmp_path):
+    """A closed segment of more than 3 MiB at offset 0: (its data, .log size, the driver's
+    words for its metadata)."""
+    data, last, size = make_segment(tmp_path / "local", 0, batches=150, records=100,
+                                    value_size=200, seed=5)
+    assert size > 3 * MiB
+    return data, size, metadata_words(segment_metadata(TIP, 0, last, size))
+
+
+def _memory_cache_configs(s3_server, cache_bytes: int) -> dict:
+    """The object store in 1 MiB chunks with a memory chunk cache of `cache_bytes`."""
+    return s3_configs(s3_server, **{
+        "chunk.size": str(MiB), "fetch.chunk.cache.size": str(cache_bytes),
+        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"})
+
+
 @pytest.mark.parametrize("java_opts", [(), DIRECT_COPY], ids=["mapped", "direct-buffer"])
 def test_streams_over_1_mib_are_exact_from_any_position(s3_server, tmp_path, java_opts):
     """A stream reads 1 MiB ranges (mapped ones cut at 1 MiB-aligned positions): from an
     odd position, in odd read sizes, bounded across a boundary, from many threads, out of
     a chunk cache smaller than what the threads read at once (views outlive eviction)."""
-    data, last, size = make_segment(tmp_path / "local", 0, batches=150, records=100,
-                                    value_size=200, seed=5)
-    assert size > 3 * MiB
+    data, size, words = _segment_over_3_mib(tmp_path)
     log = data.log_segment.read_bytes()
-    md = segment_metadata(TIP, 0, last, size)
-    words = metadata_words(md)
-    configs = s3_configs(s3_server, **{
-        "chunk.size": str(MiB), "fetch.chunk.cache.size": str(2 * MiB),
-        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"})
+    configs = _memory_cache_configs(s3_server, 2 * MiB)
     out = run_driver(tmp_path / "drv", configs,
                      [f"copy {words} {copy_words(data)}",
                       f"fetch {words} from=12345 out={tmp_path / 'tail'} chunk=300000",
@@ -216,13 +226,8 @@ def test_an_open_ended_stream_maps_to_the_1_mib_boundary_at_once(s3_server, tmp_
     size: a mapped stream maps to the end of the 1 MiB-aligned block at once (a view costs
     the same at any length), where the direct-buffer path starts with 64 KiB (each range it
     pulls is copied whole)."""
-    data, last, size = make_segment(tmp_path / "local", 0, batches=150, records=100,
-                                    value_size=200, seed=5)
-    md = segment_metadata(TIP, 0, last, size)
-    words = metadata_words(md)
-    configs = s3_configs(s3_server, **{
-        "chunk.size": str(MiB), "fetch.chunk.cache.size": str(4 * MiB),
-        "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"})
+    data, _, words = _segment_over_3_mib(tmp_path)
+    configs = _memory_cache_configs(s3_server, 4 * MiB)
     out = run_driver(tmp_path / "drv", configs,
                      [f"copy {words} {copy_words(data)}",
                       f"fetch {words} from=12345 out={tmp_path / 'tail'}"], java_opts=java_opts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 import zlib
 
 from engine.remote.objectstore import SegmentObject
@@ -54,3 +55,12 @@ def zlib_chunks(data: bytes, chunk_size: int):
         return zlib.decompress(raw)
 
     return b"".join(transformed), index, detransform
+
+
+def wait_for(predicate, what: str, timeout_s: float = 20.0) -> None:
+    """Polls `predicate` until it holds; an AssertionError naming `what` after
+    `timeout_s` (background work a test waits on: read-ahead, checks, disk writes)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)

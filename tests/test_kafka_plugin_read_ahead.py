@@ -5,10 +5,10 @@ engine (engine.remote.broker_plugin), against a real S3 server."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from kafka_plugin_support import describe
+from objectstore_support import wait_for
 from rsm_crash_writer import make_segment, segment_metadata
 
 from engine.common import Uuid
@@ -59,15 +59,6 @@ def _cached_chunks(plugin, md) -> int:
                for i in range(log.index.chunk_count))
 
 
-def _wait(predicate, timeout_s=30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def _read_to_the_end(handle, md, size) -> None:
     """Two fetches of the segment, as Kafka makes them (a new stream each): the first names
     the segment (and starts the lookup of the next one), the second reads its tail."""
@@ -83,7 +74,8 @@ def test_a_fetch_near_a_segments_end_reads_ahead_into_the_next_one(s3_server, tm
         plugin = bridge._plugin(handle)
         bridge.plugin_unmap(bridge.plugin_map(handle, describe(mds[0]), 0, 1000, True, 0))
         lookup = plugin._next_segments
-        assert _wait(lambda: lookup._found.get(mds[0].remote_log_segment_id.id) is not None)
+        wait_for(lambda: lookup._found.get(mds[0].remote_log_segment_id.id) is not None,
+                 "the lookup of the next segment")
         guessed = lookup.next_of(mds[0])
         assert guessed is not None
         assert guessed.remote_log_segment_id == mds[1].remote_log_segment_id
@@ -92,8 +84,8 @@ def test_a_fetch_near_a_segments_end_reads_ahead_into_the_next_one(s3_server, tm
         size = len(logs[0])
         bridge.plugin_unmap(bridge.plugin_map(handle, describe(mds[0]), size - 1000, 1000,
                                               True, 0))
-        assert _wait(lambda: _cached_chunks(plugin, mds[1]) >= 4), _cached_chunks(plugin,
-                                                                                  mds[1])
+        wait_for(lambda: _cached_chunks(plugin, mds[1]) >= 4,
+                 "read-ahead into the next segment's chunks")
         # and Kafka's own metadata of that segment reads the same bytes from those chunks
         address = bridge.plugin_map(handle, describe(mds[1]), 0, len(logs[1]), True, 0)
         import ctypes
@@ -115,8 +107,8 @@ def test_no_next_segment_without_one_upload_under_its_start_offset(s3_server, tm
         lookup = plugin._next_segments
         for md, log in zip(mds, logs):
             _read_to_the_end(handle, md, len(log))
-            assert _wait(lambda md=md: lookup._found.get(md.remote_log_segment_id.id)
-                         is not None)
+            wait_for(lambda md=md: lookup._found.get(md.remote_log_segment_id.id) is not None,
+                     "the lookup of the next segment")
             assert lookup.next_of(md) is None
     finally:
         bridge.plugin_close(handle)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fault_proxy import Fault
-from objectstore_support import ListChunkRanges, plain_segment, zlib_chunks
+from objectstore_support import ListChunkRanges, plain_segment, wait_for, zlib_chunks
 from prometheus_client import CollectorRegistry
 
 from engine.errors import (
@@ -520,19 +520,14 @@ def test_a_chunk_fetched_again_supersedes_an_earlier_fetch_on_disk(tmp_path, ord
         def first_write_lands():  # while the GET is in flight, before its put
             store.during_get = None
             release.set()
-            deadline = time.monotonic() + 10
-            while not cache.contains(seg.chunk_key(1)):
-                assert time.monotonic() < deadline, "the first write did not land"
-                time.sleep(0.005)
+            wait_for(lambda: cache.contains(seg.chunk_key(1)), "the first write to land")
 
         if order == "first write before the refetch's put":
             store.during_get = first_write_lands
         assert bytes(reader.read(seg, 1000, 2000)) == good[1000:2000]
         if order != "first write before the refetch's put":
-            deadline = time.monotonic() + 10  # the refetch's write lands first
-            while not cache.contains(seg.chunk_key(1)) or len(writes) < 3:
-                assert time.monotonic() < deadline, "the refetch's write did not land"
-                time.sleep(0.005)
+            wait_for(lambda: cache.contains(seg.chunk_key(1)) and len(writes) >= 3,
+                     "the refetch's write to land first")
         release.set()
         assert cache.flush(10)
         reader.read(seg, 2000, 3000)  # chunk 1 leaves memory again: next from the disk

@@ -6,11 +6,11 @@ boundaries on read-ahead."""
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 
 import pytest
 from fault_proxy import Fault
+from objectstore_support import wait_for
 from test_tiered_scenarios import Broker, expected
 
 
@@ -84,13 +84,6 @@ def _ranges(requests) -> list[tuple[int, int]]:
         assert m, f"a GET of a whole .log object: {r}"
         out.append((int(m.group(1)), int(m.group(2)) + 1))
     return out
-
-
-def wait_for(predicate, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_sequential_rlm_read_crosses_a_segment_boundary_without_a_get(

@@ -18,6 +18,7 @@ from Crypto.PublicKey import RSA
 from Crypto.Signature.pss import MGF1
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fault_proxy import Fault
+from objectstore_support import wait_for
 from rsm_crash_writer import make_segment, segment_metadata
 from test_objectstore_transforms import write_key_pair
 
@@ -753,15 +754,6 @@ def test_a_failing_store_leaves_local_work_alone_and_copies_resume(s3_server, fa
         broker.close()
 
 
-def _until(predicate, what: str, timeout_s: float = 20.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_batch_crcs_are_declared_checked_only_over_cached_checked_chunks(
         s3_server, segment, tmp_path):
     """With a chunk cache, `verifies_batch_crcs` turns true once a read reached the
@@ -779,7 +771,7 @@ def test_batch_crcs_are_declared_checked_only_over_cached_checked_chunks(
         rsm.read_range(md, 0, size // 2)
         assert not rsm.verifies_batch_crcs(md)  # the end not reached: no pass yet
         rsm.read_range(md, size // 2, size)
-        _until(lambda: rsm.verifies_batch_crcs(md), "the batch CRC pass")
+        wait_for(lambda: rsm.verifies_batch_crcs(md), "the batch CRC pass")
 
         other = copy(rsm, segment)  # another upload: reading it evicts the first's chunks
         rsm.read_range(other, 0, size)
@@ -793,7 +785,7 @@ def test_batch_crcs_are_declared_checked_only_over_cached_checked_chunks(
         damaged.write_bytes(raw)
         bad = copy(rsm, (dataclasses.replace(data, log_segment=damaged), last, size))
         rsm.read_range(bad, 0, size)
-        _until(lambda: not rsm._verdicts._checking, "the batch CRC pass")
+        wait_for(lambda: not rsm._verdicts._checking, "the batch CRC pass")
         assert not rsm.verifies_batch_crcs(bad)
     with make_rsm(rsm_configs(s3_server)) as rsm:  # no chunk cache: never
         md = copy(rsm, segment)

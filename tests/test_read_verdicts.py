@@ -6,12 +6,11 @@ again, the tier's file replaced or rewritten, another segment id."""
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import obstore
 import pytest
-from objectstore_support import plain_segment
+from objectstore_support import plain_segment, wait_for
 from test_objectstore_rsm import copy, make_rsm, rsm_configs, segment  # noqa: F401 (fixture)
 from test_rlm_helpers import TOPIC, Env, read_all
 
@@ -186,7 +185,7 @@ def test_a_chunk_fetched_after_the_verdict_drops_it_and_a_flipped_byte_is_caught
         for _ in range(2):
             read_through()
         if segment_pass:
-            _until(lambda: rsm.verifies_batch_crcs(md), "the segment's pass")
+            wait_for(lambda: rsm.verifies_batch_crcs(md), "the segment's pass")
         before = rsm.read_generation(md)
         crc_passes.clear()
         read_through()
@@ -380,13 +379,6 @@ def test_a_full_tier_cuts_rereads_from_checked_rows(tmp_path, crc_passes):
         env.close()
 
 
-def _until(predicate, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_a_cold_read_s_checks_count_toward_the_segment_verdict(
         s3_server, segment, monkeypatch):  # noqa: F811 (the fixture)
     """A cold sequential read fetches each chunk for the first time, which leaves the read
@@ -418,7 +410,7 @@ def test_a_cold_read_s_checks_count_toward_the_segment_verdict(
         offset = md.start_offset
         while offset <= last:
             offset = log.read(offset, 2000).next_offset
-        _until(lambda: rsm.verifies_batch_crcs(md), "the segment's pass")
+        wait_for(lambda: rsm.verifies_batch_crcs(md), "the segment's pass")
         generation = rsm.read_generation(md)
         assert VERIFIED.covers(md.remote_log_segment_id.id, generation, 2000 + 1000,
                                size - 2000 - 1000)

@@ -121,3 +121,32 @@ def test_no_lookup_without_read_ahead(s3_server, tmp_path):
         assert bridge._plugin(handle)._next_segments is None
     finally:
         bridge.plugin_close(handle)
+
+
+def test_a_lookup_that_failed_unexpectedly_is_asked_again_later(monkeypatch):
+    """A lookup ended by any error is no longer in flight: once RETRY_AFTER_S has passed,
+    the next read of the segment looks again."""
+    from engine.remote.objectstore import next_segment
+
+    class Rsm:
+        def read_forward(self, *_):
+            raise AssertionError("no segment was found")
+
+    lookup = next_segment.NextSegmentLookup(Rsm())
+    calls = []
+
+    def broken(metadata):
+        calls.append(metadata)
+        raise RuntimeError("a bug in the lookup")
+
+    monkeypatch.setattr(lookup, "_find", broken)
+    monkeypatch.setattr(next_segment, "RETRY_AFTER_S", 0.0)  # "none yet" stands no time
+    md = segment_metadata(TIP, 0, 99, 1000)
+    try:
+        assert lookup.next_of(md) is None
+        wait_for(lambda: lookup._found.get(md.remote_log_segment_id.id) is not None,
+                 "the failed lookup to be recorded")
+        assert lookup.next_of(md) is None
+        wait_for(lambda: len(calls) == 2, "the lookup asked again")
+    finally:
+        lookup.close()

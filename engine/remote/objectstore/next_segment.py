@@ -86,14 +86,15 @@ class NextSegmentLookup:
 
     def _look_up(self, metadata: RemoteLogSegmentMetadata) -> None:
         sid = metadata.remote_log_segment_id.id
+        nxt = None
         try:
             nxt = self._find(metadata)
         except (KafkaEngineError, OSError) as exc:  # read-ahead is an optimisation
             log.debug("the segment after %s: %r", metadata.remote_log_segment_id, exc)
-            nxt = None
-        with self._lock:
-            if sid in self._found:
-                self._found[sid] = (nxt, time.monotonic())
+        finally:  # whatever ended the lookup, it is no longer in flight: asked again later
+            with self._lock:
+                if sid in self._found:
+                    self._found[sid] = (nxt, time.monotonic())
         if nxt is not None:
             self._rsm.read_forward(metadata, nxt)
 

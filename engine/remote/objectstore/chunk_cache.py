@@ -96,6 +96,8 @@ _MAP_MIN_BYTES = 1 << 20
 # costs a dict lookup rather than an open, a map and a key comparison
 _OPEN_MAPPINGS = 64
 _SUFFIX = ".chunk"
+# stripes of the locks that order a put and a disk write of one entry
+_ENTRY_LOCK_STRIPES = 64
 
 CACHE_CLASS_ALIASES = {
     "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache": "memory",
@@ -268,6 +270,10 @@ class ChunkCache:
         # a write lands only if no later `put` superseded its bytes
         self._latest_put: dict[str, object] = {}
         self._queued_writes: dict[str, int] = {}
+        # a `put` and a write's rename of one entry exclude each other (lock striped by
+        # digest, taken before `_lock`), so the rename runs outside `_lock`, which lookups
+        # take
+        self._entry_locks = [threading.Lock() for _ in range(_ENTRY_LOCK_STRIPES)]
         self._writer = None
         if self._dirs:
             for d in self._dirs:
@@ -329,7 +335,7 @@ class ChunkCache:
         if self._writer is None:
             return
         put = object()
-        with self._lock:
+        with self._entry_lock(digest), self._lock:
             # the chunk was fetched again (a read missed while an earlier fetch's write was
             # queued, or after it landed): the earlier bytes, maybe not these, never serve
             if digest in self._disk:
@@ -479,23 +485,15 @@ class ChunkCache:
                 # this process could not be seen by the whole-entry check
                 os.fsync(f.fileno())
             size = _HEADER.size + len(key_bytes) + len(data)
-            with self._lock:
-                if self._latest_put.get(digest) is not put:
+            with self._entry_lock(digest):
+                with self._lock:
+                    current = self._latest_put.get(digest) is put
+                if not current:
                     return  # a later fetch's bytes supersede these: never on disk
                 os.replace(tmp, final)
                 tmp = None
                 st = os.stat(final)
-                old = self._disk.pop(digest, None)
-                if old is not None:
-                    self._disk_bytes -= old[1]
-                self._open.pop(digest, None)  # a mapping of the file replaced
-                self._disk[digest] = (final, size, self._clock())
-                self._disk_bytes += size
-                self._verified[digest] = (st.st_ino, st.st_size, st.st_mtime_ns)
-                victims = self._evict_disk_locked()
-            for path in victims:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+                self._register_written(digest, final, size, st)
             self._report_size()
         except OSError:
             pass  # a full or failing disk makes the entry memory-only; reads are unaffected
@@ -504,6 +502,25 @@ class ChunkCache:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
             self._write_done(digest, len(data))
+
+    def _entry_lock(self, digest: str) -> threading.Lock:
+        return self._entry_locks[hash(digest) % _ENTRY_LOCK_STRIPES]
+
+    def _register_written(self, digest: str, final: Path, size: int, st) -> None:
+        """Indexes an entry just renamed into place (checked by construction), evicting
+        what the disk bound requires."""
+        with self._lock:
+            old = self._disk.pop(digest, None)
+            if old is not None:
+                self._disk_bytes -= old[1]
+            self._open.pop(digest, None)  # a mapping of the file replaced
+            self._disk[digest] = (final, size, self._clock())
+            self._disk_bytes += size
+            self._verified[digest] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            victims = self._evict_disk_locked()
+        for path in victims:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _write_done(self, digest: str, nbytes: int) -> None:
         with self._lock:

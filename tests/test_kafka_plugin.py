@@ -192,10 +192,10 @@ def _segment_over_3_mib(tmp_path):
     return data, size, metadata_words(segment_metadata(TIP, 0, last, size))
 
 
-def _memory_cache_configs(s3_server, cache_bytes: int) -> dict:
+def _memory_cache_configs(s3_server, cache_bytes: int, chunk_size: int = MiB) -> dict:
     """The object store in 1 MiB chunks with a memory chunk cache of `cache_bytes`."""
     return s3_configs(s3_server, **{
-        "chunk.size": str(MiB), "fetch.chunk.cache.size": str(cache_bytes),
+        "chunk.size": str(chunk_size), "fetch.chunk.cache.size": str(cache_bytes),
         "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"})
 
 
@@ -220,20 +220,27 @@ def test_streams_over_1_mib_are_exact_from_any_position(s3_server, tmp_path, jav
 
 
 @pytest.mark.parametrize("java_opts", [(), DIRECT_COPY], ids=["mapped", "direct-buffer"])
-def test_an_open_ended_stream_maps_to_the_1_mib_boundary_at_once(s3_server, tmp_path,
-                                                                 java_opts):
+def test_an_open_ended_stream_maps_2_mib_at_once_up_to_its_chunks_end(s3_server, tmp_path,
+                                                                      java_opts):
     """Kafka's reader opens a stream with no end and reads a batch, then up to its fetch
-    size: a mapped stream maps to the end of the 1 MiB-aligned block at once (a view costs
-    the same at any length), where the direct-buffer path starts with 64 KiB (each range it
-    pulls is copied whole)."""
-    data, _, words = _segment_over_3_mib(tmp_path)
-    configs = _memory_cache_configs(s3_server, 4 * MiB)
+    size: a mapped stream asks for 2 MiB from where it starts (a view costs the same at any
+    length; Kafka starts up to an index interval before the batch it wants), and the engine
+    maps it whole, or up to the end of its chunk, never joining two; the direct-buffer path
+    starts with 64 KiB (each range it pulls is copied whole)."""
+    data, size, words = _segment_over_3_mib(tmp_path)
+    log = data.log_segment.read_bytes()
+    configs = _memory_cache_configs(s3_server, 8 * MiB, chunk_size=3 * MiB)
+    near_end = 3 * MiB - 100  # 100 bytes before the first chunk's end
     out = run_driver(tmp_path / "drv", configs,
                      [f"copy {words} {copy_words(data)}",
-                      f"fetch {words} from=12345 out={tmp_path / 'tail'}"], java_opts=java_opts)
-    assert [line.get("error") for line in out] == [None] * 3, out
-    assert (tmp_path / "tail").read_bytes() == data.log_segment.read_bytes()[12345:]
-    assert out[2]["first_range"] == (64 * 1024 if java_opts else MiB - 12345)
+                      f"fetch {words} from=12345 out={tmp_path / 'tail'}",
+                      f"fetch {words} from={near_end} out={tmp_path / 'across'}"],
+                     java_opts=java_opts)
+    assert [line.get("error") for line in out] == [None] * 4, out
+    assert (tmp_path / "tail").read_bytes() == log[12345:]
+    assert (tmp_path / "across").read_bytes() == log[near_end:]
+    assert out[2]["first_range"] == (64 * 1024 if java_opts else 2 * MiB)
+    assert out[3]["first_range"] == (min(64 * 1024, size - near_end) if java_opts else 100)
 
 
 def test_mapped_streams_hold_no_direct_buffers(s3_server, segment, tmp_path):
@@ -252,8 +259,9 @@ def test_mapped_streams_hold_no_direct_buffers(s3_server, segment, tmp_path):
 
 def test_a_mapped_range_stays_readable_at_its_address_until_released(s3_server, segment):
     """The engine's side of a mapped stream, called as the Java side calls it: the address
-    holds exactly the range asked for, while other views come and go, after the chunk left
-    the cache and after the tier closed, until the stream's next map or unmap releases it."""
+    holds exactly the range it maps (what was asked, up to its chunk's end), while other
+    views come and go, after the chunk left the cache and after the tier closed, until the
+    stream's next map or unmap releases it."""
     import ctypes
 
     from engine.remote import broker_plugin as bridge
@@ -269,17 +277,20 @@ def test_a_mapped_range_stays_readable_at_its_address_until_released(s3_server, 
     try:
         with python_rsm(configs) as rsm:
             rsm.copy_log_segment_data(md, data)
-        first = bridge.plugin_map(handle, describe(md), 10, 900, True, 0)
-        second = bridge.plugin_map(handle, describe(md), 1500, 1000, False, 0)
-        again = bridge.plugin_map(handle, describe(md), 10, 900, False, 0)
+        (first, n1, pin1), (second, n2, pin2), (again, n3, pin3) = (
+            bridge.plugin_map(handle, describe(md), 10, 900, True, 0),
+            bridge.plugin_map(handle, describe(md), 1500, 1000, False, 0),
+            bridge.plugin_map(handle, describe(md), 10, 900, False, 0))
     finally:
         bridge.plugin_close(handle)
+    assert (n1, n2, n3) == (900, 500, 900)  # what was asked, up to its chunk's end
     assert ctypes.string_at(first, 900) == log[10:910]
-    assert ctypes.string_at(second, 1000) == log[1500:2500]
+    assert ctypes.string_at(second, 500) == log[1500:2000]
     assert ctypes.string_at(again, 900) == log[10:910]
-    for address in (first, second, again):
-        bridge.plugin_unmap(address)
-    assert first not in bridge._pins and second not in bridge._pins
+    assert len({pin1, pin2, pin3}) == 3  # two views of one memory: two pins
+    for pin in (pin1, pin2, pin3):
+        bridge.plugin_unmap(pin)
+    assert not {pin1, pin2, pin3} & set(bridge._pins)
 
 
 def test_object_store_metrics_are_on_jmx_under_the_plugins_names(s3_server, segment,

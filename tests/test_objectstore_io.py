@@ -820,6 +820,32 @@ def test_read_ahead_queues_each_chunk_once(s3_server, fault_proxy, plain_object)
         reader.close()
 
 
+def test_read_ahead_scans_its_window_once_per_chunk_reached(s3_server, fault_proxy,
+                                                            plain_object):
+    """Reads ending in the chunk the last window was scanned from ask nothing more (a
+    reader of ranges smaller than a chunk pays for one scan a chunk); a read-ahead that
+    failed is asked for again once the reader reaches the next chunk."""
+    key, data = plain_object
+    seg = plain_segment(key, len(data), CHUNK, identity="scan-once")
+    with make_store(s3_server, endpoint=fault_proxy.endpoint) as s:
+        cache = ChunkCache(memory_bytes=16 * MiB)
+        reader = RangeReader(s, cache, fetch_max_wait_ms=20_000,
+                             prefetch_max_bytes=2 * CHUNK)
+        fault_proxy.add(Fault("status", method="GET", status=500, times=None))
+        reader.note_read(seg, 0, 100, sequential=True)  # read-ahead of chunks 1-2 fails
+        _settle(reader)
+        assert not cache.contains(seg.chunk_key(1)) and not cache.contains(seg.chunk_key(2))
+        fault_proxy.clear()
+        reader.note_read(seg, 100, 200, sequential=True)  # same chunk: no second scan
+        assert reader.prefetch_pending_bytes == 0
+        assert fault_proxy.requests("GET", key) == []
+        reader.note_read(seg, CHUNK + 10, CHUNK + 20, sequential=True)  # the next chunk
+        _settle(reader)
+        assert cache.contains(seg.chunk_key(2)) and cache.contains(seg.chunk_key(3))
+        assert not cache.contains(seg.chunk_key(1))  # behind the reader
+        reader.close()
+
+
 def test_read_ahead_from_starts_where_the_reader_got_to(s3_server, fault_proxy,
                                                          plain_object):
     """`read_ahead_from` for a read that the reader has since passed: the window starts at

@@ -75,9 +75,9 @@ _LOG_QUEUE_SIZE = 10_000
 
 _plugins: dict[int, _Plugin] = {}
 _handles = itertools.count(1)
-#: views the Java streams copy from, by address (views of one memory share it)
-_pins: dict[int, list[numpy.ndarray]] = {}
-_pins_lock = threading.Lock()
+#: views the Java streams copy from, by pin (a dict's item set and pop need no lock)
+_pins: dict[int, numpy.ndarray] = {}
+_pin_ids = itertools.count(1)
 _lock = threading.Lock()
 
 
@@ -93,12 +93,19 @@ class _Plugin:
         # Kafka never names the segment it reads next: the bucket does
         self._next_segments = NextSegmentLookup(rsm) if (
             isinstance(rsm, ObjectStorageRemoteStorageManager) and rsm.reads_ahead) else None
+        # the last (segment, next segment) said to the tier: Kafka's reader opens a stream
+        # per fetch, a segment's fetches in a row, and each says the same
+        self._forwarded: tuple | None = None
 
     def reads_forward(self, metadata: RemoteLogSegmentMetadata) -> None:
         """A stream's first read: its reads go forward, and the store's read-ahead goes on
         into the next segment once the bucket has named it."""
         if self.rsm.reads_ahead:
             nxt = None if self._next_segments is None else self._next_segments.next_of(metadata)
+            said = self._forwarded
+            if said is not None and said[0] is metadata and said[1] is nxt:
+                return
+            self._forwarded = (metadata, nxt)
             _storage_call(self.rsm.read_forward, metadata, nxt)
 
     def close(self) -> None:
@@ -239,41 +246,37 @@ def plugin_read_into(handle: int, segment: str, position: int, buffer, length: i
 
 
 def plugin_map(handle: int, segment: str, position: int, length: int, first: bool,
-               release: int, release_closed: int = 0) -> int:
-    """Maps `length` `.log` bytes from `position` for the Java stream to copy straight
-    into its caller's array: returns the address of a read-only view of them (`map_range`:
-    the chunk cache's or the mapped file's own memory where the store has it, so the
-    caller's copy is the only one). The view stays pinned, and its address valid, until
-    `plugin_unmap(address)` or a later `plugin_map` names the address in `release` (the
-    stream's previous view) or `release_closed` (a closed stream's); 0 names none. The
-    `first` read of a stream also says that its reads go forward."""
-    for address in (release, release_closed):
-        if address:
-            plugin_unmap(address)
+               release: int, release_closed: int = 0) -> tuple[int, int, int]:
+    """Maps up to `length` `.log` bytes from `position` for the Java stream to copy straight
+    into its caller's array: returns (address, n, pin), a read-only view of the n bytes at
+    the address (`map_prefix`: the chunk cache's or the mapped file's own memory where the
+    store has it, so the caller's copy is the only one; n stops where the view would have
+    to join chunks, and the stream maps again from there). The view stays pinned, and its
+    address valid, until `plugin_unmap(pin)` or a later `plugin_map` names the pin in
+    `release` (the stream's previous view) or `release_closed` (a closed stream's); 0 names
+    none. The `first` read of a stream also says that its reads go forward."""
+    if release:
+        _pins.pop(release, None)
+    if release_closed:
+        _pins.pop(release_closed, None)
     plugin = _plugin(handle)
     metadata = plugin.metadata(segment)
     if first:
         plugin.reads_forward(metadata)
-    start, length = int(position), int(length)
-    view = _storage_call(plugin.rsm.map_range, metadata, start, start + length)
+    start = int(position)
+    view = _storage_call(plugin.rsm.map_prefix, metadata, start, start + int(length))
     array = numpy.frombuffer(view, numpy.uint8)
-    if len(array) != length:  # the Java side copies `length` bytes from the address
+    if not 0 < len(array) <= length:  # the Java side copies that many bytes from the address
         raise RemoteStorageError(f"{metadata.remote_log_segment_id}: {len(array)} bytes "
-                                 f"mapped at {start}, {length} asked")
-    address = array.ctypes.data
-    with _pins_lock:
-        _pins.setdefault(address, []).append(array)
-    return address
+                                 f"mapped at {start}, at most {length} and some asked")
+    pin = next(_pin_ids)
+    _pins[pin] = array
+    return array.ctypes.data, len(array), pin
 
 
-def plugin_unmap(address: int) -> None:
-    """Releases one view `plugin_map` pinned at `address` (none pinned there: no error)."""
-    with _pins_lock:
-        arrays = _pins.get(int(address))
-        if arrays:
-            arrays.pop()
-            if not arrays:
-                del _pins[int(address)]
+def plugin_unmap(pin: int) -> None:
+    """Releases the view `plugin_map` pinned as `pin` (none: no error)."""
+    _pins.pop(pin, None)
 
 
 def plugin_fetch_index(handle: int, segment: str, index_type: str) -> bytes:

@@ -156,6 +156,13 @@ class RemoteStorageManager(abc.ABC):
         store can give one (see `zero_copy_ranges`), else a view of a fresh read."""
         return memoryview(self.read_range(metadata, start, end_exclusive)).toreadonly()
 
+    def map_prefix(self, metadata: RemoteLogSegmentMetadata, start: int,
+                   end_exclusive: int) -> memoryview:
+        """`map_range` of [start, e) for the e <= end_exclusive up to which the bytes are
+        one view of the store's memory, joined from nothing (e > start for a non-empty
+        range): a caller that reads on maps again from e. The default: the whole range."""
+        return self.map_range(metadata, start, end_exclusive)
+
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
                           end_exclusive: int) -> memoryview | None:
         """`map_range` when it needs no storage I/O at all (the data is already open and

@@ -33,7 +33,11 @@ reaches the segment's end and the caller names the segments that come next in th
 that a reader of segments smaller than the window keeps the whole window in flight (the
 plugin stops at the segment's end). While more than twice the window is queued, a new
 read-ahead waits (the latest per segment) and is queued as soon as queued read-ahead finishes,
-so a slow store delays a reader's window but never loses it.
+so a slow store delays a reader's window but never loses it. A window is scanned once per
+chunk the reader reaches: reads that end in the same chunk as the last scan (a reader of
+1 MiB ranges of 8 MiB chunks makes eight) find it queued or cached and skip the scan; a
+chunk of the window that failed or was evicted is asked for again when the reader reaches
+the next chunk, and the read itself fetches it if it gets there first.
 
 **Reads made once.** `read_once` serves bytes a caller reads once (a segment's tail while
 planning a bucket): in plain mode an exact ranged GET, never cached (a cache entry is always
@@ -196,6 +200,8 @@ class RangeReader:
         self._queued: set[ChunkKey] = set()  # chunks of read-ahead not yet done
         # where this reader's last read of each segment ended, for sequential detection
         self._positions: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # the last window scanned through per segment: (its last chunk, the next segments)
+        self._scanned: OrderedDict[tuple[str, str], tuple] = OrderedDict()
         if self.prefetch_max_bytes > 0:
             # a task holds its thread while its GETs run: as many as a read keeps in flight
             self._prefetch_pool = concurrent.futures.ThreadPoolExecutor(
@@ -552,6 +558,11 @@ class RangeReader:
         reader; each chunk is queued once)."""
         if self.prefetch_max_bytes <= 0:
             return
+        k = (seg.key, seg.identity)
+        scan = (last, tuple((s.key, s.identity) for s in next_segments))
+        with self._lock:
+            if self._scanned.get(k) == scan:
+                return
         for s, picked in self._window(seg, last, next_segments):
             with self._lock:
                 picked = [i for i in picked if s.chunk_key(i) not in self._queued]
@@ -561,7 +572,6 @@ class RangeReader:
                              for i in picked)
                 if self._prefetch_pending + nbytes > 2 * self.prefetch_max_bytes:
                     # read-ahead is behind: queue no more now, ask again once some is done
-                    k = (seg.key, seg.identity)
                     self._deferred.pop(k, None)
                     self._deferred[k] = (seg, last, tuple(next_segments))
                     if len(self._deferred) > _DEFERRED_KEPT:
@@ -577,6 +587,11 @@ class RangeReader:
                     self._prefetch_pending -= nbytes
                     self._queued.difference_update(keys)
                 return
+        with self._lock:  # the whole window is cached, queued or in flight
+            self._scanned.pop(k, None)
+            self._scanned[k] = scan
+            if len(self._scanned) > _POSITIONS_KEPT:
+                self._scanned.popitem(last=False)
 
     def _window(self, seg: SegmentObject, last: int, next_segments: Sequence[SegmentObject]
                 ) -> list[tuple[SegmentObject, list[int]]]:

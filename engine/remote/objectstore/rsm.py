@@ -612,13 +612,28 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
             view = memoryview(self.read_range(metadata, start, end_exclusive)).toreadonly()
         return view
 
+    def map_prefix(self, metadata: RemoteLogSegmentMetadata, start: int,
+                   end_exclusive: int) -> memoryview:
+        """Up to the end of `start`'s chunk: a view of one chunk is the cache's own memory,
+        a view across chunks a join."""
+        view = self.map_range_if_open(metadata, start, end_exclusive, prefix=True)
+        if view is None:
+            if self._store is not None and self._chunk_cache is not None:
+                index = self._segment(metadata).manifest.chunk_index
+                chunks = index.chunk_ids(start, end_exclusive)
+                if chunks:
+                    end_exclusive = min(end_exclusive, index.original_range(chunks[0])[1])
+            view = memoryview(self.read_range(metadata, start, end_exclusive)).toreadonly()
+        return view
+
     def map_range_if_open(self, metadata: RemoteLogSegmentMetadata, start: int,
-                          end_exclusive: int) -> memoryview | None:
+                          end_exclusive: int, *, prefix: bool = False) -> memoryview | None:
         """`.log` bytes [start, end_exclusive) when they need no storage I/O: the manifest
         cached and every chunk of the range in the chunk cache's memory or a checked, mapped
         disk entry (a range in one chunk: no copy); else None, and the caller reads through
         `read_range` on a thread that may block. Read-ahead follows a range served here as
-        it follows `read_range`."""
+        it follows `read_range`. `prefix`: only up to the end of `start`'s chunk
+        (`map_prefix`)."""
         if self._closed or self._store is None or self._chunk_cache is None:
             return None
         segment = self._cached_segment(metadata)
@@ -628,9 +643,13 @@ class ObjectStorageRemoteStorageManager(RemoteStorageManager):
         if not 0 <= start <= end_exclusive <= min(index.original_file_size,
                                                   metadata.segment_size_in_bytes):
             return None
+        chunks = index.chunk_ids(start, end_exclusive)
+        if prefix and len(chunks) > 1:
+            chunks = chunks[:1]
+            end_exclusive = index.original_range(chunks[0])[1]
         seg = self._log_of(metadata, segment)
         parts = []
-        for i in index.chunk_ids(start, end_exclusive):
+        for i in chunks:
             data = self._chunk_cache.get_if_open(seg.chunk_key(i))
             if data is None:
                 return None

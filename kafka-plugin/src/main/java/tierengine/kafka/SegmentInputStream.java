@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.lang.ref.Cleaner;
 import java.nio.ByteBuffer;
+import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -20,11 +21,12 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * {@link RawMemory} is unavailable, the engine writes each range into a
  * pooled direct buffer instead ({@code plugin_read_into}) and {@code read} copies from that.
  * A mapped range costs the same whatever its length (a view, nothing copied until read), so
- * a mapped stream maps to the end of the 1 MiB-aligned block at once: Kafka's reader, which
- * reads one batch and then up to its fetch size (1 MiB by default), maps twice per fetch
- * rather than three times. Mapped ranges stay within those blocks, so with a chunk size that
- * is a multiple of 1 MiB no range spans two chunks (which the engine would join, a copy
- * more). On the direct-buffer path, where each range is copied in full, a stream with no end
+ * a mapped stream asks for 2 MiB (or what its reader asks for, if more) from where it is, and
+ * the engine maps as much of that as one view holds (to its chunk's end, never a join of
+ * chunks). Kafka's reader starts at its offset index's position, up to an index interval
+ * (4 KiB by default) before the batch it wants, skips to that batch and reads up to its fetch
+ * size (1 MiB by default) from it: it maps once per fetch, twice where the fetch crosses a
+ * chunk boundary. On the direct-buffer path, where each range is copied in full, a stream with no end
  * position (Kafka's reader asks for one from a position on) starts with a small range and
  * doubles it, so a reader that wants one batch pays for little more, and a reader walking on
  * is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB) at once.
@@ -33,6 +35,10 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 final class SegmentInputStream extends InputStream {
     static final int FIRST_RANGE = 64 * 1024;
     static final int MAX_RANGE = 1024 * 1024;
+    /** What a mapped stream asks for (a fetch of 1 MiB and the batches before it). */
+    static final int MAPPED_RANGE = 2 * MAX_RANGE;
+    /** The most a mapped stream asks for at once (a reader's own ask above that). */
+    static final int MAX_MAPPED = 16 * MAX_RANGE;
     /** Direct buffers kept for the next streams (at most this many MiB stay allocated). */
     private static final ArrayBlockingQueue<Buffer> POOL = new ArrayBlockingQueue<>(64);
     /** Releases the pin of a stream dropped without close. */
@@ -52,7 +58,7 @@ final class SegmentInputStream extends InputStream {
     private static final ConcurrentLinkedQueue<Long> CLOSED_PINS = new ConcurrentLinkedQueue<>();
     private static final AtomicInteger CLOSED_PIN_COUNT = new AtomicInteger();
 
-    /** The engine's pin on the mapped view being read: its address (0: none). */
+    /** The engine's pin on the mapped view being read (0: none). */
     private static final class Pin implements Runnable {
         private final EngineRemoteStorageManager rsm;
         private long id;
@@ -189,11 +195,12 @@ final class SegmentInputStream extends InputStream {
     }
 
     private void fill(int wanted) throws RemoteStorageException {
-        long stop = Math.min(end, position + Math.min(MAX_RANGE, Math.max(nextRange, wanted)));
         if (pin != null) {
-            map((int) (Math.min(stop, (position / MAX_RANGE + 1) * MAX_RANGE) - position));
+            map((int) Math.min(end - position, Math.min(MAX_MAPPED, Math.max(MAPPED_RANGE, wanted))));
         } else {
-            readInto((int) (stop - position));
+            readInto((int) (Math.min(end, position + Math.min(MAX_RANGE,
+                                                              Math.max(nextRange, wanted)))
+                            - position));
         }
         first = false;
         nextRange = Math.min(MAX_RANGE, nextRange * 2);
@@ -207,15 +214,21 @@ final class SegmentInputStream extends InputStream {
         }
         offset = 0;
         limit = 0;
-        // the engine checks that it pinned exactly n bytes there
-        long mapped = ((Number) rsm.call("plugin_map", rsm.handle(), segment, position, n,
-                first, release, takeClosedPin())).longValue();
+        // (address, length, pin): the engine pinned that many bytes there, 0 < length <= n
+        List<?> mapped = (List<?>) rsm.call("plugin_map", rsm.handle(), segment, position, n,
+                first, release, takeClosedPin());
+        long at = ((Number) mapped.get(0)).longValue();
+        int length = ((Number) mapped.get(1)).intValue();
         synchronized (pin) {
-            pin.id = mapped;
+            pin.id = ((Number) mapped.get(2)).longValue();
         }
-        address = mapped;
-        limit = n;
-        position += n;
+        if (length <= 0 || length > n) {
+            throw new RemoteStorageException(segment + ": the engine mapped " + length
+                    + " bytes at " + position + ", at most " + n + " asked");
+        }
+        address = at;
+        limit = length;
+        position += length;
     }
 
     private void readInto(int n) throws RemoteStorageException {

@@ -9,6 +9,7 @@ alone, as `serve --bucket` and the bucket readers see it)."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from engine.config import BrokerConfig
 from engine.remote import remote_log as remote_log_module
 from engine.remote.checked_batches import CHECKED_BATCHES
 from engine.remote.factory import create_remote_storage_manager
-from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
+from engine.remote.remote_log import READ_FORWARD_LINKS, ChainSegments, RemoteLog, StoreIndexes
 from engine.rlm.reader import remote_log
 from engine.scan.planning import lineage
 
@@ -346,5 +347,53 @@ def test_a_lying_time_index_fails_list_offsets_by_time(tmp_path):
                 for _, ts in t.records:
                     log.offset_for_timestamp(ts, links)
             assert log.read(0, 100).next_offset > 0, name
+    finally:
+        t.close()
+
+
+class _ForwardCounting:
+    """An RSM that reads ahead, recording each `read_forward` (segment start offsets)."""
+
+    reads_ahead = True
+
+    def __init__(self, rsm):
+        self._rsm = rsm
+        self.named: list[tuple[int, int | None]] = []
+
+    def read_forward(self, metadata, next_segment):
+        self.named.append((metadata.start_offset,
+                           None if next_segment is None else next_segment.start_offset))
+
+    def __getattr__(self, name):
+        return getattr(self._rsm, name)
+
+
+@pytest.mark.parametrize("source", ["lineage", "chain"])
+def test_a_sequential_reader_names_each_segments_lineage_once(tmp_path, source):
+    """The segments after the one read are named to the RSM once per segment a reader
+    enters, not once per read; a lineage that ended (no segment after, as yet) is asked
+    again on the next read, so a segment copied meanwhile is named."""
+    t = Tiered(tmp_path, "fs", None)
+    try:
+        log, links = _sources(t)[source]
+        rsm = log.rsm = _ForwardCounting(t.env.rsm)
+        assert len(links) > READ_FORWARD_LINKS + 1
+        offset, reads = 0, {}
+        while offset < t.end:
+            got = log.read(offset, 150)
+            reads[got.link.start_offset] = reads.get(got.link.start_offset, 0) + 1
+            offset = got.next_offset
+        assert max(reads.values()) > 1, "several reads a segment"
+        starts = [link.start_offset for link in links]
+        expect = []
+        for i, start in enumerate(starts):
+            chain = starts[i:i + READ_FORWARD_LINKS + 1]
+            named = list(itertools.pairwise(chain))
+            if len(chain) <= READ_FORWARD_LINKS:  # the lineage ends: asked at every read
+                named.append((chain[-1], None))
+                expect += named * reads[start]
+            else:
+                expect += named
+        assert rsm.named == expect
     finally:
         t.close()

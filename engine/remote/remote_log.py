@@ -415,6 +415,8 @@ class RemoteLog:
         self.segments = segments
         self.indexes = indexes
         self.positions = positions if positions is not None else NextPositions()
+        # the segment whose lineage was last named in full: its reads name none again
+        self._named: RemoteLogSegmentMetadata | None = None
 
     # -- Fetch ------------------------------------------------------------------------
 
@@ -436,13 +438,19 @@ class RemoteLog:
     def _name_next_segments(self, link: Link) -> None:
         """Tells the RSM the lineage after `link`, one `read_forward` a link, up to
         READ_FORWARD_LINKS segments ahead: a read-ahead window larger than a segment keeps
-        going past the next one instead of stalling at its end."""
+        going past the next one instead of stalling at its end. Once per segment a reader
+        enters (the lineage of a copied segment stays), unless it ended short of that many
+        links: then a later read asks again, and names a segment copied meanwhile."""
+        segment = link.segment
+        if self._named is segment:
+            return
         for _ in range(READ_FORWARD_LINKS):
             nxt = self.segments.next_link(link)
             self.rsm.read_forward(link.segment, None if nxt is None else nxt.segment)
             if nxt is None:
                 return
             link = nxt
+        self._named = segment
 
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       min_one_message: bool, upto: int, nonblocking: bool

@@ -369,10 +369,12 @@ class _ForwardCounting:
 
 
 @pytest.mark.parametrize("source", ["lineage", "chain"])
-def test_a_sequential_reader_names_each_segments_lineage_once(tmp_path, source):
+def test_a_sequential_reader_names_each_segments_lineage_once(tmp_path, source, monkeypatch):
     """The segments after the one read are named to the RSM once per segment a reader
     enters, not once per read; a lineage that ended (no segment after, as yet) is asked
-    again on the next read, so a segment copied meanwhile is named."""
+    again READ_FORWARD_RENEW_S later, so that a segment copied meanwhile is named."""
+    now = [1000.0]
+    monkeypatch.setattr(remote_log_module.time, "monotonic", lambda: now[0])
     t = Tiered(tmp_path, "fs", None)
     try:
         log, links = _sources(t)[source]
@@ -383,17 +385,26 @@ def test_a_sequential_reader_names_each_segments_lineage_once(tmp_path, source):
             got = log.read(offset, 150)
             reads[got.link.start_offset] = reads.get(got.link.start_offset, 0) + 1
             offset = got.next_offset
-        assert max(reads.values()) > 1, "several reads a segment"
+        assert min(reads.values()) > 1, "several reads a segment"
         starts = [link.start_offset for link in links]
         expect = []
-        for i, start in enumerate(starts):
+        for i in range(len(starts)):
             chain = starts[i:i + READ_FORWARD_LINKS + 1]
-            named = list(itertools.pairwise(chain))
-            if len(chain) <= READ_FORWARD_LINKS:  # the lineage ends: asked at every read
-                named.append((chain[-1], None))
-                expect += named * reads[start]
-            else:
-                expect += named
+            expect += itertools.pairwise(chain)
+            if len(chain) <= READ_FORWARD_LINKS:  # the lineage ends short of the links named
+                expect.append((chain[-1], None))
         assert rsm.named == expect
+        # the last segment again: its lineage ended, so it is asked again once the renew
+        # period is over, and only then
+        last = links[-1].start_offset
+        del rsm.named[:]
+        log.read(last, 150)
+        now[0] += remote_log_module.READ_FORWARD_RENEW_S / 2
+        log.read(last, 150)
+        assert rsm.named == []
+        now[0] += remote_log_module.READ_FORWARD_RENEW_S
+        log.read(last, 150)
+        log.read(last, 150)
+        assert rsm.named == [(last, None)]
     finally:
         t.close()

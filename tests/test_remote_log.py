@@ -9,6 +9,7 @@ alone, as `serve --bucket` and the bucket readers see it)."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from engine.config import BrokerConfig
 from engine.remote import remote_log as remote_log_module
 from engine.remote.checked_batches import CHECKED_BATCHES
 from engine.remote.factory import create_remote_storage_manager
-from engine.remote.remote_log import ChainSegments, RemoteLog, StoreIndexes
+from engine.remote.remote_log import READ_FORWARD_LINKS, ChainSegments, RemoteLog, StoreIndexes
 from engine.rlm.reader import remote_log
 from engine.scan.planning import lineage
 
@@ -346,5 +347,64 @@ def test_a_lying_time_index_fails_list_offsets_by_time(tmp_path):
                 for _, ts in t.records:
                     log.offset_for_timestamp(ts, links)
             assert log.read(0, 100).next_offset > 0, name
+    finally:
+        t.close()
+
+
+class _ForwardCounting:
+    """An RSM that reads ahead, recording each `read_forward` (segment start offsets)."""
+
+    reads_ahead = True
+
+    def __init__(self, rsm):
+        self._rsm = rsm
+        self.named: list[tuple[int, int | None]] = []
+
+    def read_forward(self, metadata, next_segment):
+        self.named.append((metadata.start_offset,
+                           None if next_segment is None else next_segment.start_offset))
+
+    def __getattr__(self, name):
+        return getattr(self._rsm, name)
+
+
+@pytest.mark.parametrize("source", ["lineage", "chain"])
+def test_a_sequential_reader_names_each_segments_lineage_once(tmp_path, source, monkeypatch):
+    """The segments after the one read are named to the RSM once per segment a reader
+    enters, not once per read; a lineage that ended (no segment after, as yet) is asked
+    again READ_FORWARD_RENEW_S later, so that a segment copied meanwhile is named."""
+    now = [1000.0]
+    monkeypatch.setattr(remote_log_module.time, "monotonic", lambda: now[0])
+    t = Tiered(tmp_path, "fs", None)
+    try:
+        log, links = _sources(t)[source]
+        rsm = log.rsm = _ForwardCounting(t.env.rsm)
+        assert len(links) > READ_FORWARD_LINKS + 1
+        offset, reads = 0, {}
+        while offset < t.end:
+            got = log.read(offset, 150)
+            reads[got.link.start_offset] = reads.get(got.link.start_offset, 0) + 1
+            offset = got.next_offset
+        assert min(reads.values()) > 1, "several reads a segment"
+        starts = [link.start_offset for link in links]
+        expect = []
+        for i in range(len(starts)):
+            chain = starts[i:i + READ_FORWARD_LINKS + 1]
+            expect += itertools.pairwise(chain)
+            if len(chain) <= READ_FORWARD_LINKS:  # the lineage ends short of the links named
+                expect.append((chain[-1], None))
+        assert rsm.named == expect
+        # the last segment again: its lineage ended, so it is asked again once the renew
+        # period is over, and only then
+        last = links[-1].start_offset
+        del rsm.named[:]
+        log.read(last, 150)
+        now[0] += remote_log_module.READ_FORWARD_RENEW_S / 2
+        log.read(last, 150)
+        assert rsm.named == []
+        now[0] += remote_log_module.READ_FORWARD_RENEW_S
+        log.read(last, 150)
+        log.read(last, 150)
+        assert rsm.named == [(last, None)]
     finally:
         t.close()

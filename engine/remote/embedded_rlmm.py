@@ -393,7 +393,8 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         entry = None
         try:
             entry = self._entry(topic_id_partition)
-            self._loaded(topic_id_partition)
+            with entry.lock:
+                self._load(entry)
         except CorruptRemoteLogMetadataError as exc:
             return exc
         except OSError as exc:  # RemoteStorageError too: closed, not configured

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ _HEADER_PROBE = 64
 _LOG_OVERHEAD = 12
 #: segments named ahead of the one read, for read-ahead across several small segments
 READ_FORWARD_LINKS = 3
+#: a lineage that ended short of READ_FORWARD_LINKS links is asked again after this long
+READ_FORWARD_RENEW_S = 1.0
 #: ListOffsets specs (ListOffsetsRequest)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _NOT_FOUND = (-1, -1, -1)
@@ -415,6 +418,9 @@ class RemoteLog:
         self.segments = segments
         self.indexes = indexes
         self.positions = positions if positions is not None else NextPositions()
+        # (segment, until when) whose lineage was last named: its reads name none again
+        # until then (for good when the lineage had READ_FORWARD_LINKS links)
+        self._named: tuple[RemoteLogSegmentMetadata | None, float] = (None, 0.0)
 
     # -- Fetch ------------------------------------------------------------------------
 
@@ -436,13 +442,24 @@ class RemoteLog:
     def _name_next_segments(self, link: Link) -> None:
         """Tells the RSM the lineage after `link`, one `read_forward` a link, up to
         READ_FORWARD_LINKS segments ahead: a read-ahead window larger than a segment keeps
-        going past the next one instead of stalling at its end."""
+        going past the next one instead of stalling at its end. Once per segment a reader
+        enters (the lineage of a copied segment stays), but a lineage that ended short of
+        that many links is asked again READ_FORWARD_RENEW_S later, and so names a segment
+        copied meanwhile."""
+        segment = link.segment
+        named, until = self._named
+        now = time.monotonic()
+        if named is segment and now < until:
+            return
+        until = float("inf")
         for _ in range(READ_FORWARD_LINKS):
             nxt = self.segments.next_link(link)
             self.rsm.read_forward(link.segment, None if nxt is None else nxt.segment)
             if nxt is None:
-                return
+                until = now + READ_FORWARD_RENEW_S
+                break
             link = nxt
+        self._named = (segment, until)
 
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       min_one_message: bool, upto: int, nonblocking: bool

@@ -26,10 +26,11 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * chunks). Kafka's reader starts at its offset index's position, up to an index interval
  * (4 KiB by default) before the batch it wants, skips to that batch and reads up to its fetch
  * size (1 MiB by default) from it: it maps once per fetch, twice where the fetch crosses a
- * chunk boundary. On the direct-buffer path, where each range is copied in full, a stream with no end
- * position (Kafka's reader asks for one from a position on) starts with a small range and
- * doubles it, so a reader that wants one batch pays for little more, and a reader walking on
- * is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB) at once.
+ * chunk boundary. On the direct-buffer path, where each range is copied in full, a stream
+ * with no end position (Kafka's reader asks for one from a position on) starts with a small
+ * range and doubles it, so a reader that wants one batch pays for little more, and a reader
+ * walking on is served in 1 MiB ranges; a bounded stream reads its range (up to 1 MiB) at
+ * once.
  * Safe to close from another thread than the reader's.
  */
 final class SegmentInputStream extends InputStream {
@@ -196,7 +197,8 @@ final class SegmentInputStream extends InputStream {
 
     private void fill(int wanted) throws RemoteStorageException {
         if (pin != null) {
-            map((int) Math.min(end - position, Math.min(MAX_MAPPED, Math.max(MAPPED_RANGE, wanted))));
+            map((int) Math.min(end - position,
+                               Math.min(MAX_MAPPED, Math.max(MAPPED_RANGE, wanted))));
         } else {
             readInto((int) (Math.min(end, position + Math.min(MAX_RANGE,
                                                               Math.max(nextRange, wanted)))

@@ -77,6 +77,12 @@ cdef class BufferView:
     def __len__(self):
         return self.nbytes
 
+    @property
+    def address(self):
+        """Where the held buffer starts in memory: valid while this view lives (for code
+        outside Python that reads the bytes there, such as the broker plugin's Java side)."""
+        return <size_t>self.ptr
+
 
 def scan(object data, bint verify_crc=True):
     """Scans every whole entry (v2 batch or v0/v1 message) of `data` in one pass.

@@ -326,3 +326,20 @@ def test_record_fields_are_read_only_and_outside_the_cyclic_gc():
             setattr(rec, name, None)
     assert not gc.is_tracked(rec)
     assert (rec.offset, rec.timestamp, rec.key, rec.value) == (0, 1000, b"k0", b"value-0")
+
+
+def test_a_buffer_view_gives_the_address_of_the_bytes_it_holds():
+    """The broker plugin hands a view's address to Java, which copies from it: the address is
+    where the exporter's bytes start, a slice's included, and they stay there while the view
+    lives."""
+    import ctypes
+    import gc
+
+    from engine._native import records as native
+
+    data = bytes(range(256)) * 4
+    view = native.BufferView(memoryview(data)[100:300])
+    del data
+    gc.collect()
+    assert len(view) == 200
+    assert ctypes.string_at(view.address, 200) == (bytes(range(256)) * 4)[100:300]

@@ -32,9 +32,9 @@ import logging
 import threading
 from collections.abc import Sequence
 
-import numpy
 from prometheus_client import CollectorRegistry
 
+from engine._native import records as _records
 from engine.common import Uuid
 from engine.config import ConfigError
 from engine.errors import RemoteResourceNotFoundError, RemoteStorageError
@@ -76,7 +76,7 @@ _LOG_QUEUE_SIZE = 10_000
 _plugins: dict[int, _Plugin] = {}
 _handles = itertools.count(1)
 #: views the Java streams copy from, by pin (a dict's item set and pop need no lock)
-_pins: dict[int, numpy.ndarray] = {}
+_pins: dict[int, _records.BufferView] = {}
 _pin_ids = itertools.count(1)
 _lock = threading.Lock()
 
@@ -265,13 +265,13 @@ def plugin_map(handle: int, segment: str, position: int, length: int, first: boo
         plugin.reads_forward(metadata)
     start = int(position)
     view = _storage_call(plugin.rsm.map_prefix, metadata, start, start + int(length))
-    array = numpy.frombuffer(view, numpy.uint8)
-    if not 0 < len(array) <= length:  # the Java side copies that many bytes from the address
-        raise RemoteStorageError(f"{metadata.remote_log_segment_id}: {len(array)} bytes "
+    held = _records.BufferView(view)  # holds the memory until the pin goes
+    if not 0 < len(held) <= length:  # the Java side copies that many bytes from the address
+        raise RemoteStorageError(f"{metadata.remote_log_segment_id}: {len(held)} bytes "
                                  f"mapped at {start}, at most {length} and some asked")
     pin = next(_pin_ids)
-    _pins[pin] = array
-    return array.ctypes.data, len(array), pin
+    _pins[pin] = held
+    return held.address, len(held), pin
 
 
 def plugin_unmap(pin: int) -> None:

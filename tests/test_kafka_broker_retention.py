@@ -208,8 +208,12 @@ def test_delete_records_deletes_the_segments_below_the_log_start(broker, s3_serv
     after = wait_deleted(broker, s3_server, topic, target)
     assert set(after) == {(0, s) for s in new_only}
     assert all(s == OBJECTS for s in after.values()), after
-    listed = rlmm_segments(broker, topic)[0]
-    assert listed and all(min(m.segment_leader_epochs) > epoch for m in listed), listed
+    # the segments being deleted stay listed (DELETE_SEGMENT_STARTED) until Kafka records
+    # DELETE_SEGMENT_FINISHED after their objects are gone, and its high watermark checkpoint
+    # makes that visible in the log dir a few seconds later
+    wait_until(f"the RLMM of {topic} to list only segments of the new epoch", lambda: (
+        (listed := rlmm_segments(broker, topic).get(0))
+        and all(min(m.segment_leader_epochs) > epoch for m in listed)))
     assert_reads_from(broker, produced + more, topic, target)
 
 

@@ -268,7 +268,7 @@ def plugin_map(handle: int, segment: str, position: int, length: int, first: boo
     held = _records.BufferView(view)  # holds the memory until the pin goes
     if not 0 < len(held) <= length:  # the Java side copies that many bytes from the address
         raise RemoteStorageError(f"{metadata.remote_log_segment_id}: {len(held)} bytes "
-                                 f"mapped at {start}, at most {length} and some asked")
+                                 f"mapped at {start}, 1 to {length} asked")
     pin = next(_pin_ids)
     _pins[pin] = held
     return held.address, len(held), pin

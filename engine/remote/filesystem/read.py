@@ -53,9 +53,9 @@ class _OpenLog:
 
     __slots__ = ("fd", "mapped", "path", "refs", "size")
 
-    def __init__(self, fd: int, path: Path, size: int):
+    def __init__(self, fd: int, path: Path, size: int, mapped: mmap.mmap | None = None):
         self.fd, self.path, self.size, self.refs = fd, path, size, 1
-        self.mapped: mmap.mmap | None = None
+        self.mapped = mapped
 
 
 class _OpenLogCache:
@@ -294,9 +294,8 @@ class FileSystemReads:
         except BaseException:
             os.close(fd)
             raise
-        f = _OpenLog(fd, path, size)
-        f.mapped = mapped  # no second mapping, no page faulted in again
-        return self._open_logs.insert(key, f)
+        # the check's mapping, if it made one: no second mapping, no page faulted in again
+        return self._open_logs.insert(key, _OpenLog(fd, path, size, mapped))
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata,
                     index_type: IndexType) -> io.BytesIO:

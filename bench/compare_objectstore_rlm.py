@@ -22,7 +22,10 @@ Sections:
       ranges (the chunk size), 4 in flight. Target >= 0.9x. Also the CPU seconds each side
       took in this process (every thread) and in the S3 server, medians: on a small
       machine the server's CPU comes out of the same cores. CPU per GiB of .log bytes,
-      this process, RLM (manifest and index GETs included) / raw: target <= 1.15x.
+      this process, RLM (manifest and index GETs included) / raw: target <= 1.15x. Beside
+      it, the least any verified read can cost: the raw loop with one CRC-32C pass over each
+      range as its GET returns (the bytes still in cache); and each side's CPU by thread
+      (obstore's runtime threads, which do the GETs, against the reading thread).
   (b) warm read: the same reads with a disk chunk cache (`DiskChunkCache`, a memory tier of
       two chunks in front: `fetch.chunk.cache.memory.size` 16 MiB) already holding every
       chunk, against the filesystem tier's RLM reading the same offsets (its files in the
@@ -61,8 +64,9 @@ from s3_server import S3Server
 from bench.compare_log import split_batches, touch
 from bench.compare_objectstore import peak_rss_growth, write_random
 from bench.compare_records import Report
-from bench.cpu import CpuPerGiB, process_cpu, self_cpu
+from bench.cpu import CpuPerGiB, GiB, process_cpu, self_cpu, thread_cpu
 from bench.segment import segment
+from engine.checksums import crc32c
 from engine.common import Uuid
 from engine.config import BrokerConfig
 from engine.log import LogManager
@@ -189,12 +193,15 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
     nbytes = sum(size for _, size in objects)
     raw = server.raw_store()
 
-    async def raw_read():
+    async def raw_read(check: bool = False):
         gate = asyncio.Semaphore(IN_FLIGHT)
 
         async def get(key, a, b):
             async with gate:
-                return len(await obstore.get_range_async(raw, key, start=a, end=b))
+                data = await obstore.get_range_async(raw, key, start=a, end=b)
+            if check:  # the least a verified read adds: one CRC pass while the bytes are hot
+                crc32c(data)
+            return len(data)
 
         got = await asyncio.gather(*(get(key, a, min(a + CHUNK, size))
                                      for key, size in objects for a in range(0, size, CHUNK)))
@@ -204,6 +211,15 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
     ours, theirs = [], []
     ours_cpu: list[tuple[float, float]] = []
     theirs_cpu: list[tuple[float, float]] = []
+    floor_cpu: list[tuple[float, float]] = []
+    threads: dict[str, dict[str, float]] = {"RLM": {}, "raw": {}, "raw + CRC": {}}
+
+    def by_thread(side: str, fn):
+        before = thread_cpu()
+        fn()
+        for kind, seconds in thread_cpu().items():
+            threads[side][kind] = threads[side].get(kind, 0.0) + seconds - before.get(kind, 0)
+
     for _ in range(reps):
         s3.open(object_rsm(server, prefix, **{
             "fetch.chunk.cache.class": "io.aiven.kafka.tieredstorage.fetch.cache."
@@ -211,9 +227,12 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
             "fetch.chunk.cache.size": str(256 * MiB),
             "fetch.chunk.cache.prefetch.max.size": str(IN_FLIGHT * CHUNK)}))
         s3.rlm.run_once()  # the partition's state loaded (nothing to copy): reads only
-        ours.append(timed_cpu(s3.read_all, server.proc.pid, ours_cpu))
-        theirs.append(timed_cpu(lambda: loop.run_until_complete(raw_read()), server.proc.pid,
-                                theirs_cpu))
+        by_thread("RLM", lambda: ours.append(timed_cpu(s3.read_all, server.proc.pid,
+                                                       ours_cpu)))
+        by_thread("raw", lambda: theirs.append(timed_cpu(
+            lambda: loop.run_until_complete(raw_read()), server.proc.pid, theirs_cpu)))
+        by_thread("raw + CRC", lambda: timed_cpu(
+            lambda: loop.run_until_complete(raw_read(True)), server.proc.pid, floor_cpu))
     loop.close()
     mb = nbytes / 1e6
     rep.add("(a)", "RemoteLogManager.read 1 MiB fetches, cold cache", mb / min(ours),
@@ -227,6 +246,20 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
                 statistics.median(s for _, s in cpu), "s")
     ratio_rows(rep, "(a) cold read: RLM on the object store / raw obstore", ours, theirs, 0.9)
     cpu_notes(rep, "(a) cold read", "RLM", "raw obstore", ours_cpu, theirs_cpu, nbytes, 1.15)
+    floor = CpuPerGiB()
+    for (f, _), (t, _) in zip(floor_cpu, theirs_cpu):
+        floor.add(f, t, nbytes)
+    note = "(a) the least a verified read costs, this process: " + floor.line(
+        "raw obstore + one CRC-32C pass over each range as its GET returns", "raw obstore")
+    rep.notes.append(note)
+    print("  cpu   ", note, flush=True)
+    # where each side's CPU goes: the store's I/O threads against the reading thread
+    for side, kinds in threads.items():
+        note = (f"(a) {side}, CPU s/GiB by thread (all rounds): " + ", ".join(
+            f"{kind} {seconds * GiB / nbytes / reps:.3f}" for kind, seconds in
+            sorted(kinds.items(), key=lambda kv: -kv[1]) if seconds * GiB / nbytes / reps >= 0.005))
+        rep.notes.append(note)
+        print("  cpu   ", note, flush=True)
 
 
 def cpu_notes(rep: Report, what: str, ours: str, theirs: str, ours_cpu: list,

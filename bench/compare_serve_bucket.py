@@ -19,6 +19,9 @@ real librdkafka consumer on loopback, against the in-memory server of compare_se
    Every consumer reads to each partition's end. The server's CPU seconds (every thread,
    /proc) per GiB of record payload delivered: serve --bucket / the filesystem-backed
    serve, target <= 1.25x (cold and warm); eight consumers / one (warm), target <= 1.1x.
+   Beside the cold figure, the least a cold read can cost: the warm figure plus raw obstore
+   GETs of the bucket's `.log` objects in chunk-size ranges, 4 in flight, each range
+   CRC-checked once (`raw_gets`, in this process, a round each).
 3. Fetch latency p50/p99 with raw requests (one partition, 1 MiB) on a fresh
    `serve --bucket`: cold (every segment read for the first time: indexes and chunks come
    from the S3 server), then the same offsets again (warm: from its caches).
@@ -117,10 +120,47 @@ def _one_round(side: str, config: str, url: str, settings: dict, base: Path, exp
     return out
 
 
-def _cpu_report(cpu: dict) -> None:
+def raw_gets(s3, chunk_size: int) -> tuple[float, int]:
+    """(CPU seconds of this process, bytes) for raw obstore GETs of every `.log` object
+    of the bench's prefix in `chunk_size` ranges, 4 in flight, each range CRC-checked once
+    as it arrives: the least a cold read of the bucket does beyond a warm one. The
+    allocator setting of the object-store tier applies here as in `serve --bucket`."""
+    import asyncio
+
+    import obstore
+
+    from bench.cpu import self_cpu
+    from engine.checksums import crc32c
+    from engine.remote.objectstore.allocator import tune_for_object_reads
+
+    tune_for_object_reads()
+    store = s3.raw_store(s3.buckets[0])
+    objects = [(o["path"], o["size"]) for page in obstore.list(store, prefix=PREFIX)
+               for o in page if o["path"].endswith(".log")]
+
+    async def read_all() -> int:
+        gate = asyncio.Semaphore(4)
+
+        async def get(key, a, b):
+            async with gate:
+                data = await obstore.get_range_async(store, key, start=a, end=b)
+            crc32c(data)
+            return len(data)
+
+        return sum(await asyncio.gather(*(get(k, a, min(a + chunk_size, size))
+                                          for k, size in objects
+                                          for a in range(0, size, chunk_size))))
+
+    before = self_cpu()
+    nbytes = asyncio.run(read_all())
+    return self_cpu() - before, nbytes
+
+
+def _cpu_report(cpu: dict, raw: list[float]) -> None:
     """serve --bucket's CPU seconds per GiB delivered against the filesystem-backed
     serve's (and the in-memory server's), and eight consumers' against one's; the S3
-    server's meanwhile beside each."""
+    server's meanwhile beside each. `raw`: CPU seconds of raw GETs of the stored bytes
+    (`raw_gets`), a round each."""
     per_gib = {k: [c * GiB / n for c, n, _ in v] for k, v in cpu.items()}
     store = {k: [s * GiB / n for _, n, s in v] for k, v in cpu.items()}
     fs = statistics.median(per_gib["serve"])
@@ -135,6 +175,12 @@ def _cpu_report(cpu: dict) -> None:
         beside = "" if side == "ceiling" else f"; S3 server {spread(store[side])} s/GiB"
         print(f"  {name:34s} {spread(per_gib[side])} s/GiB   {ratio:.2f}x the "
               f"filesystem-backed serve's{verdict}{beside}")
+    # payload bytes a consumer got: the same each round
+    gets = [c * GiB / n for c, (_, n, _) in zip(raw, cpu["cold"])]
+    floor = statistics.median(per_gib["warm"]) + statistics.median(gets)
+    print(f"  the least a cold read costs: the warm figure + raw GETs of the stored bytes with "
+          f"one CRC pass ({spread(gets)} s/GiB of payload) = {floor:.2f} s/GiB, "
+          f"{floor / fs:.2f}x the filesystem-backed serve's")
     eight = statistics.median(per_gib["eight"]) / statistics.median(per_gib["warm"])
     print(f"  eight consumers / one (warm): {eight:.2f}x (target <= 1.1x: "
           f"{'met' if eight <= 1.1 else 'MISSED'})")
@@ -171,6 +217,7 @@ def main() -> int:
         names = {"ceiling": ["ceiling"], "serve": ["serve"], "bucket": ["cold", "warm", "eight"]}
         rates: dict[str, list[float]] = {n: [] for v in names.values() for n in v}
         cpu: dict[str, list[tuple[float, int, float]]] = {n: [] for n in rates}
+        raw: list[float] = []
         for i in range(args.rounds):
             order = ("ceiling", "serve", "bucket")
             for side in (order if i % 2 else order[::-1]):
@@ -179,6 +226,7 @@ def main() -> int:
                         expected, f"state-{i}", s3.proc.pid)):
                     rates[name].append(rate)
                     cpu[name].append((used, nbytes, store))
+            raw.append(raw_gets(s3, args.chunk_size)[0])
         fresh = _BucketServe(url, settings, base, "state-latency").proc
         try:
             remote = [(p, o) for p in range(cs.PARTITIONS)
@@ -198,7 +246,7 @@ def main() -> int:
         print(f"  {name:26s} {rate:8.1f}   rounds "
               + " ".join(f"{r:.0f}" for r in rates[side])
               + f"   ratio {rate / ceiling:.2f}x")
-    _cpu_report(cpu)
+    _cpu_report(cpu, raw)
     for name, lat in (("bucket warm", warm), ("bucket cold", cold)):
         print(f"fetch latency {name:12s} p50 {cs._pct(lat, 0.5):7.2f} ms  "
               f"p99 {cs._pct(lat, 0.99):7.2f} ms  ({len(lat)} requests)")

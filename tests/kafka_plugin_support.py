@@ -76,16 +76,16 @@ def copy_words(data) -> str:
 
 def run_driver(tmp: Path, configs: dict, script: list[str], *, env: dict | None = None,
                timeout: float = 180, java_opts: tuple = (),
-               jar: Path | None = None) -> list[dict]:
-    """Runs the driver with `configs` as the plugin's settings (`rsm.config.` stripped, as
-    Kafka passes them); returns its JSON lines. A driver that dies fails the test with its
-    stderr."""
+               jar: Path | None = None, java: str = "java") -> list[dict]:
+    """Runs the driver (on `java`) with `configs` as the plugin's settings (`rsm.config.`
+    stripped, as Kafka passes them); returns its JSON lines. A driver that dies fails the
+    test with its stderr."""
     tmp.mkdir(parents=True, exist_ok=True)
     props, commands = tmp / "rsm.properties", tmp / "script.txt"
     props.write_text("".join(f"{k}={v}\n" for k, v in configs.items()))
     commands.write_text("\n".join(script) + "\n")
     proc = subprocess.run(
-        ["java", *java_opts, "-cp", driver_classpath(jar), "tierengine.kafka.PluginDriver",
+        [java, *java_opts, "-cp", driver_classpath(jar), "tierengine.kafka.PluginDriver",
          str(props), str(commands)],
         capture_output=True, text=True, timeout=timeout, env=env)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

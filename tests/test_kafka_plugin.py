@@ -243,6 +243,39 @@ def test_an_open_ended_stream_maps_2_mib_at_once_up_to_its_chunks_end(s3_server,
     assert out[3]["first_range"] == (min(64 * 1024, size - near_end) if java_opts else 100)
 
 
+def _jdk_denying_unsafe() -> str:
+    """The `java` of a JDK that can deny sun.misc.Unsafe's memory access (24 or later: JEP
+    498's `--sun-misc-unsafe-memory-access`): the machine's Temurin 25, or $JAVA_HOME_25."""
+    for java in (os.environ.get("JAVA_HOME_25", ""), *sorted(
+            Path("/usr/lib/jvm").glob("temurin-2[5-9]*"), reverse=True)):
+        path = Path(java) / "bin" / "java"
+        if java and path.exists():
+            return str(path)
+    pytest.fail("no JDK 25 found (/usr/lib/jvm/temurin-25*, or $JAVA_HOME_25): the plugin's "
+                "fallback when Unsafe memory access is denied cannot be checked",
+                pytrace=False)
+
+
+def test_a_jdk_denying_unsafe_memory_access_reads_through_the_direct_buffer(s3_server,
+                                                                             tmp_path):
+    """Where the JDK denies sun.misc.Unsafe's memory access (the default of a later JDK,
+    `--sun-misc-unsafe-memory-access=deny` from 24), the plugin finds the raw copy closed
+    and streams through a direct buffer (its first range is the fallback's 64 KiB, not a
+    2 MiB map), reading every byte exactly."""
+    data, size, words = _segment_over_3_mib(tmp_path)
+    log = data.log_segment.read_bytes()
+    out = run_driver(tmp_path / "drv", _memory_cache_configs(s3_server, 8 * MiB),
+                     [f"copy {words} {copy_words(data)}",
+                      f"fetch {words} from=12345 out={tmp_path / 'tail'}",
+                      f"parallel {words} threads=3 rounds=1"],
+                     java=_jdk_denying_unsafe(),
+                     java_opts=("--sun-misc-unsafe-memory-access=deny",))
+    assert [line.get("error") for line in out] == [None] * 4, out
+    assert out[2]["first_range"] == 64 * 1024
+    assert (tmp_path / "tail").read_bytes() == log[12345:]
+    assert out[3]["bytes"] == 3 * size
+
+
 def test_mapped_streams_hold_no_direct_buffers(s3_server, segment, tmp_path):
     """Streams copy from the engine's own memory into the reader's array: no 1 MiB direct
     buffer per open stream (the fallback pools one each)."""

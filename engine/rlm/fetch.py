@@ -164,26 +164,29 @@ def _timed_out(log_reader, plan: ReadPlan) -> RemoteFetchTimeoutError:
         f"remote.fetch.max.wait.ms ({log_reader.fetch_max_wait_ms} ms)", offset=offset)
 
 
-def read_group(log_reader, plans: list[ReadPlan]) -> list:
-    """The remote reads of `plans` in turn (one reader-pool task): each one's result, or
-    the exception it raised (one partition's failure is its own)."""
-    out: list = []
+def read_group(log_reader, plans: list[ReadPlan], done: list) -> list:
+    """The remote reads of `plans` in turn (one reader-pool task), each one's result, or the
+    exception it raised (one partition's failure is its own), appended to `done` as it
+    ends (so a caller that stops waiting has the reads that finished); returns `done`."""
     for plan in plans:
         try:
-            out.append(read_remote(log_reader, plan))
+            done.append(read_remote(log_reader, plan))
         except Exception as exc:  # handed to that partition's result
-            out.append(exc)
-    return out
+            done.append(exc)
+    return done
 
 
-def await_group(log_reader, plans: list[ReadPlan], future, timeout_s: float) -> list:
-    """`read_group`'s outcomes, or each plan's RemoteFetchTimeoutError after `timeout_s`
-    (the task is cancelled if it has not started)."""
+def await_group(log_reader, plans: list[ReadPlan], future, done: list,
+                timeout_s: float) -> list:
+    """`read_group`'s outcomes; after `timeout_s`, those of the reads that finished (`done`)
+    and RemoteFetchTimeoutError for the others, as a task a partition answers (the task is
+    cancelled if it has not started; a read under way runs on and its verdicts stay)."""
     try:
         return future.result(timeout=max(0.0, timeout_s))
     except concurrent.futures.TimeoutError:
         future.cancel()
-        return [_timed_out(log_reader, plan) for plan in plans]
+        finished = list(done)  # a snapshot: the task may append meanwhile
+        return finished + [_timed_out(log_reader, plan) for plan in plans[len(finished):]]
 
 
 class RemoteLogReader:
@@ -324,28 +327,32 @@ class RemoteLogReader:
         run on the reader pool and all bounded by one `remote.fetch.max.wait.ms` deadline:
         a task each, or, on a tier of local files (`rsm.reads_local_files`), one task for
         them all, run in turn (their waits are short, and the hand-offs between threads
-        cost more than running them at once saves). A failed read's result carries its
+        cost more than running them at once saves); either way a read that finished by the
+        deadline is answered, the others time out. A failed read's result carries its
         error."""
         if len(pending) > 1 and self.rsm.reads_local_files:
             groups = [pending]
         else:
             groups = [[one] for one in pending]
-        submitted: list[tuple[list, list[ReadPlan], concurrent.futures.Future | Exception]] = []
+        submitted: list[tuple[list, list[ReadPlan], concurrent.futures.Future | Exception,
+                              list]] = []
         for group in groups:
             plans = [plan for _, plan in group]
+            done: list = []
             task: concurrent.futures.Future | Exception
             try:
-                task = self.reader_pool.submit(functools.partial(read_group, self, plans))
+                task = self.reader_pool.submit(functools.partial(read_group, self, plans,
+                                                                 done))
             except Exception as exc:  # the queue is full: each read fails with it
                 for plan in plans:
                     self.metrics.mark("RemoteFetchErrorsPerSec", plan.state.topic)
                 task = exc
-            submitted.append((group, plans, task))
+            submitted.append((group, plans, task, done))
         deadline = time.monotonic() + self.fetch_max_wait_ms / 1000.0
         out = []
-        for group, plans, future in submitted:
+        for group, plans, future, done in submitted:
             outcomes = ([future] * len(plans) if isinstance(future, Exception) else
-                        await_group(self, plans, future, deadline - time.monotonic()))
+                        await_group(self, plans, future, done, deadline - time.monotonic()))
             for (i, plan), outcome in zip(group, outcomes):
                 if isinstance(outcome, Exception):
                     st = plan.state

@@ -231,6 +231,26 @@ def section_d(report, store, raw, tmp, mem_mb):
                  f"(bound {bound // MiB} MiB)")
 
 
+async def raw_gets(store, objects, chunk: int, in_flight: int, check: bool = False) -> int:
+    """Raw obstore `get_range_async` of every (key, size) of `objects` in `chunk`-byte
+    ranges, `in_flight` at once; with `check`, one CRC-32C pass over each range as its GET
+    returns (the least a read of bytes nobody verified adds). The bytes fetched."""
+    from engine.checksums import crc32c
+
+    gate = asyncio.Semaphore(in_flight)
+
+    async def get(key, a, b):
+        async with gate:
+            data = await obstore.get_range_async(store, key, start=a, end=b)
+        if check:
+            crc32c(data)
+        return len(data)
+
+    return sum(await asyncio.gather(*(get(key, a, min(a + chunk, size))
+                                      for key, size in objects
+                                      for a in range(0, size, chunk))))
+
+
 def write_random(path: Path, mb: int) -> None:
     with open(path, "wb") as f:
         f.writelines(os.urandom(MiB) for _ in range(mb))

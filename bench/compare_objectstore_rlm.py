@@ -62,11 +62,10 @@ from rsm_crash_writer import segment_metadata
 from s3_server import S3Server
 
 from bench.compare_log import split_batches, touch
-from bench.compare_objectstore import peak_rss_growth, write_random
+from bench.compare_objectstore import peak_rss_growth, raw_gets, write_random
 from bench.compare_records import Report
 from bench.cpu import CpuPerGiB, GiB, process_cpu, self_cpu, thread_cpu
 from bench.segment import segment
-from engine.checksums import crc32c
 from engine.common import Uuid
 from engine.config import BrokerConfig
 from engine.log import LogManager
@@ -194,18 +193,7 @@ def section_a(rep: Report, s3: Tier, server, prefix: str, reps: int) -> None:
     raw = server.raw_store()
 
     async def raw_read(check: bool = False):
-        gate = asyncio.Semaphore(IN_FLIGHT)
-
-        async def get(key, a, b):
-            async with gate:
-                data = await obstore.get_range_async(raw, key, start=a, end=b)
-            if check:  # the least a verified read adds: one CRC pass while the bytes are hot
-                crc32c(data)
-            return len(data)
-
-        got = await asyncio.gather(*(get(key, a, min(a + CHUNK, size))
-                                     for key, size in objects for a in range(0, size, CHUNK)))
-        assert sum(got) == nbytes
+        assert await raw_gets(raw, objects, CHUNK, IN_FLIGHT, check) == nbytes
 
     loop = asyncio.new_event_loop()
     ours, theirs = [], []

@@ -21,7 +21,7 @@ real librdkafka consumer on loopback, against the in-memory server of compare_se
    serve, target <= 1.25x (cold and warm); eight consumers / one (warm), target <= 1.1x.
    Beside the cold figure, the least a cold read can cost: the warm figure plus raw obstore
    GETs of the bucket's `.log` objects in chunk-size ranges, 4 in flight, each range
-   CRC-checked once (`raw_gets`, in this process, a round each).
+   CRC-checked once (`raw_get_cpu`, in this process, a round each).
 3. Fetch latency p50/p99 with raw requests (one partition, 1 MiB) on a fresh
    `serve --bucket`: cold (every segment read for the first time: indexes and chunks come
    from the S3 server), then the same offsets again (warm: from its caches).
@@ -120,47 +120,34 @@ def _one_round(side: str, config: str, url: str, settings: dict, base: Path, exp
     return out
 
 
-def raw_gets(s3, chunk_size: int) -> tuple[float, int]:
-    """(CPU seconds of this process, bytes) for raw obstore GETs of every `.log` object
-    of the bench's prefix in `chunk_size` ranges, 4 in flight, each range CRC-checked once
-    as it arrives: the least a cold read of the bucket does beyond a warm one. The
-    allocator setting of the object-store tier applies here as in `serve --bucket`."""
+def raw_get_cpu(s3, chunk_size: int) -> float:
+    """CPU seconds of this process for raw obstore GETs of every `.log` object of the
+    bench's prefix in `chunk_size` ranges, 4 in flight, each range CRC-checked once as it
+    arrives (`compare_objectstore.raw_gets`): the least a cold read of the bucket does
+    beyond a warm one. The allocator setting of the object-store tier applies here as in
+    `serve --bucket`."""
     import asyncio
 
     import obstore
 
+    from bench.compare_objectstore import raw_gets
     from bench.cpu import self_cpu
-    from engine.checksums import crc32c
     from engine.remote.objectstore.allocator import tune_for_object_reads
 
     tune_for_object_reads()
     store = s3.raw_store(s3.buckets[0])
     objects = [(o["path"], o["size"]) for page in obstore.list(store, prefix=PREFIX)
                for o in page if o["path"].endswith(".log")]
-
-    async def read_all() -> int:
-        gate = asyncio.Semaphore(4)
-
-        async def get(key, a, b):
-            async with gate:
-                data = await obstore.get_range_async(store, key, start=a, end=b)
-            crc32c(data)
-            return len(data)
-
-        return sum(await asyncio.gather(*(get(k, a, min(a + chunk_size, size))
-                                          for k, size in objects
-                                          for a in range(0, size, chunk_size))))
-
     before = self_cpu()
-    nbytes = asyncio.run(read_all())
-    return self_cpu() - before, nbytes
+    asyncio.run(raw_gets(store, objects, chunk_size, 4, check=True))
+    return self_cpu() - before
 
 
 def _cpu_report(cpu: dict, raw: list[float]) -> None:
     """serve --bucket's CPU seconds per GiB delivered against the filesystem-backed
     serve's (and the in-memory server's), and eight consumers' against one's; the S3
     server's meanwhile beside each. `raw`: CPU seconds of raw GETs of the stored bytes
-    (`raw_gets`), a round each."""
+    (`raw_get_cpu`), a round each."""
     per_gib = {k: [c * GiB / n for c, n, _ in v] for k, v in cpu.items()}
     store = {k: [s * GiB / n for _, n, s in v] for k, v in cpu.items()}
     fs = statistics.median(per_gib["serve"])
@@ -226,7 +213,7 @@ def main() -> int:
                         expected, f"state-{i}", s3.proc.pid)):
                     rates[name].append(rate)
                     cpu[name].append((used, nbytes, store))
-            raw.append(raw_gets(s3, args.chunk_size)[0])
+            raw.append(raw_get_cpu(s3, args.chunk_size))
         fresh = _BucketServe(url, settings, base, "state-latency").proc
         try:
             remote = [(p, o) for p in range(cs.PARTITIONS)
